@@ -1,0 +1,263 @@
+//! Write and swap: one partition's result becomes exactly one Parquet object, atomically
+//! (SPEC §2.5, G1–G4, G6).
+//!
+//! The protocol, per partition:
+//! 1. encode the batch with fixed writer settings and the lineage footer (deterministic bytes);
+//! 2. compare with the committed object: same bytes → `unchanged`, nothing written;
+//! 3. write `_staging/<run_id>/<col>=<date>/part-00000.parquet` (multipart when large,
+//!    aborted on failure), read it back and check schema and row count;
+//! 4. swap it in as a compare-and-swap against the state seen at planning time: on a local
+//!    folder a `rename(2)` over the old file after checking its e-tag; on an object store a
+//!    conditional put (`If-Match` the planned e-tag, or `If-None-Match: *` for a new
+//!    partition). A lost race is [`PartitionError::Fenced`], never an overwrite;
+//! 5. when the outcome of the swap is unknown (timeout, dropped connection), read the target
+//!    back before anything is cleaned up; delete the staged copy only once the swap is known.
+//!
+//! The one store-specific step is [`swap`].
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+use crate::error::PartitionError;
+use crate::lineage::{self, Lineage};
+use crate::store::{StoreLocation, SwapMethod};
+
+/// The one data object of a partition.
+pub const PART_FILE: &str = "part-00000.parquet";
+
+/// Objects at or above this size go up as multipart uploads.
+const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
+
+/// What happened to a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Created,
+    Replaced,
+    Unchanged,
+    Skipped,
+    Failed,
+    Planned,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            Action::Created => "created",
+            Action::Replaced => "replaced",
+            Action::Unchanged => "unchanged",
+            Action::Skipped => "skipped",
+            Action::Failed => "failed",
+            Action::Planned => "planned",
+        };
+        f.write_str(s)
+    }
+}
+
+/// `<col>=<date>`, the partition's folder name.
+pub fn partition_dir(column: &str, date: chrono::NaiveDate) -> String {
+    format!("{column}={date}")
+}
+
+/// The committed object of a partition.
+pub fn target_path(out: &StoreLocation, dir: &str) -> Path {
+    out.child(&[dir, PART_FILE])
+}
+
+/// The staged object of a partition in a run.
+pub fn staging_path(out: &StoreLocation, run_id: &str, dir: &str) -> Path {
+    out.child(&["_staging", run_id, dir, PART_FILE])
+}
+
+/// Encodes a partition's rows with fixed writer settings and the lineage in the footer.
+pub fn encode(batch: &RecordBatch, lineage: &Lineage) -> Result<Bytes, PartitionError> {
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+        .set_created_by(lineage::tool())
+        .set_key_value_metadata(Some(vec![KeyValue::new(lineage::FOOTER_KEY.to_string(), lineage.to_json())]))
+        .build();
+    let mut buf = Vec::with_capacity(4096);
+    let err = |e: parquet::errors::ParquetError| PartitionError::Other(format!("encoding the partition file: {e}"));
+    let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).map_err(err)?;
+    w.write(batch).map_err(err)?;
+    w.close().map_err(err)?;
+    Ok(Bytes::from(buf))
+}
+
+/// Reads a partition file back and checks its schema and row count.
+pub fn verify(bytes: &Bytes, schema: &SchemaRef, rows: usize) -> Result<(), String> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
+        .map_err(|e| format!("not readable as Parquet: {e}"))?;
+    let got = reader.schema().clone();
+    if got.fields().len() != schema.fields().len()
+        || got.fields().iter().zip(schema.fields()).any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+    {
+        return Err(format!("schema differs: wrote {schema:?}, read {got:?}"));
+    }
+    let mut n = 0;
+    for b in reader.build().map_err(|e| e.to_string())? {
+        n += b.map_err(|e| format!("cannot decode: {e}"))?.num_rows();
+    }
+    if n != rows {
+        return Err(format!("row count differs: wrote {rows}, read {n}"));
+    }
+    Ok(())
+}
+
+/// The lineage in the footer of a committed partition file.
+pub fn read_lineage(bytes: &Bytes) -> Option<Lineage> {
+    let b = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).ok()?;
+    Lineage::from_footer(b.metadata().file_metadata().key_value_metadata())
+}
+
+/// The committed state of a partition, as seen when the run planned it.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub meta: Option<ObjectMeta>,
+}
+
+impl Seen {
+    fn same_object(&self, now: &Option<ObjectMeta>) -> bool {
+        match (&self.meta, now) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.e_tag == b.e_tag && a.version == b.version && a.size == b.size,
+            _ => false,
+        }
+    }
+}
+
+/// Looks up the committed object at `path`.
+pub async fn head(out: &StoreLocation, path: &Path) -> Result<Option<ObjectMeta>, PartitionError> {
+    match out.store.head(path).await {
+        Ok(m) => Ok(Some(m)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(PartitionError::store("cannot look up", out.display(path), e)),
+    }
+}
+
+async fn get(out: &StoreLocation, path: &Path) -> Result<Option<Bytes>, PartitionError> {
+    match out.store.get(path).await {
+        Ok(r) => r.bytes().await.map(Some).map_err(|e| PartitionError::store("cannot read", out.display(path), e)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(PartitionError::store("cannot read", out.display(path), e)),
+    }
+}
+
+/// Writes `bytes` to `path`: one put when small, a multipart upload (aborted on failure) when large.
+pub async fn upload(out: &StoreLocation, path: &Path, bytes: Bytes) -> Result<(), PartitionError> {
+    let err = |e| PartitionError::store("cannot write", out.display(path), e);
+    if bytes.len() < MULTIPART_THRESHOLD {
+        out.store.put(path, bytes.into()).await.map_err(err)?;
+        return Ok(());
+    }
+    let mut w = object_store::buffered::BufWriter::with_capacity(Arc::clone(&out.store), path.clone(), MULTIPART_THRESHOLD);
+    let res = async {
+        w.put(bytes).await?;
+        w.shutdown().await.map_err(|e| object_store::Error::Generic { store: "upload", source: Box::new(e) })
+    }
+    .await;
+    if let Err(e) = res {
+        let _ = w.abort().await;
+        return Err(err(e));
+    }
+    Ok(())
+}
+
+/// Commits one partition's bytes: compare, stage, verify, swap, clean up.
+pub async fn commit(
+    out: &StoreLocation,
+    run_id: &str,
+    dir: &str,
+    bytes: Bytes,
+    schema: &SchemaRef,
+    rows: usize,
+    seen: &Seen,
+) -> Result<Action, PartitionError> {
+    let target = target_path(out, dir);
+    let fenced = || PartitionError::Fenced { path: out.display(&target) };
+
+    // Compare with what is committed now; a change since planning means another run won.
+    let now = head(out, &target).await?;
+    if !seen.same_object(&now) {
+        return Err(fenced());
+    }
+    if now.is_some() && get(out, &target).await?.as_ref() == Some(&bytes) {
+        return Ok(Action::Unchanged);
+    }
+
+    let staged = staging_path(out, run_id, dir);
+    upload(out, &staged, bytes.clone()).await?;
+    let staged_back = get(out, &staged).await?.unwrap_or_default();
+    if let Err(message) = verify(&staged_back, schema, rows).and_then(|_| {
+        if staged_back == bytes {
+            Ok(())
+        } else {
+            Err("the staged bytes differ from the bytes written".to_string())
+        }
+    }) {
+        let _ = out.store.delete(&staged).await;
+        return Err(PartitionError::Verify { path: out.display(&staged), message });
+    }
+
+    swap(out, &staged, &target, bytes, seen).await?;
+    Ok(if seen.meta.is_some() { Action::Replaced } else { Action::Created })
+}
+
+/// The atomic, conditional replacement of `target` by the staged object.
+async fn swap(out: &StoreLocation, staged: &Path, target: &Path, bytes: Bytes, seen: &Seen) -> Result<(), PartitionError> {
+    let fenced = || PartitionError::Fenced { path: out.display(target) };
+    match out.swap {
+        SwapMethod::Rename => {
+            // The lease keeps other lakeswap runs out; this check catches a commit that
+            // happened between planning and now.
+            if !seen.same_object(&head(out, target).await?) {
+                let _ = out.store.delete(staged).await;
+                return Err(fenced());
+            }
+            out.store
+                .rename(staged, target)
+                .await
+                .map_err(|e| PartitionError::store("cannot swap in", out.display(target), e))?;
+            Ok(())
+        }
+        SwapMethod::ConditionalPut => {
+            let mode = match &seen.meta {
+                Some(m) => PutMode::Update(UpdateVersion { e_tag: m.e_tag.clone(), version: m.version.clone() }),
+                None => PutMode::Create,
+            };
+            let res = out.store.put_opts(target, bytes.clone().into(), PutOptions { mode, ..Default::default() }).await;
+            match res {
+                Ok(_) => {}
+                Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
+                    let _ = out.store.delete(staged).await;
+                    return Err(fenced());
+                }
+                Err(e) => {
+                    // Outcome unknown: read the partition back before cleaning anything up.
+                    match get(out, target).await {
+                        Ok(Some(b)) if b == bytes => {}
+                        _ => return Err(PartitionError::store("cannot swap in (outcome checked: not committed)", out.display(target), e)),
+                    }
+                }
+            }
+            out.store
+                .delete(staged)
+                .await
+                .or_else(|e| if matches!(e, object_store::Error::NotFound { .. }) { Ok(()) } else { Err(e) })
+                .map_err(|e| PartitionError::store("cannot remove the staged copy", out.display(staged), e))?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! The job config: TOML as in SPEC §7, parsed strictly and validated before anything runs.
+//!
+//! Invariants after [`JobConfig::parse`]: no unknown keys; an entity that can change has a
+//! version column (or is declared `immutable`, or keyed by the whole record with `key = ["*"]`);
+//! every measure names a column where its function needs one; the time zone is a real IANA
+//! name. Checks that need the input's schema (does the column exist, has it a usable type) are
+//! made by [`crate::plan`] against the first input object, still before anything is written.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A config problem: exit code 2, nothing done.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("config {path}: `{key}`: {message}")]
+    Invalid { path: String, key: String, message: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    Aggregate,
+    Merge,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Parquet,
+    Csv,
+    Ndjson,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    #[default]
+    Fail,
+    Quarantine,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSection {
+    pub name: String,
+    pub kind: JobKind,
+    #[serde(default = "default_tz")]
+    pub timezone: String,
+}
+
+fn default_tz() -> String {
+    "UTC".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputSection {
+    pub url: String,
+    pub format: Format,
+    /// Store options (`aws_endpoint`, `azure_storage_account_name`, …). Never logged.
+    #[serde(default, skip_serializing)]
+    pub options: BTreeMap<String, String>,
+    /// Column types for CSV / NDJSON (`amount = "decimal(12,2)"`); inferred when absent.
+    #[serde(default)]
+    pub schema: BTreeMap<String, String>,
+    /// CSV field delimiter (one character).
+    #[serde(default = "default_delimiter")]
+    pub delimiter: String,
+    /// Whether CSV files start with a header line.
+    #[serde(default = "default_true")]
+    pub header: bool,
+}
+
+fn default_delimiter() -> String {
+    ",".into()
+}
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Deleted {
+    pub column: String,
+    pub equals: toml::Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentitySection {
+    pub key: Vec<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub immutable: bool,
+    #[serde(default)]
+    pub deleted: Option<Deleted>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionSection {
+    /// The partition column: a date column of the input, and the name in the output path.
+    #[serde(default = "default_partition_column")]
+    pub column: String,
+    /// Derive the date from this timestamp column, in the job's time zone.
+    #[serde(default)]
+    pub from_timestamp: Option<String>,
+}
+
+fn default_partition_column() -> String {
+    "event_date".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareSection {
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MeasureFn {
+    Count,
+    CountDistinct,
+    Sum,
+    Min,
+    Max,
+}
+
+impl MeasureFn {
+    fn needs_column(self) -> bool {
+        !matches!(self, MeasureFn::Count)
+    }
+}
+
+/// One value or a list of values, for `where = { status = "placed" }` or `["placed", "shipped"]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    Many(Vec<toml::Value>),
+    One(toml::Value),
+}
+
+impl OneOrMany {
+    pub fn values(&self) -> Vec<toml::Value> {
+        match self {
+            OneOrMany::Many(v) => v.clone(),
+            OneOrMany::One(v) => vec![v.clone()],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Measure {
+    pub name: String,
+    #[serde(rename = "fn")]
+    pub func: MeasureFn,
+    #[serde(default)]
+    pub column: Option<String>,
+    /// Rows count for this measure only where every listed column holds one of the values.
+    #[serde(default, rename = "where")]
+    pub filter: BTreeMap<String, OneOrMany>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AggregateSection {
+    #[serde(default)]
+    pub group_by: Vec<String>,
+    pub measures: Vec<Measure>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSection {
+    pub url: String,
+    #[serde(default, skip_serializing)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// The whole job config, as written in TOML.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobConfig {
+    pub job: JobSection,
+    pub input: InputSection,
+    pub identity: IdentitySection,
+    #[serde(default = "default_partition")]
+    pub partition: PartitionSection,
+    #[serde(default)]
+    pub prepare: PrepareSection,
+    #[serde(default)]
+    pub aggregate: Option<AggregateSection>,
+    pub output: OutputSection,
+}
+
+fn default_partition() -> PartitionSection {
+    PartitionSection { column: default_partition_column(), from_timestamp: None }
+}
+
+impl JobConfig {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let cfg: JobConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: format!(
+                "{}. See the config reference in README.md",
+                e.to_string().trim_end()
+            ),
+        })?;
+        cfg.validate(origin)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| ConfigError::Invalid {
+            path: origin.to_string(),
+            key: key.to_string(),
+            message,
+        };
+        if self.job.name.trim().is_empty() {
+            return Err(bad("job.name", "must not be empty".into()));
+        }
+        if self.job.timezone.parse::<chrono_tz::Tz>().is_err() {
+            return Err(bad(
+                "job.timezone",
+                format!("`{}` is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")", self.job.timezone),
+            ));
+        }
+        if self.input.url.trim().is_empty() {
+            return Err(bad("input.url", "must not be empty".into()));
+        }
+        if self.output.url.trim().is_empty() {
+            return Err(bad("output.url", "must not be empty".into()));
+        }
+        if self.input.delimiter.len() != 1 {
+            return Err(bad("input.delimiter", "must be exactly one ASCII character".into()));
+        }
+        for (col, ty) in &self.input.schema {
+            crate::read::parse_type(ty)
+                .map_err(|m| bad(&format!("input.schema.{col}"), m))?;
+        }
+        let id = &self.identity;
+        if id.key.is_empty() {
+            return Err(bad("identity.key", "name at least one key column, or [\"*\"] for the whole record".into()));
+        }
+        let whole_record = id.key == ["*"];
+        if id.key.iter().any(|k| k == "*") && !whole_record {
+            return Err(bad("identity.key", "\"*\" (the whole record) stands alone".into()));
+        }
+        match (&id.version, id.immutable) {
+            (Some(_), true) => {
+                return Err(bad(
+                    "identity.immutable",
+                    "a job has either a `version` column or `immutable = true`, not both".into(),
+                ))
+            }
+            (None, false) if !whole_record => {
+                return Err(bad(
+                    "identity.version",
+                    "missing. An entity that can change needs a version column to tell which row is newest: \
+                     add `version = \"<column>\"` (e.g. \"source_version\" or an updated_at timestamp), or \
+                     `immutable = true` for facts that never change, or `key = [\"*\"]` for exact dedup only"
+                        .into(),
+                ))
+            }
+            _ => {}
+        }
+        if id.deleted.is_some() && id.version.is_none() {
+            return Err(bad("identity.deleted", "tombstones need a `version` column to order them".into()));
+        }
+        if self.partition.column.trim().is_empty() {
+            return Err(bad("partition.column", "must not be empty".into()));
+        }
+        match (self.job.kind, &self.aggregate) {
+            (JobKind::Aggregate, None) => {
+                return Err(bad("aggregate", "kind = \"aggregate\" needs an [aggregate] section with measures".into()))
+            }
+            (JobKind::Merge, Some(_)) => {
+                return Err(bad("aggregate", "kind = \"merge\" takes no [aggregate] section".into()))
+            }
+            _ => {}
+        }
+        if let Some(agg) = &self.aggregate {
+            if agg.measures.is_empty() {
+                return Err(bad("aggregate.measures", "list at least one measure".into()));
+            }
+            let mut names: Vec<&str> = agg.group_by.iter().map(String::as_str).collect();
+            for (i, m) in agg.measures.iter().enumerate() {
+                let key = format!("aggregate.measures[{i}]");
+                if m.name.trim().is_empty() {
+                    return Err(bad(&format!("{key}.name"), "must not be empty".into()));
+                }
+                if names.contains(&m.name.as_str()) {
+                    return Err(bad(&format!("{key}.name"), format!("`{}` is used twice in the output", m.name)));
+                }
+                names.push(&m.name);
+                if m.func.needs_column() && m.column.is_none() {
+                    return Err(bad(
+                        &format!("{key}.column"),
+                        format!("measure `{}` ({:?}) needs a column", m.name, m.func).to_lowercase(),
+                    ));
+                }
+                for (col, vals) in &m.filter {
+                    if vals.values().is_empty() {
+                        return Err(bad(&format!("{key}.where.{col}"), "list at least one value".into()));
+                    }
+                }
+            }
+            if agg.group_by.iter().any(|g| g == &self.partition.column) {
+                return Err(bad(
+                    "aggregate.group_by",
+                    format!("`{}` is the partition column; it is in the path already", self.partition.column),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn is_whole_record_key(&self) -> bool {
+        self.identity.key == ["*"]
+    }
+
+    pub fn timezone(&self) -> chrono_tz::Tz {
+        self.job.timezone.parse().unwrap_or(chrono_tz::UTC)
+    }
+
+    /// A fingerprint of everything that decides the output's content: the job, identity,
+    /// partitioning, preparation and computation. Not the store URLs or options (secrets never
+    /// enter it), so moving a lake keeps its fingerprints.
+    pub fn fingerprint(&self) -> String {
+        #[derive(Serialize)]
+        struct Decisive<'a> {
+            kind: JobKind,
+            timezone: &'a str,
+            format: Format,
+            schema: &'a BTreeMap<String, String>,
+            identity: &'a IdentitySection,
+            partition: &'a PartitionSection,
+            prepare: &'a PrepareSection,
+            aggregate: &'a Option<AggregateSection>,
+        }
+        let d = Decisive {
+            kind: self.job.kind,
+            timezone: &self.job.timezone,
+            format: self.input.format,
+            schema: &self.input.schema,
+            identity: &self.identity,
+            partition: &self.partition,
+            prepare: &self.prepare,
+            aggregate: &self.aggregate,
+        };
+        let json = serde_json::to_vec(&d).unwrap_or_default();
+        hex(&Sha256::digest(&json)[..16])
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[job]
+name = "t"
+kind = "aggregate"
+[input]
+url = "in"
+format = "parquet"
+[identity]
+key = ["order_id"]
+version = "source_version"
+[aggregate]
+group_by = ["currency"]
+measures = [{ name = "orders", fn = "count" }, { name = "revenue", fn = "sum", column = "amount", where = { status = ["placed"] } }]
+[output]
+url = "out"
+"#;
+
+    #[test]
+    fn parses_the_reference_shape() {
+        let c = JobConfig::parse(BASE, "t.toml").unwrap();
+        assert_eq!(c.aggregate.unwrap().measures[1].func, MeasureFn::Sum);
+        assert_eq!(c.partition.column, "event_date");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let text = BASE.replace("group_by", "grup_by");
+        let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("grup_by"), "{e}");
+    }
+
+    #[test]
+    fn missing_version_says_why() {
+        let text = BASE.replace("version = \"source_version\"", "");
+        let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("identity.version") && e.contains("immutable = true"), "{e}");
+    }
+
+    #[test]
+    fn measure_without_column_is_named() {
+        let text = BASE.replace(r#"fn = "sum", column = "amount","#, r#"fn = "sum","#);
+        let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("aggregate.measures[1].column"), "{e}");
+    }
+
+    #[test]
+    fn fingerprint_ignores_urls_and_secrets() {
+        let a = JobConfig::parse(BASE, "a").unwrap();
+        let b = JobConfig::parse(&BASE.replace("url = \"out\"", "url = \"s3://x/y\"\noptions = { aws_secret_access_key = \"s\" }"), "b").unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        let c = JobConfig::parse(&BASE.replace("placed", "shipped"), "c").unwrap();
+        assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+}

@@ -1,0 +1,71 @@
+//! Date expressions of the command line: `YYYY-MM-DD`, `today`, `yesterday`, `today-N`,
+//! evaluated in the job's time zone, and the inclusive ranges they form.
+
+use chrono::{Days, NaiveDate, Utc};
+use chrono_tz::Tz;
+
+/// Resolves one date expression against "now" in `tz`.
+pub fn resolve(expr: &str, tz: Tz) -> Result<NaiveDate, String> {
+    resolve_at(expr, Utc::now().with_timezone(&tz).date_naive())
+}
+
+/// Resolves one date expression against a given "today".
+pub fn resolve_at(expr: &str, today: NaiveDate) -> Result<NaiveDate, String> {
+    let e = expr.trim();
+    let err = || {
+        format!("`{expr}` is not a date: use YYYY-MM-DD, today, yesterday or today-N (e.g. today-7)")
+    };
+    match e {
+        "today" => return Ok(today),
+        "yesterday" => return today.checked_sub_days(Days::new(1)).ok_or_else(err),
+        _ => {}
+    }
+    if let Some(n) = e.strip_prefix("today-") {
+        let n: u64 = n.parse().map_err(|_| err())?;
+        return today.checked_sub_days(Days::new(n)).ok_or_else(err);
+    }
+    NaiveDate::parse_from_str(e, "%Y-%m-%d").map_err(|_| err())
+}
+
+/// Every date from `from` to `to`, inclusive.
+pub fn range(from: NaiveDate, to: NaiveDate) -> Result<Vec<NaiveDate>, String> {
+    if to < from {
+        return Err(format!("--to {to} is before --from {from}"));
+    }
+    Ok(from.iter_days().take_while(|d| *d <= to).collect())
+}
+
+/// Days since 1970-01-01 (Arrow's `date32`).
+pub fn to_days(d: NaiveDate) -> i32 {
+    (d - NaiveDate::from_ymd_opt(1970, 1, 1).expect("epoch")).num_days() as i32
+}
+
+/// The date of a `date32` value.
+pub fn from_days(days: i32) -> Option<NaiveDate> {
+    NaiveDate::from_ymd_opt(1970, 1, 1)?.checked_add_signed(chrono::Duration::days(days as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expressions() {
+        let today = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
+        assert_eq!(resolve_at("today", today).unwrap(), today);
+        assert_eq!(resolve_at("yesterday", today).unwrap(), NaiveDate::from_ymd_opt(2026, 2, 28).unwrap());
+        assert_eq!(resolve_at("today-7", today).unwrap(), NaiveDate::from_ymd_opt(2026, 2, 22).unwrap());
+        assert_eq!(resolve_at("2026-11-05", today).unwrap(), NaiveDate::from_ymd_opt(2026, 11, 5).unwrap());
+        assert!(resolve_at("2026-13-01", today).unwrap_err().contains("YYYY-MM-DD"));
+        assert!(resolve_at("today-x", today).is_err());
+    }
+
+    #[test]
+    fn ranges_are_inclusive() {
+        let a = NaiveDate::from_ymd_opt(2026, 11, 1).unwrap();
+        let b = NaiveDate::from_ymd_opt(2026, 11, 7).unwrap();
+        assert_eq!(range(a, b).unwrap().len(), 7);
+        assert!(range(b, a).is_err());
+        assert_eq!(from_days(to_days(b)), Some(b));
+    }
+}

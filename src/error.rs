@@ -1,0 +1,266 @@
+//! Errors and exit codes.
+//!
+//! Two levels: an [`Error`] stops the whole run before or outside partition work (bad config,
+//! unreachable store), a [`PartitionError`] fails one partition and the run goes on with the
+//! others. Every message names the object (and row / column where known) and says what to do.
+//! `main` maps both to the exit codes of the contract through [`ExitCode`].
+
+use std::fmt;
+
+use chrono::NaiveDate;
+
+/// Exit codes for schedulers (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub enum ExitCode {
+    /// Every partition committed or unchanged.
+    Ok = 0,
+    /// Some partitions failed, the others committed.
+    PartialFailure = 1,
+    /// Usage or config error, nothing done.
+    Usage = 2,
+    /// Data contract violation (conflicts, bad rows).
+    DataContract = 3,
+    /// A partition is leased by another live run.
+    Leased = 4,
+}
+
+impl ExitCode {
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// The exit code of a run whose partitions failed with `codes`: a contract violation wins
+    /// over a lease, a lease over any other failure.
+    pub fn combine(codes: impl IntoIterator<Item = ExitCode>) -> ExitCode {
+        let mut worst = ExitCode::Ok;
+        for c in codes {
+            let rank = |c: ExitCode| match c {
+                ExitCode::Ok => 0,
+                ExitCode::PartialFailure => 1,
+                ExitCode::Leased => 2,
+                ExitCode::DataContract => 3,
+                ExitCode::Usage => 4,
+            };
+            if rank(c) > rank(worst) {
+                worst = c;
+            }
+        }
+        worst
+    }
+}
+
+/// An error that stops the run as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+
+    #[error("{0}")]
+    Usage(String),
+
+    #[error("{what} {path}: {source}")]
+    Store {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    #[error("{0}")]
+    Input(#[from] InputError),
+
+    #[error("could not write {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("internal error in {what}: {message}")]
+    Internal { what: &'static str, message: String },
+}
+
+impl Error {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Error::Config(_) | Error::Usage(_) => ExitCode::Usage,
+            Error::Input(e) => e.exit_code(),
+            Error::Store { .. } | Error::Io { .. } | Error::Internal { .. } => {
+                ExitCode::PartialFailure
+            }
+        }
+    }
+
+    pub(crate) fn store(what: &'static str, path: impl fmt::Display, source: object_store::Error) -> Self {
+        Error::Store { what, path: path.to_string(), source }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where in the input something was found: object, and row / column when known.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Location {
+    pub object: String,
+    /// 0-based row within the object (data rows, the CSV header not counted).
+    pub row: Option<u64>,
+    pub column: Option<String>,
+}
+
+impl Location {
+    pub fn object(object: impl Into<String>) -> Self {
+        Location { object: object.into(), row: None, column: None }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.object)?;
+        if let Some(row) = self.row {
+            write!(f, ", row {row}")?;
+        }
+        if let Some(col) = &self.column {
+            write!(f, ", column `{col}`")?;
+        }
+        Ok(())
+    }
+}
+
+/// A problem with the input data itself.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("bad input at {at}: {message}")]
+    Bad { at: Location, message: String },
+
+    #[error("cannot read {at}: {message}")]
+    Unreadable { at: Location, message: String },
+}
+
+impl InputError {
+    pub fn bad(at: Location, message: impl Into<String>) -> Self {
+        InputError::Bad { at, message: message.into() }
+    }
+    pub fn unreadable(at: Location, message: impl Into<String>) -> Self {
+        InputError::Unreadable { at, message: message.into() }
+    }
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            InputError::Bad { .. } => ExitCode::DataContract,
+            InputError::Unreadable { .. } => ExitCode::PartialFailure,
+        }
+    }
+}
+
+/// One conflicting key: the same key and version with two different payloads, or one key
+/// under two partition dates.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConflictKey {
+    /// The key, rendered as text (`a|b` for a key of several columns).
+    pub key: String,
+    /// The version, rendered as text, when the conflict is between two payloads.
+    pub version: Option<String>,
+    /// The objects (and rows) holding the two rows.
+    pub at: Vec<Location>,
+}
+
+impl fmt::Display for ConflictKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "key {}", self.key)?;
+        if let Some(v) = &self.version {
+            write!(f, " version {v}")?;
+        }
+        let at: Vec<String> = self.at.iter().map(|l| l.to_string()).collect();
+        write!(f, " ({})", at.join(" vs "))
+    }
+}
+
+/// Why one partition failed. The run goes on with the other partitions.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error(
+        "{total} conflicting key(s): one key and version with two different payloads; first {}: {}. \
+         Fix the source, or set `[prepare] on_conflict = \"quarantine\"` to set them aside",
+        keys.len(), list(keys)
+    )]
+    Conflict { keys: Vec<ConflictKey>, total: usize },
+
+    #[error(
+        "{total} key(s) seen under two dates (the partition date must be a property of the entity); \
+         first {}: {}. Fix the source so every version of a key carries the same date",
+        keys.len(), list(keys)
+    )]
+    KeyUnderTwoDates { keys: Vec<ConflictKey>, total: usize },
+
+    #[error("{0}")]
+    Input(#[from] InputError),
+
+    #[error(
+        "no input rows for {date}: refusing to replace the partition with an empty one. \
+         Check that the input for this date has arrived, or pass --allow-empty to write a zero-row partition"
+    )]
+    MissingInput { date: NaiveDate },
+
+    #[error("measure `{measure}` overflows: {message}")]
+    Overflow { measure: String, message: String },
+
+    #[error(
+        "partition is leased by run {holder} on {host} since {since}, until {expires}; \
+         wait for it (--wait) or run again after it finishes"
+    )]
+    Leased { holder: String, host: String, since: String, expires: String },
+
+    #[error(
+        "{path} changed since this run planned it (another run committed it in between); \
+         nothing was overwritten. Run again to recompute from the newest state"
+    )]
+    Fenced { path: String },
+
+    #[error("verification of the staged file {path} failed: {message}")]
+    Verify { path: String, message: String },
+
+    #[error("{what} {path}: {source}")]
+    Store {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    #[error("{0}")]
+    Other(String),
+}
+
+fn list(keys: &[ConflictKey]) -> String {
+    keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("; ")
+}
+
+impl PartitionError {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            PartitionError::Conflict { .. }
+            | PartitionError::KeyUnderTwoDates { .. }
+            | PartitionError::Overflow { .. } => ExitCode::DataContract,
+            PartitionError::Input(e) => e.exit_code(),
+            PartitionError::Leased { .. } => ExitCode::Leased,
+            PartitionError::MissingInput { .. }
+            | PartitionError::Fenced { .. }
+            | PartitionError::Verify { .. }
+            | PartitionError::Store { .. }
+            | PartitionError::Other(_) => ExitCode::PartialFailure,
+        }
+    }
+
+    pub(crate) fn store(what: &'static str, path: impl fmt::Display, source: object_store::Error) -> Self {
+        PartitionError::Store { what, path: path.to_string(), source }
+    }
+}
+
+impl From<Error> for PartitionError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Input(i) => PartitionError::Input(i),
+            Error::Store { what, path, source } => PartitionError::Store { what, path, source },
+            other => PartitionError::Other(format!("{other:#}")),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Record: the run journal `OUT/_lakeswap/runs/<run_id>.json` (SPEC §2.6) — who ran what,
+//! when, and what happened to each partition. Written when a run starts (status `running`)
+//! and again when it ends, so a killed run leaves a trace.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use serde::{Deserialize, Serialize};
+
+use crate::commit::Action;
+use crate::error::{Error, ExitCode, Result};
+use crate::prepare::PrepareStats;
+use crate::store::StoreLocation;
+
+/// What happened to one partition in a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartitionReport {
+    pub date: NaiveDate,
+    pub action: Action,
+    pub counts: PrepareStats,
+    pub output_rows: u64,
+    pub seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub exit_code: i32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Journal {
+    pub run_id: String,
+    pub tool: String,
+    pub job: String,
+    pub host: String,
+    pub pid: u32,
+    pub started_at: DateTime<Utc>,
+    #[serde(default)]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// `running`, `finished`.
+    pub status: String,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    pub dates: Vec<NaiveDate>,
+    pub partitions: Vec<PartitionReport>,
+}
+
+/// A new, sortable run id: UTC start time and a random suffix.
+pub fn new_run_id(now: DateTime<Utc>) -> String {
+    format!("{}-{:06x}", now.format("%Y%m%dT%H%M%S%.3fZ"), rand::random::<u32>() & 0xff_ffff)
+}
+
+pub fn host() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+impl Journal {
+    pub fn start(run_id: &str, job: &str, dates: Vec<NaiveDate>, now: DateTime<Utc>) -> Self {
+        Journal {
+            run_id: run_id.to_string(),
+            tool: crate::lineage::tool(),
+            job: job.to_string(),
+            host: host(),
+            pid: std::process::id(),
+            started_at: now,
+            finished_at: None,
+            status: "running".into(),
+            exit_code: None,
+            dates,
+            partitions: Vec::new(),
+        }
+    }
+
+    pub fn finish(&mut self, partitions: Vec<PartitionReport>, exit: ExitCode) {
+        self.partitions = partitions;
+        self.finished_at = Some(Utc::now());
+        self.status = "finished".into();
+        self.exit_code = Some(exit.code());
+    }
+
+    pub async fn write(&self, out: &StoreLocation) -> Result<()> {
+        let path = out.child(&["_lakeswap", "runs", &format!("{}.json", self.run_id)]);
+        let body = serde_json::to_vec_pretty(self).unwrap_or_default();
+        out.store
+            .put(&path, body.into())
+            .await
+            .map_err(|e| Error::store("cannot write the run journal", out.display(&path), e))?;
+        Ok(())
+    }
+}
+
+/// Every journal under the output, oldest first.
+pub async fn read_all(out: &StoreLocation) -> Result<Vec<Journal>> {
+    let prefix = out.child(&["_lakeswap", "runs"]);
+    let metas: Vec<_> = out
+        .store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|e| Error::store("cannot list", out.display(&prefix), e))?;
+    let mut v = Vec::new();
+    for m in metas {
+        let Ok(r) = out.store.get(&m.location).await else { continue };
+        let Ok(b) = r.bytes().await else { continue };
+        if let Ok(j) = serde_json::from_slice::<Journal>(&b) {
+            v.push(j);
+        }
+    }
+    v.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+    Ok(v)
+}

@@ -1,0 +1,205 @@
+//! Where data lives: a job URL resolved into an `Arc<dyn ObjectStore>` and a prefix.
+//!
+//! Nothing else in the pipeline knows whether it runs on a folder or on S3; the one
+//! store-specific decision, how a partition is swapped in, is read from [`SwapMethod`].
+//! Credentials come from the standard environment variables and the config's `options` table;
+//! they are never printed — [`StoreLocation`]'s `Display` shows the URL only.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+
+use crate::config::ConfigError;
+
+/// How a staged partition file replaces the committed one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwapMethod {
+    /// A local folder: `rename(2)` over the old file, atomic on POSIX file systems.
+    Rename,
+    /// An object store with conditional writes: a put of the whole object with `If-Match` on
+    /// the e-tag seen at planning time (or `If-None-Match: *` for a new partition).
+    ConditionalPut,
+}
+
+/// A store and a prefix inside it.
+#[derive(Clone)]
+pub struct StoreLocation {
+    pub store: Arc<dyn ObjectStore>,
+    pub prefix: Path,
+    pub url: String,
+    pub swap: SwapMethod,
+    /// The folder, when the store is a local file system (for tidying empty folders).
+    pub local_root: Option<std::path::PathBuf>,
+}
+
+impl fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreLocation").field("url", &self.url).field("swap", &self.swap).finish()
+    }
+}
+
+impl fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+impl StoreLocation {
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>, swap: SwapMethod) -> Self {
+        StoreLocation { store, prefix, url: url.into(), swap, local_root: None }
+    }
+
+    /// `prefix/<parts...>`.
+    pub fn child(&self, parts: &[&str]) -> Path {
+        let mut p = self.prefix.clone();
+        for part in parts {
+            for seg in part.split('/').filter(|s| !s.is_empty()) {
+                p = p.clone().join(seg);
+            }
+        }
+        p
+    }
+
+    /// Removes empty folders left below `path` on a local file system (object stores have
+    /// no folders). Best effort: a folder that is not empty stays.
+    pub fn tidy(&self, path: &Path) {
+        if let Some(root) = &self.local_root {
+            let dir = root.join(path.as_ref());
+            let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+            let mut stack = vec![dir];
+            while let Some(d) = stack.pop() {
+                if let Ok(rd) = std::fs::read_dir(&d) {
+                    for e in rd.flatten() {
+                        if e.file_type().is_ok_and(|t| t.is_dir()) {
+                            stack.push(e.path());
+                        }
+                    }
+                    dirs.push(d);
+                }
+            }
+            for d in dirs.iter().rev() {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+
+    /// A path relative to the prefix, for messages and lineage (`event_date=…/part-0.parquet`).
+    pub fn relative(&self, path: &Path) -> String {
+        match path.prefix_match(&self.prefix) {
+            Some(parts) => parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"),
+            None => path.to_string(),
+        }
+    }
+
+    /// The full URL of an object, for messages.
+    pub fn display(&self, path: &Path) -> String {
+        let rel = self.relative(path);
+        if rel.is_empty() {
+            self.url.clone()
+        } else {
+            format!("{}/{}", self.url.trim_end_matches('/'), rel)
+        }
+    }
+}
+
+fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<InMemory>>>> = OnceLock::new();
+    STORES.get_or_init(Default::default)
+}
+
+/// The process-wide in-memory store named `name` (`memory://name/prefix`), for tests and
+/// examples: every URL with the same name in one process sees the same objects.
+pub fn memory_store(name: &str) -> Arc<InMemory> {
+    let mut stores = memory_stores().lock().unwrap_or_else(|e| e.into_inner());
+    stores.entry(name.to_string()).or_insert_with(|| Arc::new(InMemory::new())).clone()
+}
+
+/// Resolves a job URL. `create` makes a missing local folder (for outputs).
+///
+/// Accepted: a plain path (relative to the current directory), `file:///abs`, `memory://name/p`,
+/// `s3://bucket/p`, `az://container/p` (also `abfs://`, `abfss://`, `azure://`), `gs://bucket/p`.
+pub fn open(
+    url: &str,
+    options: &BTreeMap<String, String>,
+    key: &str,
+    create: bool,
+) -> Result<StoreLocation, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid { path: "config".into(), key: key.into(), message };
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (s.to_ascii_lowercase(), r),
+        None => ("file".to_string(), url),
+    };
+    let url_shown = url.trim_end_matches('/').to_string();
+    match scheme.as_str() {
+        "file" => {
+            let dir = std::path::PathBuf::from(rest);
+            if create {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
+            } else if !dir.is_dir() {
+                return Err(invalid(format!(
+                    "the folder {} does not exist (a plain path is taken relative to the current directory)",
+                    dir.display()
+                )));
+            }
+            let fs = LocalFileSystem::new_with_prefix(&dir)
+                .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?
+                .with_automatic_cleanup(true);
+            let mut loc = StoreLocation::new(Arc::new(fs), Path::default(), url_shown, SwapMethod::Rename);
+            loc.local_root = std::fs::canonicalize(&dir).ok();
+            Ok(loc)
+        }
+        "memory" => {
+            let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let store = memory_store(name);
+            Ok(StoreLocation::new(store, Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
+        }
+        "s3" | "s3a" => {
+            let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let mut b = AmazonS3Builder::from_env()
+                .with_url(url)
+                .with_conditional_put(S3ConditionalPut::ETagMatch);
+            // The AWS SDKs' name for a custom endpoint; object_store reads AWS_ENDPOINT.
+            if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
+                b = b.with_endpoint(endpoint);
+            }
+            for (k, v) in options {
+                let cfg = k.parse().map_err(|e| invalid(format!("unknown S3 option `{k}`: {e}")))?;
+                b = b.with_config(cfg, v);
+            }
+            let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
+        }
+        "az" | "azure" | "abfs" | "abfss" | "adl" => {
+            let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
+            for (k, v) in options {
+                let cfg = k.parse().map_err(|e| invalid(format!("unknown Azure option `{k}`: {e}")))?;
+                b = b.with_config(cfg, v);
+            }
+            let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
+        }
+        "gs" | "gcs" => {
+            let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
+            for (k, v) in options {
+                let cfg = k.parse().map_err(|e| invalid(format!("unknown GCS option `{k}`: {e}")))?;
+                b = b.with_config(cfg, v);
+            }
+            let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
+        }
+        other => Err(invalid(format!(
+            "unsupported scheme `{other}://`; use a path, file://, s3://, az://, gs:// or memory://"
+        ))),
+    }
+}
