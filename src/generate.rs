@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Date32Array, Decimal128Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::array::{
+    Date32Array, Decimal128Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use chrono::NaiveDate;
@@ -61,7 +63,11 @@ pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("order_id", DataType::Utf8, true),
         Field::new("source_version", DataType::Int64, true),
-        Field::new("event_timestamp", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+        Field::new(
+            "event_timestamp",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
         Field::new("event_date", DataType::Date32, true),
         Field::new("customer_id", DataType::Utf8, true),
         Field::new("currency", DataType::Utf8, true),
@@ -83,11 +89,20 @@ fn pick(rng: &mut ChaCha8Rng, p: &[f64]) -> usize {
 }
 
 fn day_rng(seed: u64, day: u64) -> ChaCha8Rng {
-    ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ day.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03))
+    ChaCha8Rng::seed_from_u64(
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ day.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03),
+    )
 }
 
 /// Generates one date: the rows (shuffled) and their expected counts.
-pub fn generate_day(day_index: u64, date: NaiveDate, rows: u64, seed: u64, n_conflicts: u64) -> (RecordBatch, DayCounts) {
+pub fn generate_day(
+    day_index: u64,
+    date: NaiveDate,
+    rows: u64,
+    seed: u64,
+    n_conflicts: u64,
+) -> (RecordBatch, DayCounts) {
     let mut rng = day_rng(seed, day_index);
     let n_dup = (rows as f64 * 0.03).round() as u64;
     let base = (rows - n_dup) as usize;
@@ -103,9 +118,16 @@ pub fn generate_day(day_index: u64, date: NaiveDate, rows: u64, seed: u64, n_con
     let n_orders = nver.len();
     let mut perm: Vec<u64> = (0..n_orders as u64).collect();
     perm.shuffle(&mut rng);
-    let order_num: Vec<u64> = perm.iter().map(|p| day_index * ORDER_ID_STRIDE + p).collect();
-    let cust: Vec<u64> = (0..n_orders).map(|_| rng.random_range(0..N_CUSTOMERS)).collect();
-    let curr: Vec<u8> = (0..n_orders).map(|_| pick(&mut rng, &CURRENCY_P) as u8).collect();
+    let order_num: Vec<u64> = perm
+        .iter()
+        .map(|p| day_index * ORDER_ID_STRIDE + p)
+        .collect();
+    let cust: Vec<u64> = (0..n_orders)
+        .map(|_| rng.random_range(0..N_CUSTOMERS))
+        .collect();
+    let curr: Vec<u8> = (0..n_orders)
+        .map(|_| pick(&mut rng, &CURRENCY_P) as u8)
+        .collect();
 
     // Rows grouped by order, versions 1..n with increasing timestamps.
     let mut row_order = Vec::with_capacity(base);
@@ -116,14 +138,25 @@ pub fn generate_day(day_index: u64, date: NaiveDate, rows: u64, seed: u64, n_con
     for (o, &k) in nver.iter().enumerate() {
         let mut t: Vec<i64> = (0..k).map(|_| rng.random_range(0..US_PER_DAY)).collect();
         t.sort_unstable();
-        for v in 0..k as usize {
+        for (v, &stamp) in t.iter().enumerate() {
             row_order.push(o as u32);
             version.push(v as i64 + 1);
-            ts.push(t[v]);
-            status.push(pick(&mut rng, if v == 0 { &STATUS_P_V1 } else { &STATUS_P_LATER }) as u8);
+            ts.push(stamp);
+            status.push(pick(
+                &mut rng,
+                if v == 0 {
+                    &STATUS_P_V1
+                } else {
+                    &STATUS_P_LATER
+                },
+            ) as u8);
             let fresh = rng.random_range(100..=50_000i64);
             let change = rng.random::<f64>() < 0.3;
-            cents.push(if v > 0 && !change { *cents.last().unwrap_or(&fresh) } else { fresh });
+            cents.push(if v > 0 && !change {
+                *cents.last().unwrap_or(&fresh)
+            } else {
+                fresh
+            });
         }
     }
 
@@ -142,23 +175,44 @@ pub fn generate_day(day_index: u64, date: NaiveDate, rows: u64, seed: u64, n_con
     src.extend(dup_idx.iter().map(|&i| (i, cents[i], status[i])));
     for &i in &conf_idx {
         let c = cents[i] + if cents[i] >= 50_000 { -1 } else { 1 };
-        let s = if rng.random::<f64>() < 0.5 { (status[i] + 1) % 4 } else { status[i] };
+        let s = if rng.random::<f64>() < 0.5 {
+            (status[i] + 1) % 4
+        } else {
+            status[i]
+        };
         src.push((i, c, s));
     }
     src.shuffle(&mut rng);
 
     let day_start = dates::to_days(date) as i64 * US_PER_DAY;
     let n = src.len();
-    let order_ids: StringArray = src.iter().map(|(i, _, _)| Some(format!("ord-{:011}", order_num[row_order[*i] as usize]))).collect();
+    let order_ids: StringArray = src
+        .iter()
+        .map(|(i, _, _)| Some(format!("ord-{:011}", order_num[row_order[*i] as usize])))
+        .collect();
     let versions = Int64Array::from(src.iter().map(|(i, _, _)| version[*i]).collect::<Vec<_>>());
-    let stamps = TimestampMicrosecondArray::from(src.iter().map(|(i, _, _)| ts[*i] + day_start).collect::<Vec<_>>()).with_timezone("UTC");
+    let stamps = TimestampMicrosecondArray::from(
+        src.iter()
+            .map(|(i, _, _)| ts[*i] + day_start)
+            .collect::<Vec<_>>(),
+    )
+    .with_timezone("UTC");
     let event_dates = Date32Array::from(vec![dates::to_days(date); n]);
-    let customers: StringArray = src.iter().map(|(i, _, _)| Some(format!("cus-{:07}", cust[row_order[*i] as usize]))).collect();
-    let currencies: StringArray = src.iter().map(|(i, _, _)| Some(CURRENCIES[curr[row_order[*i] as usize] as usize])).collect();
+    let customers: StringArray = src
+        .iter()
+        .map(|(i, _, _)| Some(format!("cus-{:07}", cust[row_order[*i] as usize])))
+        .collect();
+    let currencies: StringArray = src
+        .iter()
+        .map(|(i, _, _)| Some(CURRENCIES[curr[row_order[*i] as usize] as usize]))
+        .collect();
     let amounts = Decimal128Array::from(src.iter().map(|(_, c, _)| *c as i128).collect::<Vec<_>>())
         .with_precision_and_scale(12, 2)
         .expect("decimal(12,2) is valid");
-    let statuses: StringArray = src.iter().map(|(_, _, s)| Some(STATUSES[*s as usize])).collect();
+    let statuses: StringArray = src
+        .iter()
+        .map(|(_, _, s)| Some(STATUSES[*s as usize]))
+        .collect();
     let batch = RecordBatch::try_new(
         schema(),
         vec![
@@ -189,7 +243,10 @@ fn write_parquet(batch: &RecordBatch) -> Result<Bytes> {
         .set_max_row_group_row_count(Some(ROW_GROUP))
         .build();
     let mut buf = Vec::new();
-    let err = |e: parquet::errors::ParquetError| Error::Internal { what: "generate", message: e.to_string() };
+    let err = |e: parquet::errors::ParquetError| Error::Internal {
+        what: "generate",
+        message: e.to_string(),
+    };
     let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).map_err(err)?;
     w.write(batch).map_err(err)?;
     w.close().map_err(err)?;
@@ -204,33 +261,51 @@ struct Meta<'a> {
 }
 
 /// Writes the data set under `out`; returns the total counts. `on_day` is told of each date.
-pub async fn generate(out: &StoreLocation, opts: &GenerateOptions, on_day: impl Fn(NaiveDate, &DayCounts)) -> Result<DayCounts> {
+pub async fn generate(
+    out: &StoreLocation,
+    opts: &GenerateOptions,
+    on_day: impl Fn(NaiveDate, &DayCounts),
+) -> Result<DayCounts> {
     let days = opts.days.max(1) as u64;
     let mut conf_rng = day_rng(opts.seed, 1_000_003);
     let mut conf_days = vec![0u64; days as usize];
     for _ in 0..opts.conflicts {
         conf_days[conf_rng.random_range(0..days) as usize] += 1;
     }
-    let mut meta = Meta { args: opts, days: Default::default(), total: DayCounts::default() };
+    let mut meta = Meta {
+        args: opts,
+        days: Default::default(),
+        total: DayCounts::default(),
+    };
     for d in 0..days {
         let date = opts.start_date + chrono::Days::new(d);
         let (rows, seed, nc) = (opts.rows_per_day, opts.seed, conf_days[d as usize]);
         let files = opts.files_per_day.max(1) as usize;
-        let (parts, counts) = tokio::task::spawn_blocking(move || -> Result<(Vec<Bytes>, DayCounts)> {
-            let (batch, counts) = generate_day(d, date, rows, seed, nc);
-            let n = batch.num_rows();
-            let mut parts = Vec::with_capacity(files);
-            for f in 0..files {
-                let (a, b) = (n * f / files, n * (f + 1) / files);
-                parts.push(write_parquet(&batch.slice(a, b - a))?);
-            }
-            Ok((parts, counts))
-        })
-        .await
-        .map_err(|e| Error::Internal { what: "generate", message: e.to_string() })??;
+        let (parts, counts) =
+            tokio::task::spawn_blocking(move || -> Result<(Vec<Bytes>, DayCounts)> {
+                let (batch, counts) = generate_day(d, date, rows, seed, nc);
+                let n = batch.num_rows();
+                let mut parts = Vec::with_capacity(files);
+                for f in 0..files {
+                    let (a, b) = (n * f / files, n * (f + 1) / files);
+                    parts.push(write_parquet(&batch.slice(a, b - a))?);
+                }
+                Ok((parts, counts))
+            })
+            .await
+            .map_err(|e| Error::Internal {
+                what: "generate",
+                message: e.to_string(),
+            })??;
         for (f, bytes) in parts.into_iter().enumerate() {
-            let path = out.child(&[&format!("event_date={date}"), &format!("part-{f:05}.parquet")]);
-            out.store.put(&path, bytes.into()).await.map_err(|e| Error::store("cannot write", out.display(&path), e))?;
+            let path = out.child(&[
+                &format!("event_date={date}"),
+                &format!("part-{f:05}.parquet"),
+            ]);
+            out.store
+                .put(&path, bytes.into())
+                .await
+                .map_err(|e| Error::store("cannot write", out.display(&path), e))?;
         }
         on_day(date, &counts);
         meta.total.raw_rows += counts.raw_rows;
@@ -242,6 +317,9 @@ pub async fn generate(out: &StoreLocation, opts: &GenerateOptions, on_day: impl 
     }
     let path = out.child(&["_gen_meta.json"]);
     let body = serde_json::to_vec_pretty(&meta).unwrap_or_default();
-    out.store.put(&path, body.into()).await.map_err(|e| Error::store("cannot write", out.display(&path), e))?;
+    out.store
+        .put(&path, body.into())
+        .await
+        .map_err(|e| Error::store("cannot write", out.display(&path), e))?;
     Ok(meta.total)
 }

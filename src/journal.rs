@@ -45,7 +45,11 @@ pub struct Journal {
 
 /// A new, sortable run id: UTC start time and a random suffix.
 pub fn new_run_id(now: DateTime<Utc>) -> String {
-    format!("{}-{:06x}", now.format("%Y%m%dT%H%M%S%.3fZ"), rand::random::<u32>() & 0xff_ffff)
+    format!(
+        "{}-{:06x}",
+        now.format("%Y%m%dT%H%M%S%.3fZ"),
+        rand::random::<u32>() & 0xff_ffff
+    )
 }
 
 pub fn host() -> String {
@@ -98,7 +102,9 @@ pub async fn read_all(out: &StoreLocation) -> Result<Vec<Journal>> {
         .map_err(|e| Error::store("cannot list", out.display(&prefix), e))?;
     let mut v = Vec::new();
     for m in metas {
-        let Ok(r) = out.store.get(&m.location).await else { continue };
+        let Ok(r) = out.store.get(&m.location).await else {
+            continue;
+        };
         let Ok(b) = r.bytes().await else { continue };
         if let Ok(j) = serde_json::from_slice::<Journal>(&b) {
             v.push(j);

@@ -52,7 +52,12 @@ pub fn input_fingerprint(inputs: &[InputObject]) -> String {
 }
 
 impl Lineage {
-    pub fn new(config_fingerprint: String, mut inputs: Vec<InputObject>, counts: PrepareStats, output_rows: u64) -> Self {
+    pub fn new(
+        config_fingerprint: String,
+        mut inputs: Vec<InputObject>,
+        counts: PrepareStats,
+        output_rows: u64,
+    ) -> Self {
         inputs.sort();
         Lineage {
             tool: tool(),

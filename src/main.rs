@@ -39,7 +39,9 @@ lakeswap run --config revenue.toml --from today-7 --to yesterday --summary-json 
 lakeswap run --config revenue.toml --date 2026-11-05 --dry-run   # show the plan only")]
     Run(RunArgs),
     /// Write the reference raw order events (Hive-partitioned Parquet).
-    #[command(after_help = "Example:\n  lakeswap generate --out /tmp/orders --days 10 --rows-per-day 1000000 --conflicts 7")]
+    #[command(
+        after_help = "Example:\n  lakeswap generate --out /tmp/orders --days 10 --rows-per-day 1000000 --conflicts 7"
+    )]
     Generate(GenerateArgs),
 }
 
@@ -105,7 +107,10 @@ fn main() -> ProcessExit {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -152,13 +157,18 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     let dates = match (&a.date, &a.from, &a.to) {
         (Some(d), _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),
         (None, Some(f), Some(t)) => {
-            let (f, t) = (dates::resolve(f, tz).map_err(usage)?, dates::resolve(t, tz).map_err(usage)?);
+            let (f, t) = (
+                dates::resolve(f, tz).map_err(usage)?,
+                dates::resolve(t, tz).map_err(usage)?,
+            );
             Some(dates::range(f, t).map_err(usage)?)
         }
         _ => None,
     };
     if dates.is_none() {
-        return Err(usage("name the dates: --date D, or --from A --to B (see lakeswap run --help)"));
+        return Err(usage(
+            "name the dates: --date D, or --from A --to B (see lakeswap run --help)",
+        ));
     }
     if a.concurrency == Some(0) {
         return Err(usage("--concurrency must be at least 1"));
@@ -167,8 +177,10 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     let progress = if std::io::stderr().is_terminal() && n > 1 && !a.dry_run {
         let pb = ProgressBar::new(n * 2);
         pb.set_style(
-            ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{spinner} {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         pb.set_message(format!("{n} partitions"));
         pb
@@ -189,15 +201,18 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     }
     print!("{}", report::table(&summary));
     if let Some(path) = &a.summary_json {
-        std::fs::write(path, report::json(&summary))
-            .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+        std::fs::write(path, report::json(&summary)).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
     }
     Ok(summary.exit_code)
 }
 
 async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
     let out = lakeswap::store::open(&a.out, &Default::default(), "--out", true)?;
-    let start_date = dates::resolve_at(&a.start_date, chrono::Utc::now().date_naive()).map_err(usage)?;
+    let start_date =
+        dates::resolve_at(&a.start_date, chrono::Utc::now().date_naive()).map_err(usage)?;
     let opts = generate::GenerateOptions {
         days: a.days,
         rows_per_day: a.rows_per_day,
@@ -207,7 +222,10 @@ async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
         files_per_day: a.files_per_day,
     };
     let total = generate::generate(&out, &opts, |d, c| {
-        eprintln!("{d} rows={} orders={} conflicts={}", c.raw_rows, c.orders, c.conflict_rows)
+        eprintln!(
+            "{d} rows={} orders={} conflicts={}",
+            c.raw_rows, c.orders, c.conflict_rows
+        )
     })
     .await?;
     println!("{}", serde_json::to_string(&total).unwrap_or_default());

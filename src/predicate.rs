@@ -60,11 +60,22 @@ mod tests {
 
     #[test]
     fn matches_text_and_numbers_never_nulls() {
-        let a: ArrayRef = Arc::new(StringArray::from(vec![Some("placed"), None, Some("shipped"), Some("x")]));
+        let a: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("placed"),
+            None,
+            Some("shipped"),
+            Some("x"),
+        ]));
         let m = matches(&a, &["placed".into(), "shipped".into()]).unwrap();
-        assert_eq!(m.iter().collect::<Vec<_>>(), vec![Some(true), Some(false), Some(true), Some(false)]);
+        assert_eq!(
+            m.iter().collect::<Vec<_>>(),
+            vec![Some(true), Some(false), Some(true), Some(false)]
+        );
         let n: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
         let m = matches(&n, &[toml::Value::Integer(2)]).unwrap();
-        assert_eq!(m.iter().collect::<Vec<_>>(), vec![Some(false), Some(true), Some(false)]);
+        assert_eq!(
+            m.iter().collect::<Vec<_>>(),
+            vec![Some(false), Some(true), Some(false)]
+        );
     }
 }
