@@ -12,14 +12,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let job = Job::load(std::path::Path::new(config))?;
     let dates = dates::range(from.parse()?, to.parse()?)?;
-    let summary = run::run(
-        &job,
-        &RunOptions {
-            dates: Some(dates),
-            ..Default::default()
-        },
-    )
-    .await?;
+    let summary = run::run(&job, &RunOptions { dates: Some(dates), ..Default::default() }).await?;
     print!("{}", report::table(&summary));
     std::process::exit(summary.exit_code.code());
 }

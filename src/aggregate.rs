@@ -9,8 +9,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
-    UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array,
 };
 use arrow::compute::{take, SortOptions};
 use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
@@ -31,11 +30,7 @@ pub fn measure_type(m: &Measure, input: Option<&DataType>) -> Result<DataType, S
         (MeasureFn::Sum, Some(DataType::Decimal128(_, s))) => DataType::Decimal128(38, *s),
         (MeasureFn::Sum, Some(t)) if t.is_integer() => DataType::Int64,
         (MeasureFn::Sum, Some(t)) if t.is_floating() => DataType::Float64,
-        (MeasureFn::Sum, Some(t)) => {
-            return Err(format!(
-                "sum needs a decimal, integer or float column, not {t}"
-            ))
-        }
+        (MeasureFn::Sum, Some(t)) => return Err(format!("sum needs a decimal, integer or float column, not {t}")),
         (MeasureFn::Min | MeasureFn::Max, Some(t)) => {
             RowConverter::new(vec![SortField::new(t.clone())])
                 .map_err(|_| format!("min/max cannot order values of type {t}"))?;
@@ -49,19 +44,12 @@ pub fn measure_type(m: &Measure, input: Option<&DataType>) -> Result<DataType, S
 pub fn output_schema(agg: &AggregateSection, input: &Schema) -> Result<SchemaRef, String> {
     let mut fields = Vec::new();
     for g in &agg.group_by {
-        let f = input
-            .field_with_name(g)
-            .map_err(|_| format!("no group-by column `{g}` in the input"))?;
+        let f = input.field_with_name(g).map_err(|_| format!("no group-by column `{g}` in the input"))?;
         fields.push(Field::new(g, f.data_type().clone(), true));
     }
     for m in &agg.measures {
         let t = match &m.column {
-            Some(c) => Some(
-                input
-                    .field_with_name(c)
-                    .map_err(|_| format!("no column `{c}` in the input"))?
-                    .data_type(),
-            ),
+            Some(c) => Some(input.field_with_name(c).map_err(|_| format!("no column `{c}` in the input"))?.data_type()),
             None => None,
         };
         let ty = measure_type(m, t).map_err(|e| format!("measure `{}`: {e}", m.name))?;
@@ -72,28 +60,18 @@ pub fn output_schema(agg: &AggregateSection, input: &Schema) -> Result<SchemaRef
 }
 
 /// Aggregates the winning rows of one partition.
-pub fn aggregate(
-    p: &Prepared,
-    agg: &AggregateSection,
-    schema: &SchemaRef,
-) -> Result<RecordBatch, PartitionError> {
+pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Result<RecordBatch, PartitionError> {
     let other = |m: String| PartitionError::Other(format!("aggregate: {m}"));
     let batch = &p.table.batch;
     let idx = UInt32Array::from(p.winners.clone());
     let pick = |name: &str| -> Result<ArrayRef, PartitionError> {
-        let col = batch
-            .column_by_name(name)
-            .ok_or_else(|| other(format!("no column `{name}`")))?;
+        let col = batch.column_by_name(name).ok_or_else(|| other(format!("no column `{name}`")))?;
         take(col.as_ref(), &idx, None).map_err(|e| other(e.to_string()))
     };
     let n = p.winners.len();
 
     // Group ids, in order of first appearance.
-    let group_cols: Vec<ArrayRef> = agg
-        .group_by
-        .iter()
-        .map(|g| pick(g))
-        .collect::<Result<_, _>>()?;
+    let group_cols: Vec<ArrayRef> = agg.group_by.iter().map(|g| pick(g)).collect::<Result<_, _>>()?;
     let (group_of, firsts, order): (Vec<u32>, Vec<u32>, Vec<usize>) = if group_cols.is_empty() {
         if p.stats.input_rows == 0 {
             (vec![], vec![], vec![])
@@ -101,16 +79,9 @@ pub fn aggregate(
             (vec![0; n], vec![0], vec![0])
         }
     } else {
-        let conv = RowConverter::new(
-            group_cols
-                .iter()
-                .map(|c| SortField::new(c.data_type().clone()))
-                .collect(),
-        )
-        .map_err(|e| other(e.to_string()))?;
-        let rows = conv
-            .convert_columns(&group_cols)
+        let conv = RowConverter::new(group_cols.iter().map(|c| SortField::new(c.data_type().clone())).collect())
             .map_err(|e| other(e.to_string()))?;
+        let rows = conv.convert_columns(&group_cols).map_err(|e| other(e.to_string()))?;
         let mut ids: HashMap<&[u8], u32> = HashMap::new();
         let mut group_of = Vec::with_capacity(n);
         let mut firsts = Vec::new();
@@ -124,10 +95,7 @@ pub fn aggregate(
         }
         // Output order: by the group-by values (the row format sorts like the values).
         let mut order: Vec<usize> = (0..firsts.len()).collect();
-        order.sort_by(|&a, &b| {
-            rows.row(firsts[a] as usize)
-                .cmp(&rows.row(firsts[b] as usize))
-        });
+        order.sort_by(|&a, &b| rows.row(firsts[a] as usize).cmp(&rows.row(firsts[b] as usize)));
         (group_of, firsts, order)
     };
     let groups = firsts.len();
@@ -143,16 +111,10 @@ pub fn aggregate(
             None
         } else {
             let cols: Vec<ArrayRef> = m.filter.keys().map(|k| pick(k)).collect::<Result<_, _>>()?;
-            let fields: Vec<Field> = m
-                .filter
-                .keys()
-                .zip(&cols)
-                .map(|(k, c)| Field::new(k, c.data_type().clone(), true))
-                .collect();
-            let sub = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
-                .map_err(|e| other(e.to_string()))?;
-            predicate::all_match(&sub, m.filter.iter().map(|(k, v)| (k, v.values())))
-                .map_err(other)?
+            let fields: Vec<Field> =
+                m.filter.keys().zip(&cols).map(|(k, c)| Field::new(k, c.data_type().clone(), true)).collect();
+            let sub = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| other(e.to_string()))?;
+            predicate::all_match(&sub, m.filter.iter().map(|(k, v)| (k, v.values()))).map_err(other)?
         };
         let keep = |i: usize| mask.as_ref().is_none_or(|mk| mk.value(i));
         let col = match &m.column {
@@ -187,17 +149,10 @@ pub fn aggregate(
             }
             MeasureFn::Min | MeasureFn::Max => {
                 let col = col.ok_or_else(|| other("min/max needs a column".into()))?;
-                let cmp = arrow::array::make_comparator(
-                    col.as_ref(),
-                    col.as_ref(),
-                    SortOptions::default(),
-                )
-                .map_err(|e| other(e.to_string()))?;
-                let want = if m.func == MeasureFn::Min {
-                    std::cmp::Ordering::Less
-                } else {
-                    std::cmp::Ordering::Greater
-                };
+                let cmp = arrow::array::make_comparator(col.as_ref(), col.as_ref(), SortOptions::default())
+                    .map_err(|e| other(e.to_string()))?;
+                let want =
+                    if m.func == MeasureFn::Min { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater };
                 let mut best: Vec<Option<u32>> = vec![None; groups];
                 for i in 0..n {
                     if keep(i) && col.is_valid(i) {
@@ -229,11 +184,9 @@ fn sum(
     keep: &dyn Fn(usize) -> bool,
     order: &[usize],
 ) -> Result<ArrayRef, PartitionError> {
-    let overflow = |what: &str| {
-        PartitionError::Overflow {
+    let overflow = |what: &str| PartitionError::Overflow {
         measure: m.name.clone(),
         message: format!("the sum leaves the range of {what}; the input holds values too large to add up exactly"),
-    }
     };
     match col.data_type() {
         DataType::Decimal128(_, s) => {
@@ -242,9 +195,7 @@ fn sum(
             for i in 0..n {
                 if keep(i) && a.is_valid(i) {
                     let g = &mut acc[group_of[i] as usize];
-                    *g = g
-                        .checked_add(a.value(i))
-                        .ok_or_else(|| overflow("a 128-bit decimal"))?;
+                    *g = g.checked_add(a.value(i)).ok_or_else(|| overflow("a 128-bit decimal"))?;
                 }
             }
             if acc.iter().any(|v| v.unsigned_abs() > MAX_DECIMAL38 as u128) {
@@ -256,8 +207,7 @@ fn sum(
             Ok(Arc::new(out))
         }
         t if t.is_integer() => {
-            let ints =
-                arrow::compute::cast(col, &DataType::Int64).map_err(|_| overflow("int64"))?;
+            let ints = arrow::compute::cast(col, &DataType::Int64).map_err(|_| overflow("int64"))?;
             let a = ints.as_primitive::<Int64Type>();
             let mut acc = vec![0i64; groups];
             for i in 0..n {
@@ -269,8 +219,7 @@ fn sum(
             Ok(Arc::new(Int64Array::from(reorder(&acc, order))))
         }
         t if t.is_floating() => {
-            let f = arrow::compute::cast(col, &DataType::Float64)
-                .map_err(|e| PartitionError::Other(e.to_string()))?;
+            let f = arrow::compute::cast(col, &DataType::Float64).map_err(|e| PartitionError::Other(e.to_string()))?;
             let a = f.as_primitive::<Float64Type>();
             let mut acc = vec![0f64; groups];
             for i in 0..n {
@@ -280,9 +229,6 @@ fn sum(
             }
             Ok(Arc::new(Float64Array::from(reorder(&acc, order))))
         }
-        other => Err(PartitionError::Other(format!(
-            "measure `{}`: cannot sum {other}",
-            m.name
-        ))),
+        other => Err(PartitionError::Other(format!("measure `{}`: cannot sum {other}", m.name))),
     }
 }

@@ -86,15 +86,10 @@ pub fn encode(batch: &RecordBatch, lineage: &Lineage) -> Result<Bytes, Partition
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
         .set_created_by(lineage::tool())
-        .set_key_value_metadata(Some(vec![KeyValue::new(
-            lineage::FOOTER_KEY.to_string(),
-            lineage.to_json(),
-        )]))
+        .set_key_value_metadata(Some(vec![KeyValue::new(lineage::FOOTER_KEY.to_string(), lineage.to_json())]))
         .build();
     let mut buf = Vec::with_capacity(4096);
-    let err = |e: parquet::errors::ParquetError| {
-        PartitionError::Other(format!("encoding the partition file: {e}"))
-    };
+    let err = |e: parquet::errors::ParquetError| PartitionError::Other(format!("encoding the partition file: {e}"));
     let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).map_err(err)?;
     w.write(batch).map_err(err)?;
     w.close().map_err(err)?;
@@ -103,15 +98,11 @@ pub fn encode(batch: &RecordBatch, lineage: &Lineage) -> Result<Bytes, Partition
 
 /// Reads a partition file back and checks its schema and row count.
 pub fn verify(bytes: &Bytes, schema: &SchemaRef, rows: usize) -> Result<(), String> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
-        .map_err(|e| format!("not readable as Parquet: {e}"))?;
+    let reader =
+        ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(|e| format!("not readable as Parquet: {e}"))?;
     let got = reader.schema().clone();
     if got.fields().len() != schema.fields().len()
-        || got
-            .fields()
-            .iter()
-            .zip(schema.fields())
-            .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+        || got.fields().iter().zip(schema.fields()).any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
     {
         return Err(format!("schema differs: wrote {schema:?}, read {got:?}"));
     }
@@ -152,21 +143,13 @@ pub async fn head(out: &StoreLocation, path: &Path) -> Result<Option<ObjectMeta>
     match out.store.head(path).await {
         Ok(m) => Ok(Some(m)),
         Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(PartitionError::store(
-            "cannot look up",
-            out.display(path),
-            e,
-        )),
+        Err(e) => Err(PartitionError::store("cannot look up", out.display(path), e)),
     }
 }
 
 async fn get(out: &StoreLocation, path: &Path) -> Result<Option<Bytes>, PartitionError> {
     match out.store.get(path).await {
-        Ok(r) => r
-            .bytes()
-            .await
-            .map(Some)
-            .map_err(|e| PartitionError::store("cannot read", out.display(path), e)),
+        Ok(r) => r.bytes().await.map(Some).map_err(|e| PartitionError::store("cannot read", out.display(path), e)),
         Err(object_store::Error::NotFound { .. }) => Ok(None),
         Err(e) => Err(PartitionError::store("cannot read", out.display(path), e)),
     }
@@ -179,19 +162,11 @@ pub async fn upload(out: &StoreLocation, path: &Path, bytes: Bytes) -> Result<()
         out.store.put(path, bytes.into()).await.map_err(err)?;
         return Ok(());
     }
-    let mut w = object_store::buffered::BufWriter::with_capacity(
-        Arc::clone(&out.store),
-        path.clone(),
-        MULTIPART_THRESHOLD,
-    );
+    let mut w =
+        object_store::buffered::BufWriter::with_capacity(Arc::clone(&out.store), path.clone(), MULTIPART_THRESHOLD);
     let res = async {
         w.put(bytes).await?;
-        w.shutdown()
-            .await
-            .map_err(|e| object_store::Error::Generic {
-                store: "upload",
-                source: Box::new(e),
-            })
+        w.shutdown().await.map_err(|e| object_store::Error::Generic { store: "upload", source: Box::new(e) })
     }
     .await;
     if let Err(e) = res {
@@ -212,9 +187,7 @@ pub async fn commit(
     seen: &Seen,
 ) -> Result<Action, PartitionError> {
     let target = target_path(out, dir);
-    let fenced = || PartitionError::Fenced {
-        path: out.display(&target),
-    };
+    let fenced = || PartitionError::Fenced { path: out.display(&target) };
 
     // Compare with what is committed now; a change since planning means another run won.
     let now = head(out, &target).await?;
@@ -236,18 +209,11 @@ pub async fn commit(
         }
     }) {
         let _ = out.store.delete(&staged).await;
-        return Err(PartitionError::Verify {
-            path: out.display(&staged),
-            message,
-        });
+        return Err(PartitionError::Verify { path: out.display(&staged), message });
     }
 
     swap(out, &staged, &target, bytes, seen).await?;
-    Ok(if seen.meta.is_some() {
-        Action::Replaced
-    } else {
-        Action::Created
-    })
+    Ok(if seen.meta.is_some() { Action::Replaced } else { Action::Created })
 }
 
 /// The atomic, conditional replacement of `target` by the staged object.
@@ -258,9 +224,7 @@ async fn swap(
     bytes: Bytes,
     seen: &Seen,
 ) -> Result<(), PartitionError> {
-    let fenced = || PartitionError::Fenced {
-        path: out.display(target),
-    };
+    let fenced = || PartitionError::Fenced { path: out.display(target) };
     match out.swap {
         SwapMethod::Rename => {
             // The lease keeps other lakeswap runs out; this check catches a commit that
@@ -277,29 +241,13 @@ async fn swap(
         }
         SwapMethod::ConditionalPut => {
             let mode = match &seen.meta {
-                Some(m) => PutMode::Update(UpdateVersion {
-                    e_tag: m.e_tag.clone(),
-                    version: m.version.clone(),
-                }),
+                Some(m) => PutMode::Update(UpdateVersion { e_tag: m.e_tag.clone(), version: m.version.clone() }),
                 None => PutMode::Create,
             };
-            let res = out
-                .store
-                .put_opts(
-                    target,
-                    bytes.clone().into(),
-                    PutOptions {
-                        mode,
-                        ..Default::default()
-                    },
-                )
-                .await;
+            let res = out.store.put_opts(target, bytes.clone().into(), PutOptions { mode, ..Default::default() }).await;
             match res {
                 Ok(_) => {}
-                Err(
-                    object_store::Error::Precondition { .. }
-                    | object_store::Error::AlreadyExists { .. },
-                ) => {
+                Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
                     let _ = out.store.delete(staged).await;
                     return Err(fenced());
                 }
@@ -320,16 +268,8 @@ async fn swap(
             out.store
                 .delete(staged)
                 .await
-                .or_else(|e| {
-                    if matches!(e, object_store::Error::NotFound { .. }) {
-                        Ok(())
-                    } else {
-                        Err(e)
-                    }
-                })
-                .map_err(|e| {
-                    PartitionError::store("cannot remove the staged copy", out.display(staged), e)
-                })?;
+                .or_else(|e| if matches!(e, object_store::Error::NotFound { .. }) { Ok(()) } else { Err(e) })
+                .map_err(|e| PartitionError::store("cannot remove the staged copy", out.display(staged), e))?;
             Ok(())
         }
     }

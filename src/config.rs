@@ -24,11 +24,7 @@ pub enum ConfigError {
     #[error("config {path}: {message}")]
     Parse { path: String, message: String },
     #[error("config {path}: `{key}`: {message}")]
-    Invalid {
-        path: String,
-        key: String,
-        message: String,
-    },
+    Invalid { path: String, key: String, message: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,19 +209,14 @@ pub struct JobConfig {
 }
 
 fn default_partition() -> PartitionSection {
-    PartitionSection {
-        column: default_partition_column(),
-        from_timestamp: None,
-    }
+    PartitionSection { column: default_partition_column(), from_timestamp: None }
 }
 
 impl JobConfig {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -233,10 +224,7 @@ impl JobConfig {
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
         let cfg: JobConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
-            message: format!(
-                "{}. See the config reference in README.md",
-                e.to_string().trim_end()
-            ),
+            message: format!("{}. See the config reference in README.md", e.to_string().trim_end()),
         })?;
         cfg.validate(origin)?;
         Ok(cfg)
@@ -254,10 +242,7 @@ impl JobConfig {
         if self.job.timezone.parse::<chrono_tz::Tz>().is_err() {
             return Err(bad(
                 "job.timezone",
-                format!(
-                    "`{}` is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")",
-                    self.job.timezone
-                ),
+                format!("`{}` is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")", self.job.timezone),
             ));
         }
         if self.input.url.trim().is_empty() {
@@ -267,27 +252,18 @@ impl JobConfig {
             return Err(bad("output.url", "must not be empty".into()));
         }
         if self.input.delimiter.len() != 1 {
-            return Err(bad(
-                "input.delimiter",
-                "must be exactly one ASCII character".into(),
-            ));
+            return Err(bad("input.delimiter", "must be exactly one ASCII character".into()));
         }
         for (col, ty) in &self.input.schema {
             crate::read::parse_type(ty).map_err(|m| bad(&format!("input.schema.{col}"), m))?;
         }
         let id = &self.identity;
         if id.key.is_empty() {
-            return Err(bad(
-                "identity.key",
-                "name at least one key column, or [\"*\"] for the whole record".into(),
-            ));
+            return Err(bad("identity.key", "name at least one key column, or [\"*\"] for the whole record".into()));
         }
         let whole_record = id.key == ["*"];
         if id.key.iter().any(|k| k == "*") && !whole_record {
-            return Err(bad(
-                "identity.key",
-                "\"*\" (the whole record) stands alone".into(),
-            ));
+            return Err(bad("identity.key", "\"*\" (the whole record) stands alone".into()));
         }
         match (&id.version, id.immutable) {
             (Some(_), true) => {
@@ -308,35 +284,23 @@ impl JobConfig {
             _ => {}
         }
         if id.deleted.is_some() && id.version.is_none() {
-            return Err(bad(
-                "identity.deleted",
-                "tombstones need a `version` column to order them".into(),
-            ));
+            return Err(bad("identity.deleted", "tombstones need a `version` column to order them".into()));
         }
         if self.partition.column.trim().is_empty() {
             return Err(bad("partition.column", "must not be empty".into()));
         }
         match (self.job.kind, &self.aggregate) {
             (JobKind::Aggregate, None) => {
-                return Err(bad(
-                    "aggregate",
-                    "kind = \"aggregate\" needs an [aggregate] section with measures".into(),
-                ))
+                return Err(bad("aggregate", "kind = \"aggregate\" needs an [aggregate] section with measures".into()))
             }
             (JobKind::Merge, Some(_)) => {
-                return Err(bad(
-                    "aggregate",
-                    "kind = \"merge\" takes no [aggregate] section".into(),
-                ))
+                return Err(bad("aggregate", "kind = \"merge\" takes no [aggregate] section".into()))
             }
             _ => {}
         }
         if let Some(agg) = &self.aggregate {
             if agg.measures.is_empty() {
-                return Err(bad(
-                    "aggregate.measures",
-                    "list at least one measure".into(),
-                ));
+                return Err(bad("aggregate.measures", "list at least one measure".into()));
             }
             let mut names: Vec<&str> = agg.group_by.iter().map(String::as_str).collect();
             for (i, m) in agg.measures.iter().enumerate() {
@@ -345,35 +309,25 @@ impl JobConfig {
                     return Err(bad(&format!("{key}.name"), "must not be empty".into()));
                 }
                 if names.contains(&m.name.as_str()) {
-                    return Err(bad(
-                        &format!("{key}.name"),
-                        format!("`{}` is used twice in the output", m.name),
-                    ));
+                    return Err(bad(&format!("{key}.name"), format!("`{}` is used twice in the output", m.name)));
                 }
                 names.push(&m.name);
                 if m.func.needs_column() && m.column.is_none() {
                     return Err(bad(
                         &format!("{key}.column"),
-                        format!("measure `{}` ({:?}) needs a column", m.name, m.func)
-                            .to_lowercase(),
+                        format!("measure `{}` ({:?}) needs a column", m.name, m.func).to_lowercase(),
                     ));
                 }
                 for (col, vals) in &m.filter {
                     if vals.values().is_empty() {
-                        return Err(bad(
-                            &format!("{key}.where.{col}"),
-                            "list at least one value".into(),
-                        ));
+                        return Err(bad(&format!("{key}.where.{col}"), "list at least one value".into()));
                     }
                 }
             }
             if agg.group_by.iter().any(|g| g == &self.partition.column) {
                 return Err(bad(
                     "aggregate.group_by",
-                    format!(
-                        "`{}` is the partition column; it is in the path already",
-                        self.partition.column
-                    ),
+                    format!("`{}` is the partition column; it is in the path already", self.partition.column),
                 ));
             }
         }
@@ -461,10 +415,7 @@ url = "out"
     fn missing_version_says_why() {
         let text = BASE.replace("version = \"source_version\"", "");
         let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
-        assert!(
-            e.contains("identity.version") && e.contains("immutable = true"),
-            "{e}"
-        );
+        assert!(e.contains("identity.version") && e.contains("immutable = true"), "{e}");
     }
 
     #[test]
@@ -478,10 +429,7 @@ url = "out"
     fn fingerprint_ignores_urls_and_secrets() {
         let a = JobConfig::parse(BASE, "a").unwrap();
         let b = JobConfig::parse(
-            &BASE.replace(
-                "url = \"out\"",
-                "url = \"s3://x/y\"\noptions = { aws_secret_access_key = \"s\" }",
-            ),
+            &BASE.replace("url = \"out\"", "url = \"s3://x/y\"\noptions = { aws_secret_access_key = \"s\" }"),
             "b",
         )
         .unwrap();

@@ -12,11 +12,7 @@ pub fn resolve(expr: &str, tz: Tz) -> Result<NaiveDate, String> {
 /// Resolves one date expression against a given "today".
 pub fn resolve_at(expr: &str, today: NaiveDate) -> Result<NaiveDate, String> {
     let e = expr.trim();
-    let err = || {
-        format!(
-            "`{expr}` is not a date: use YYYY-MM-DD, today, yesterday or today-N (e.g. today-7)"
-        )
-    };
+    let err = || format!("`{expr}` is not a date: use YYYY-MM-DD, today, yesterday or today-N (e.g. today-7)");
     match e {
         "today" => return Ok(today),
         "yesterday" => return today.checked_sub_days(Days::new(1)).ok_or_else(err),
@@ -55,21 +51,10 @@ mod tests {
     fn expressions() {
         let today = NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
         assert_eq!(resolve_at("today", today).unwrap(), today);
-        assert_eq!(
-            resolve_at("yesterday", today).unwrap(),
-            NaiveDate::from_ymd_opt(2026, 2, 28).unwrap()
-        );
-        assert_eq!(
-            resolve_at("today-7", today).unwrap(),
-            NaiveDate::from_ymd_opt(2026, 2, 22).unwrap()
-        );
-        assert_eq!(
-            resolve_at("2026-11-05", today).unwrap(),
-            NaiveDate::from_ymd_opt(2026, 11, 5).unwrap()
-        );
-        assert!(resolve_at("2026-13-01", today)
-            .unwrap_err()
-            .contains("YYYY-MM-DD"));
+        assert_eq!(resolve_at("yesterday", today).unwrap(), NaiveDate::from_ymd_opt(2026, 2, 28).unwrap());
+        assert_eq!(resolve_at("today-7", today).unwrap(), NaiveDate::from_ymd_opt(2026, 2, 22).unwrap());
+        assert_eq!(resolve_at("2026-11-05", today).unwrap(), NaiveDate::from_ymd_opt(2026, 11, 5).unwrap());
+        assert!(resolve_at("2026-13-01", today).unwrap_err().contains("YYYY-MM-DD"));
         assert!(resolve_at("today-x", today).is_err());
     }
 

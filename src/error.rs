@@ -85,22 +85,12 @@ impl Error {
         match self {
             Error::Config(_) | Error::Usage(_) => ExitCode::Usage,
             Error::Input(e) => e.exit_code(),
-            Error::Store { .. } | Error::Io { .. } | Error::Internal { .. } => {
-                ExitCode::PartialFailure
-            }
+            Error::Store { .. } | Error::Io { .. } | Error::Internal { .. } => ExitCode::PartialFailure,
         }
     }
 
-    pub(crate) fn store(
-        what: &'static str,
-        path: impl fmt::Display,
-        source: object_store::Error,
-    ) -> Self {
-        Error::Store {
-            what,
-            path: path.to_string(),
-            source,
-        }
+    pub(crate) fn store(what: &'static str, path: impl fmt::Display, source: object_store::Error) -> Self {
+        Error::Store { what, path: path.to_string(), source }
     }
 }
 
@@ -117,11 +107,7 @@ pub struct Location {
 
 impl Location {
     pub fn object(object: impl Into<String>) -> Self {
-        Location {
-            object: object.into(),
-            row: None,
-            column: None,
-        }
+        Location { object: object.into(), row: None, column: None }
     }
 }
 
@@ -150,16 +136,10 @@ pub enum InputError {
 
 impl InputError {
     pub fn bad(at: Location, message: impl Into<String>) -> Self {
-        InputError::Bad {
-            at,
-            message: message.into(),
-        }
+        InputError::Bad { at, message: message.into() }
     }
     pub fn unreadable(at: Location, message: impl Into<String>) -> Self {
-        InputError::Unreadable {
-            at,
-            message: message.into(),
-        }
+        InputError::Unreadable { at, message: message.into() }
     }
     pub fn exit_code(&self) -> ExitCode {
         match self {
@@ -200,20 +180,14 @@ pub enum PartitionError {
          Fix the source, or set `[prepare] on_conflict = \"quarantine\"` to set them aside",
         keys.len(), list(keys)
     )]
-    Conflict {
-        keys: Vec<ConflictKey>,
-        total: usize,
-    },
+    Conflict { keys: Vec<ConflictKey>, total: usize },
 
     #[error(
         "{total} key(s) seen under two dates (the partition date must be a property of the entity); \
          first {}: {}. Fix the source so every version of a key carries the same date",
         keys.len(), list(keys)
     )]
-    KeyUnderTwoDates {
-        keys: Vec<ConflictKey>,
-        total: usize,
-    },
+    KeyUnderTwoDates { keys: Vec<ConflictKey>, total: usize },
 
     #[error("{0}")]
     Input(#[from] InputError),
@@ -231,12 +205,13 @@ pub enum PartitionError {
         "partition is leased by run {holder} on {host} since {since}, until {expires}; \
          wait for it (--wait) or run again after it finishes"
     )]
-    Leased {
-        holder: String,
-        host: String,
-        since: String,
-        expires: String,
-    },
+    Leased { holder: String, host: String, since: String, expires: String },
+
+    #[error(
+        "this run lost the lease of {dir} (it expired, or another run took it over): nothing was written. \
+         Run again; if runs stall for long, raise --lease-ttl"
+    )]
+    LeaseLost { dir: String },
 
     #[error(
         "{path} changed since this run planned it (another run committed it in between); \
@@ -260,10 +235,7 @@ pub enum PartitionError {
 }
 
 fn list(keys: &[ConflictKey]) -> String {
-    keys.iter()
-        .map(|k| k.to_string())
-        .collect::<Vec<_>>()
-        .join("; ")
+    keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("; ")
 }
 
 impl PartitionError {
@@ -273,7 +245,7 @@ impl PartitionError {
             | PartitionError::KeyUnderTwoDates { .. }
             | PartitionError::Overflow { .. } => ExitCode::DataContract,
             PartitionError::Input(e) => e.exit_code(),
-            PartitionError::Leased { .. } => ExitCode::Leased,
+            PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,
             PartitionError::MissingInput { .. }
             | PartitionError::Fenced { .. }
             | PartitionError::Verify { .. }
@@ -282,16 +254,8 @@ impl PartitionError {
         }
     }
 
-    pub(crate) fn store(
-        what: &'static str,
-        path: impl fmt::Display,
-        source: object_store::Error,
-    ) -> Self {
-        PartitionError::Store {
-            what,
-            path: path.to_string(),
-            source,
-        }
+    pub(crate) fn store(what: &'static str, path: impl fmt::Display, source: object_store::Error) -> Self {
+        PartitionError::Store { what, path: path.to_string(), source }
     }
 }
 

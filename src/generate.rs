@@ -7,9 +7,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    Date32Array, Decimal128Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-};
+use arrow::array::{Date32Array, Decimal128Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use chrono::NaiveDate;
@@ -63,11 +61,7 @@ pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("order_id", DataType::Utf8, true),
         Field::new("source_version", DataType::Int64, true),
-        Field::new(
-            "event_timestamp",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
+        Field::new("event_timestamp", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
         Field::new("event_date", DataType::Date32, true),
         Field::new("customer_id", DataType::Utf8, true),
         Field::new("currency", DataType::Utf8, true),
@@ -90,8 +84,7 @@ fn pick(rng: &mut ChaCha8Rng, p: &[f64]) -> usize {
 
 fn day_rng(seed: u64, day: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(
-        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ day.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03),
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ day.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03),
     )
 }
 
@@ -118,16 +111,9 @@ pub fn generate_day(
     let n_orders = nver.len();
     let mut perm: Vec<u64> = (0..n_orders as u64).collect();
     perm.shuffle(&mut rng);
-    let order_num: Vec<u64> = perm
-        .iter()
-        .map(|p| day_index * ORDER_ID_STRIDE + p)
-        .collect();
-    let cust: Vec<u64> = (0..n_orders)
-        .map(|_| rng.random_range(0..N_CUSTOMERS))
-        .collect();
-    let curr: Vec<u8> = (0..n_orders)
-        .map(|_| pick(&mut rng, &CURRENCY_P) as u8)
-        .collect();
+    let order_num: Vec<u64> = perm.iter().map(|p| day_index * ORDER_ID_STRIDE + p).collect();
+    let cust: Vec<u64> = (0..n_orders).map(|_| rng.random_range(0..N_CUSTOMERS)).collect();
+    let curr: Vec<u8> = (0..n_orders).map(|_| pick(&mut rng, &CURRENCY_P) as u8).collect();
 
     // Rows grouped by order, versions 1..n with increasing timestamps.
     let mut row_order = Vec::with_capacity(base);
@@ -142,21 +128,10 @@ pub fn generate_day(
             row_order.push(o as u32);
             version.push(v as i64 + 1);
             ts.push(stamp);
-            status.push(pick(
-                &mut rng,
-                if v == 0 {
-                    &STATUS_P_V1
-                } else {
-                    &STATUS_P_LATER
-                },
-            ) as u8);
+            status.push(pick(&mut rng, if v == 0 { &STATUS_P_V1 } else { &STATUS_P_LATER }) as u8);
             let fresh = rng.random_range(100..=50_000i64);
             let change = rng.random::<f64>() < 0.3;
-            cents.push(if v > 0 && !change {
-                *cents.last().unwrap_or(&fresh)
-            } else {
-                fresh
-            });
+            cents.push(if v > 0 && !change { *cents.last().unwrap_or(&fresh) } else { fresh });
         }
     }
 
@@ -175,44 +150,27 @@ pub fn generate_day(
     src.extend(dup_idx.iter().map(|&i| (i, cents[i], status[i])));
     for &i in &conf_idx {
         let c = cents[i] + if cents[i] >= 50_000 { -1 } else { 1 };
-        let s = if rng.random::<f64>() < 0.5 {
-            (status[i] + 1) % 4
-        } else {
-            status[i]
-        };
+        let s = if rng.random::<f64>() < 0.5 { (status[i] + 1) % 4 } else { status[i] };
         src.push((i, c, s));
     }
     src.shuffle(&mut rng);
 
     let day_start = dates::to_days(date) as i64 * US_PER_DAY;
     let n = src.len();
-    let order_ids: StringArray = src
-        .iter()
-        .map(|(i, _, _)| Some(format!("ord-{:011}", order_num[row_order[*i] as usize])))
-        .collect();
+    let order_ids: StringArray =
+        src.iter().map(|(i, _, _)| Some(format!("ord-{:011}", order_num[row_order[*i] as usize]))).collect();
     let versions = Int64Array::from(src.iter().map(|(i, _, _)| version[*i]).collect::<Vec<_>>());
-    let stamps = TimestampMicrosecondArray::from(
-        src.iter()
-            .map(|(i, _, _)| ts[*i] + day_start)
-            .collect::<Vec<_>>(),
-    )
-    .with_timezone("UTC");
+    let stamps = TimestampMicrosecondArray::from(src.iter().map(|(i, _, _)| ts[*i] + day_start).collect::<Vec<_>>())
+        .with_timezone("UTC");
     let event_dates = Date32Array::from(vec![dates::to_days(date); n]);
-    let customers: StringArray = src
-        .iter()
-        .map(|(i, _, _)| Some(format!("cus-{:07}", cust[row_order[*i] as usize])))
-        .collect();
-    let currencies: StringArray = src
-        .iter()
-        .map(|(i, _, _)| Some(CURRENCIES[curr[row_order[*i] as usize] as usize]))
-        .collect();
+    let customers: StringArray =
+        src.iter().map(|(i, _, _)| Some(format!("cus-{:07}", cust[row_order[*i] as usize]))).collect();
+    let currencies: StringArray =
+        src.iter().map(|(i, _, _)| Some(CURRENCIES[curr[row_order[*i] as usize] as usize])).collect();
     let amounts = Decimal128Array::from(src.iter().map(|(_, c, _)| *c as i128).collect::<Vec<_>>())
         .with_precision_and_scale(12, 2)
         .expect("decimal(12,2) is valid");
-    let statuses: StringArray = src
-        .iter()
-        .map(|(_, _, s)| Some(STATUSES[*s as usize]))
-        .collect();
+    let statuses: StringArray = src.iter().map(|(_, _, s)| Some(STATUSES[*s as usize])).collect();
     let batch = RecordBatch::try_new(
         schema(),
         vec![
@@ -243,10 +201,7 @@ fn write_parquet(batch: &RecordBatch) -> Result<Bytes> {
         .set_max_row_group_row_count(Some(ROW_GROUP))
         .build();
     let mut buf = Vec::new();
-    let err = |e: parquet::errors::ParquetError| Error::Internal {
-        what: "generate",
-        message: e.to_string(),
-    };
+    let err = |e: parquet::errors::ParquetError| Error::Internal { what: "generate", message: e.to_string() };
     let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).map_err(err)?;
     w.write(batch).map_err(err)?;
     w.close().map_err(err)?;
@@ -272,36 +227,25 @@ pub async fn generate(
     for _ in 0..opts.conflicts {
         conf_days[conf_rng.random_range(0..days) as usize] += 1;
     }
-    let mut meta = Meta {
-        args: opts,
-        days: Default::default(),
-        total: DayCounts::default(),
-    };
+    let mut meta = Meta { args: opts, days: Default::default(), total: DayCounts::default() };
     for d in 0..days {
         let date = opts.start_date + chrono::Days::new(d);
         let (rows, seed, nc) = (opts.rows_per_day, opts.seed, conf_days[d as usize]);
         let files = opts.files_per_day.max(1) as usize;
-        let (parts, counts) =
-            tokio::task::spawn_blocking(move || -> Result<(Vec<Bytes>, DayCounts)> {
-                let (batch, counts) = generate_day(d, date, rows, seed, nc);
-                let n = batch.num_rows();
-                let mut parts = Vec::with_capacity(files);
-                for f in 0..files {
-                    let (a, b) = (n * f / files, n * (f + 1) / files);
-                    parts.push(write_parquet(&batch.slice(a, b - a))?);
-                }
-                Ok((parts, counts))
-            })
-            .await
-            .map_err(|e| Error::Internal {
-                what: "generate",
-                message: e.to_string(),
-            })??;
+        let (parts, counts) = tokio::task::spawn_blocking(move || -> Result<(Vec<Bytes>, DayCounts)> {
+            let (batch, counts) = generate_day(d, date, rows, seed, nc);
+            let n = batch.num_rows();
+            let mut parts = Vec::with_capacity(files);
+            for f in 0..files {
+                let (a, b) = (n * f / files, n * (f + 1) / files);
+                parts.push(write_parquet(&batch.slice(a, b - a))?);
+            }
+            Ok((parts, counts))
+        })
+        .await
+        .map_err(|e| Error::Internal { what: "generate", message: e.to_string() })??;
         for (f, bytes) in parts.into_iter().enumerate() {
-            let path = out.child(&[
-                &format!("event_date={date}"),
-                &format!("part-{f:05}.parquet"),
-            ]);
+            let path = out.child(&[&format!("event_date={date}"), &format!("part-{f:05}.parquet")]);
             out.store
                 .put(&path, bytes.into())
                 .await
@@ -317,9 +261,6 @@ pub async fn generate(
     }
     let path = out.child(&["_gen_meta.json"]);
     let body = serde_json::to_vec_pretty(&meta).unwrap_or_default();
-    out.store
-        .put(&path, body.into())
-        .await
-        .map_err(|e| Error::store("cannot write", out.display(&path), e))?;
+    out.store.put(&path, body.into()).await.map_err(|e| Error::store("cannot write", out.display(&path), e))?;
     Ok(meta.total)
 }

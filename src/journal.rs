@@ -45,11 +45,7 @@ pub struct Journal {
 
 /// A new, sortable run id: UTC start time and a random suffix.
 pub fn new_run_id(now: DateTime<Utc>) -> String {
-    format!(
-        "{}-{:06x}",
-        now.format("%Y%m%dT%H%M%S%.3fZ"),
-        rand::random::<u32>() & 0xff_ffff
-    )
+    format!("{}-{:06x}", now.format("%Y%m%dT%H%M%S%.3fZ"), rand::random::<u32>() & 0xff_ffff)
 }
 
 pub fn host() -> String {

@@ -43,6 +43,11 @@ lakeswap run --config revenue.toml --date 2026-11-05 --dry-run   # show the plan
         after_help = "Example:\n  lakeswap generate --out /tmp/orders --days 10 --rows-per-day 1000000 --conflicts 7"
     )]
     Generate(GenerateArgs),
+    /// Remove what crashed runs left behind: stale staging and expired leases.
+    #[command(after_help = "A live run's staging and leases are never touched. Every run also cleans up\n\
+the partitions it works on, so gc is only needed for dates that are not run again.\n\n\
+Example:\n  lakeswap gc --config revenue.toml")]
+    Gc(GcArgs),
 }
 
 #[derive(Args)]
@@ -71,6 +76,20 @@ struct RunArgs {
     /// Also write the summary as JSON to this file.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Wait for partitions leased by another run, instead of failing them with exit code 4.
+    #[arg(long)]
+    wait: bool,
+    /// Seconds a partition lease lives without renewal; a crashed run's partitions are free
+    /// again after this long. Renewed every third of it while the run lives.
+    #[arg(long, default_value_t = 60, env = "LAKESWAP_LEASE_TTL")]
+    lease_ttl: u64,
+}
+
+#[derive(Args)]
+struct GcArgs {
+    /// The job's TOML config.
+    #[arg(long, short, env = "LAKESWAP_CONFIG")]
+    config: PathBuf,
 }
 
 #[derive(Args)]
@@ -107,10 +126,7 @@ fn main() -> ProcessExit {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -121,6 +137,7 @@ fn main() -> ProcessExit {
         match cli.command {
             Command::Run(a) => cmd_run(a).await,
             Command::Generate(a) => cmd_generate(a).await,
+            Command::Gc(a) => cmd_gc(a).await,
         }
     });
     match result {
@@ -157,18 +174,13 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     let dates = match (&a.date, &a.from, &a.to) {
         (Some(d), _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),
         (None, Some(f), Some(t)) => {
-            let (f, t) = (
-                dates::resolve(f, tz).map_err(usage)?,
-                dates::resolve(t, tz).map_err(usage)?,
-            );
+            let (f, t) = (dates::resolve(f, tz).map_err(usage)?, dates::resolve(t, tz).map_err(usage)?);
             Some(dates::range(f, t).map_err(usage)?)
         }
         _ => None,
     };
     if dates.is_none() {
-        return Err(usage(
-            "name the dates: --date D, or --from A --to B (see lakeswap run --help)",
-        ));
+        return Err(usage("name the dates: --date D, or --from A --to B (see lakeswap run --help)"));
     }
     if a.concurrency == Some(0) {
         return Err(usage("--concurrency must be at least 1"));
@@ -177,10 +189,8 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     let progress = if std::io::stderr().is_terminal() && n > 1 && !a.dry_run {
         let pb = ProgressBar::new(n * 2);
         pb.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         pb.set_message(format!("{n} partitions"));
         pb
@@ -193,6 +203,8 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
         allow_empty: a.allow_empty,
         dry_run: a.dry_run,
         progress,
+        lease_ttl: std::time::Duration::from_secs(a.lease_ttl.max(1)),
+        wait: a.wait,
     };
     let summary = run::run(&job, &opts).await?;
     if let Some(plan) = &summary.plan {
@@ -201,18 +213,15 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     }
     print!("{}", report::table(&summary));
     if let Some(path) = &a.summary_json {
-        std::fs::write(path, report::json(&summary)).map_err(|source| Error::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        std::fs::write(path, report::json(&summary))
+            .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
     }
     Ok(summary.exit_code)
 }
 
 async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
     let out = lakeswap::store::open(&a.out, &Default::default(), "--out", true)?;
-    let start_date =
-        dates::resolve_at(&a.start_date, chrono::Utc::now().date_naive()).map_err(usage)?;
+    let start_date = dates::resolve_at(&a.start_date, chrono::Utc::now().date_naive()).map_err(usage)?;
     let opts = generate::GenerateOptions {
         days: a.days,
         rows_per_day: a.rows_per_day,
@@ -222,12 +231,19 @@ async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
         files_per_day: a.files_per_day,
     };
     let total = generate::generate(&out, &opts, |d, c| {
-        eprintln!(
-            "{d} rows={} orders={} conflicts={}",
-            c.raw_rows, c.orders, c.conflict_rows
-        )
+        eprintln!("{d} rows={} orders={} conflicts={}", c.raw_rows, c.orders, c.conflict_rows)
     })
     .await?;
     println!("{}", serde_json::to_string(&total).unwrap_or_default());
+    Ok(ExitCode::Ok)
+}
+
+async fn cmd_gc(a: GcArgs) -> Result<ExitCode, Error> {
+    let job = Job::load(&a.config)?;
+    let r = lakeswap::gc::gc(&job.output).await?;
+    println!(
+        "removed {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs",
+        r.expired_leases, r.staging_removed, r.staging_kept
+    );
     Ok(ExitCode::Ok)
 }

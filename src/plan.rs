@@ -51,11 +51,7 @@ impl PartitionPlan {
     pub fn lineage_inputs(&self, input: &StoreLocation) -> Vec<InputObject> {
         self.inputs
             .iter()
-            .map(|m| InputObject {
-                path: input.relative(&m.location),
-                size: m.size,
-                e_tag: m.e_tag.clone(),
-            })
+            .map(|m| InputObject { path: input.relative(&m.location), size: m.size, e_tag: m.e_tag.clone() })
             .collect()
     }
 }
@@ -74,9 +70,7 @@ pub struct Plan {
 /// A data object, as opposed to markers and transient files (`_SUCCESS`, `.crc`, `_temporary/`).
 pub fn is_data_object(input: &StoreLocation, path: &Path) -> bool {
     let rel = input.relative(path);
-    !rel.split('/')
-        .any(|seg| seg.starts_with('_') || seg.starts_with('.'))
-        && !rel.ends_with(".crc")
+    !rel.split('/').any(|seg| seg.starts_with('_') || seg.starts_with('.')) && !rel.ends_with(".crc")
 }
 
 async fn list(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectMeta>> {
@@ -113,11 +107,7 @@ async fn hive_folders(input: &StoreLocation, column: &str) -> Result<BTreeMap<Na
 }
 
 fn config_err(key: &str, message: String) -> Error {
-    Error::Config(ConfigError::Invalid {
-        path: "config".into(),
-        key: key.into(),
-        message,
-    })
+    Error::Config(ConfigError::Invalid { path: "config".into(), key: key.into(), message })
 }
 
 /// Builds the plan for `dates` (None: every date found in the input — merge jobs).
@@ -128,16 +118,9 @@ pub async fn plan(
     dates: Option<&[NaiveDate]>,
 ) -> Result<Plan> {
     let column = &cfg.partition.column;
-    let folders = if cfg.partition.from_timestamp.is_none() {
-        hive_folders(input, column).await?
-    } else {
-        BTreeMap::new()
-    };
-    let layout = if folders.is_empty() {
-        Layout::Flat
-    } else {
-        Layout::Hive
-    };
+    let folders =
+        if cfg.partition.from_timestamp.is_none() { hive_folders(input, column).await? } else { BTreeMap::new() };
+    let layout = if folders.is_empty() { Layout::Flat } else { Layout::Hive };
 
     let mut inputs: BTreeMap<NaiveDate, Vec<ObjectMeta>> = BTreeMap::new();
     let mut objects = Vec::new();
@@ -173,25 +156,13 @@ pub async fn plan(
     let decoder_base = |schema: SchemaRef, date_source: DateSource| Decoder {
         format: cfg.input.format,
         schema,
-        delimiter: cfg
-            .input
-            .delimiter
-            .as_bytes()
-            .first()
-            .copied()
-            .unwrap_or(b','),
+        delimiter: cfg.input.delimiter.as_bytes().first().copied().unwrap_or(b','),
         header: cfg.input.header,
         date_source,
         tz: cfg.timezone(),
     };
     let (decoder, output_schema) = match first {
-        None => (
-            decoder_base(
-                std::sync::Arc::new(arrow::datatypes::Schema::empty()),
-                DateSource::Path,
-            ),
-            None,
-        ),
+        None => (decoder_base(std::sync::Arc::new(arrow::datatypes::Schema::empty()), DateSource::Path), None),
         Some(first) => {
             let bytes = input
                 .store
@@ -226,23 +197,11 @@ pub async fn plan(
     let mut partitions = Vec::with_capacity(inputs.len());
     for (date, objs) in inputs {
         let dir = commit::partition_dir(column, date);
-        let meta = commit::head(output, &commit::target_path(output, &dir))
-            .await
-            .map_err(|e| Error::Usage(e.to_string()))?;
-        partitions.push(PartitionPlan {
-            date,
-            dir,
-            inputs: objs,
-            seen: Seen { meta },
-        });
+        let meta =
+            commit::head(output, &commit::target_path(output, &dir)).await.map_err(|e| Error::Usage(e.to_string()))?;
+        partitions.push(PartitionPlan { date, dir, inputs: objs, seen: Seen { meta } });
     }
-    Ok(Plan {
-        layout,
-        partitions,
-        objects,
-        decoder,
-        output_schema,
-    })
+    Ok(Plan { layout, partitions, objects, decoder, output_schema })
 }
 
 /// Checks every column the config names against the record schema; returns the output schema
@@ -251,13 +210,7 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
     let has = |c: &str| schema.field_with_name(c).is_ok();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let missing = |key: &str, col: &str| {
-        config_err(
-            key,
-            format!(
-                "no column `{col}` in the input (read from {object}; it has: {})",
-                names.join(", ")
-            ),
-        )
+        config_err(key, format!("no column `{col}` in the input (read from {object}; it has: {})", names.join(", ")))
     };
     if !cfg.is_whole_record_key() {
         for k in &cfg.identity.key {
@@ -267,12 +220,9 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
         }
     }
     if let Some(v) = &cfg.identity.version {
-        let f = schema
-            .field_with_name(v)
-            .map_err(|_| missing("identity.version", v))?;
+        let f = schema.field_with_name(v).map_err(|_| missing("identity.version", v))?;
         let arr = arrow::array::new_empty_array(f.data_type());
-        prepare::version_values(&arr)
-            .map_err(|m| config_err("identity.version", format!("column `{v}` {m}")))?;
+        prepare::version_values(&arr).map_err(|m| config_err("identity.version", format!("column `{v}` {m}")))?;
     }
     if let Some(d) = &cfg.identity.deleted {
         if !has(&d.column) {
@@ -280,16 +230,11 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
         }
     }
     if let Some(ts) = &cfg.partition.from_timestamp {
-        let f = schema
-            .field_with_name(ts)
-            .map_err(|_| missing("partition.from_timestamp", ts))?;
+        let f = schema.field_with_name(ts).map_err(|_| missing("partition.from_timestamp", ts))?;
         if !matches!(f.data_type(), DataType::Timestamp(_, _)) {
             return Err(config_err(
                 "partition.from_timestamp",
-                format!(
-                    "column `{ts}` has type {}; it must be a timestamp",
-                    f.data_type()
-                ),
+                format!("column `{ts}` has type {}; it must be a timestamp", f.data_type()),
             ));
         }
     }
@@ -313,9 +258,7 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
             }
         }
     }
-    aggregate::output_schema(agg, schema)
-        .map(Some)
-        .map_err(|m| config_err("aggregate.measures", m))
+    aggregate::output_schema(agg, schema).map(Some).map_err(|m| config_err("aggregate.measures", m))
 }
 
 impl Plan {
@@ -336,18 +279,8 @@ impl Plan {
                 (Some(_), false) => "would replace (or keep, when unchanged)",
                 (None, false) => "would create",
             };
-            let _ = writeln!(
-                s,
-                "  {}  {} object(s), {} bytes  {action}",
-                p.dir,
-                p.inputs.len(),
-                bytes
-            );
-            for m in p.inputs.iter().take(if self.layout == Layout::Hive {
-                usize::MAX
-            } else {
-                0
-            }) {
+            let _ = writeln!(s, "  {}  {} object(s), {} bytes  {action}", p.dir, p.inputs.len(), bytes);
+            for m in p.inputs.iter().take(if self.layout == Layout::Hive { usize::MAX } else { 0 }) {
                 let _ = writeln!(s, "      {}", input.relative(&m.location));
             }
         }

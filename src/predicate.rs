@@ -40,9 +40,7 @@ pub fn all_match<'a>(
 ) -> Result<Option<BooleanArray>, String> {
     let mut acc: Option<BooleanArray> = None;
     for (col, values) in conditions {
-        let arr = batch
-            .column_by_name(col)
-            .ok_or_else(|| format!("no column `{col}` in the input"))?;
+        let arr = batch.column_by_name(col).ok_or_else(|| format!("no column `{col}` in the input"))?;
         let m = matches(arr, &values)?;
         acc = Some(match acc {
             None => m,
@@ -60,22 +58,11 @@ mod tests {
 
     #[test]
     fn matches_text_and_numbers_never_nulls() {
-        let a: ArrayRef = Arc::new(StringArray::from(vec![
-            Some("placed"),
-            None,
-            Some("shipped"),
-            Some("x"),
-        ]));
+        let a: ArrayRef = Arc::new(StringArray::from(vec![Some("placed"), None, Some("shipped"), Some("x")]));
         let m = matches(&a, &["placed".into(), "shipped".into()]).unwrap();
-        assert_eq!(
-            m.iter().collect::<Vec<_>>(),
-            vec![Some(true), Some(false), Some(true), Some(false)]
-        );
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![Some(true), Some(false), Some(true), Some(false)]);
         let n: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
         let m = matches(&n, &[toml::Value::Integer(2)]).unwrap();
-        assert_eq!(
-            m.iter().collect::<Vec<_>>(),
-            vec![Some(false), Some(true), Some(false)]
-        );
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![Some(false), Some(true), Some(false)]);
     }
 }

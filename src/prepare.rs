@@ -70,11 +70,7 @@ pub struct Identity {
 
 impl Identity {
     pub fn from_config(cfg: &JobConfig, all_columns: &[String]) -> Self {
-        let key = if cfg.is_whole_record_key() {
-            all_columns.to_vec()
-        } else {
-            cfg.identity.key.clone()
-        };
+        let key = if cfg.is_whole_record_key() { all_columns.to_vec() } else { cfg.identity.key.clone() };
         Identity {
             key,
             version: cfg.identity.version.clone(),
@@ -116,15 +112,9 @@ pub(crate) fn key_bytes(cols: &[ArrayRef]) -> Result<KeyBytes<'_>, String> {
             _ => {}
         }
     }
-    let conv = RowConverter::new(
-        cols.iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect(),
-    )
-    .map_err(|e| e.to_string())?;
-    conv.convert_columns(cols)
-        .map(KeyBytes::Rows)
-        .map_err(|e| e.to_string())
+    let conv = RowConverter::new(cols.iter().map(|c| SortField::new(c.data_type().clone())).collect())
+        .map_err(|e| e.to_string())?;
+    conv.convert_columns(cols).map(KeyBytes::Rows).map_err(|e| e.to_string())
 }
 
 /// Versions as `i64`: integers, dates and timestamps order as their integer value.
@@ -143,9 +133,7 @@ pub fn version_values(arr: &ArrayRef) -> Result<Vec<i64>, String> {
             let ints = arrow::compute::cast(arr, &DataType::Int64).map_err(|e| e.to_string())?;
             Ok(ints.as_primitive::<Int64Type>().values().to_vec())
         }
-        other => Err(format!(
-            "has type {other}; a version must be an integer, a date or a timestamp"
-        )),
+        other => Err(format!("has type {other}; a version must be an integer, a date or a timestamp")),
     }
 }
 
@@ -214,11 +202,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         .map(|k| {
             batch.column_by_name(k).cloned().ok_or_else(|| {
                 PartitionError::Input(InputError::bad(
-                    Location {
-                        object: table.objects().join(", "),
-                        row: None,
-                        column: Some(k.clone()),
-                    },
+                    Location { object: table.objects().join(", "), row: None, column: Some(k.clone()) },
                     "missing key column",
                 ))
             })
@@ -226,11 +210,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         .collect::<Result<_, _>>()?;
     for (k, c) in id.key.iter().zip(&key_cols) {
         if let Some(i) = first_null(c.as_ref()) {
-            return Err(InputError::bad(
-                table.locate(i, Some(k)),
-                "the key is null; every row needs a key",
-            )
-            .into());
+            return Err(InputError::bad(table.locate(i, Some(k)), "the key is null; every row needs a key").into());
         }
     }
     let versions: Option<Vec<i64>> = match &id.version {
@@ -238,28 +218,18 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         Some(v) => {
             let arr = batch.column_by_name(v).ok_or_else(|| {
                 PartitionError::Input(InputError::bad(
-                    Location {
-                        object: table.objects().join(", "),
-                        row: None,
-                        column: Some(v.clone()),
-                    },
+                    Location { object: table.objects().join(", "), row: None, column: Some(v.clone()) },
                     "missing version column",
                 ))
             })?;
             if let Some(i) = first_null(arr.as_ref()) {
-                return Err(InputError::bad(
-                    table.locate(i, Some(v)),
-                    "the version is null; every row needs one",
-                )
-                .into());
+                return Err(
+                    InputError::bad(table.locate(i, Some(v)), "the version is null; every row needs one").into()
+                );
             }
             Some(version_values(arr).map_err(|m| {
                 PartitionError::Input(InputError::bad(
-                    Location {
-                        object: table.objects().join(", "),
-                        row: None,
-                        column: Some(v.clone()),
-                    },
+                    Location { object: table.objects().join(", "), row: None, column: Some(v.clone()) },
                     m,
                 ))
             })?)
@@ -282,13 +252,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         let entry = heads.entry(h, |e| keys.get(e.row as usize) == k, |e| e.hash);
         let head = match entry {
             hashbrown::hash_table::Entry::Vacant(slot) => {
-                slot.insert(Head {
-                    hash: h,
-                    row: i as u32,
-                    version: v,
-                    next: NONE,
-                    conflicted: false,
-                });
+                slot.insert(Head { hash: h, row: i as u32, version: v, next: NONE, conflicted: false });
                 continue;
             }
             hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
@@ -317,19 +281,11 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         }
         // A new version of a known key: the greater one becomes the head.
         if v > head.version {
-            others.push(Other {
-                row: head.row,
-                version: head.version,
-                next: head.next,
-            });
+            others.push(Other { row: head.row, version: head.version, next: head.next });
             head.row = i as u32;
             head.version = v;
         } else {
-            others.push(Other {
-                row: i as u32,
-                version: v,
-                next: head.next,
-            });
+            others.push(Other { row: i as u32, version: v, next: head.next });
         }
         head.next = (others.len() - 1) as u32;
     }
@@ -337,10 +293,8 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     // Conflicts: the first five keys by (key, version), with both rows' places.
     let conflicting_keys = heads.iter().filter(|h| h.conflicted).count();
     if conflicting_keys > 0 && id.on_conflict == OnConflict::Fail {
-        let mut named: Vec<(String, i64, u32, u32)> = conflicts
-            .iter()
-            .map(|&(a, b, v)| (render_key(&key_cols, a as usize), v, a, b))
-            .collect();
+        let mut named: Vec<(String, i64, u32, u32)> =
+            conflicts.iter().map(|&(a, b, v)| (render_key(&key_cols, a as usize), v, a, b)).collect();
         named.sort();
         named.dedup_by(|x, y| x.0 == y.0);
         let keys = named
@@ -349,16 +303,10 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             .map(|(key, v, a, b)| ConflictKey {
                 key,
                 version: id.version.as_ref().map(|_| v.to_string()),
-                at: vec![
-                    table.locate(a as usize, None),
-                    table.locate(b as usize, None),
-                ],
+                at: vec![table.locate(a as usize, None), table.locate(b as usize, None)],
             })
             .collect();
-        return Err(PartitionError::Conflict {
-            keys,
-            total: conflicting_keys,
-        });
+        return Err(PartitionError::Conflict { keys, total: conflicting_keys });
     }
 
     let mut quarantined = Vec::new();
@@ -366,30 +314,19 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         for i in 0..n {
             let k = keys.get(i);
             let h = hasher.hash_one(k);
-            if heads
-                .find(h, |e| keys.get(e.row as usize) == k)
-                .is_some_and(|e| e.conflicted)
-            {
+            if heads.find(h, |e| keys.get(e.row as usize) == k).is_some_and(|e| e.conflicted) {
                 quarantined.push(i as u32);
             }
         }
     }
 
-    let mut winners: Vec<u32> = heads
-        .iter()
-        .filter(|h| !h.conflicted)
-        .map(|h| h.row)
-        .collect();
+    let mut winners: Vec<u32> = heads.iter().filter(|h| !h.conflicted).map(|h| h.row).collect();
     winners.sort_unstable();
     let mut deleted = 0u64;
     if let Some(del) = &id.deleted {
         let arr = batch.column_by_name(&del.column).ok_or_else(|| {
             PartitionError::Input(InputError::bad(
-                Location {
-                    object: table.objects().join(", "),
-                    row: None,
-                    column: Some(del.column.clone()),
-                },
+                Location { object: table.objects().join(", "), row: None, column: Some(del.column.clone()) },
                 "missing tombstone column of [identity] deleted",
             ))
         })?;
@@ -410,22 +347,12 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         keys: winners.len() as u64,
     };
     drop(keys);
-    Ok(Prepared {
-        table,
-        winners,
-        quarantined,
-        stats,
-        key_hashes,
-    })
+    Ok(Prepared { table, winners, quarantined, stats, key_hashes })
 }
 
 /// The rendered keys of `table` whose hash is in `hashes` (sorted), with the row where each
 /// first occurs: names the keys behind a cross-date hash match, and rules out hash collisions.
-pub fn keys_with_hashes(
-    table: &Table,
-    id: &Identity,
-    hashes: &[u64],
-) -> Vec<(Vec<u8>, String, usize)> {
+pub fn keys_with_hashes(table: &Table, id: &Identity, hashes: &[u64]) -> Vec<(Vec<u8>, String, usize)> {
     let Some(cols) = crate::read::columns(&table.batch, &id.key) else {
         return Vec::new();
     };
@@ -436,8 +363,7 @@ pub fn keys_with_hashes(
     let mut out: Vec<(Vec<u8>, String, usize)> = Vec::new();
     for i in 0..table.num_rows() {
         let k = keys.get(i);
-        if hashes.binary_search(&hasher.hash_one(k)).is_ok() && !out.iter().any(|(b, _, _)| b == k)
-        {
+        if hashes.binary_search(&hasher.hash_one(k)).is_ok() && !out.iter().any(|(b, _, _)| b == k) {
             out.push((k.to_vec(), render_key(&cols, i), i));
         }
     }

@@ -9,16 +9,7 @@ use crate::run::RunSummary;
 
 /// The summary as an aligned text table, failed partitions' errors below it.
 pub fn table(s: &RunSummary) -> String {
-    let head = [
-        "partition",
-        "action",
-        "input rows",
-        "duplicates",
-        "superseded",
-        "deleted",
-        "output rows",
-        "time",
-    ];
+    let head = ["partition", "action", "input rows", "duplicates", "superseded", "deleted", "output rows", "time"];
     let mut rows: Vec<[String; 8]> = Vec::new();
     for p in &s.partitions {
         rows.push([
@@ -66,12 +57,7 @@ pub fn table(s: &RunSummary) -> String {
         s.seconds
     );
     for p in s.failed() {
-        let _ = writeln!(
-            out,
-            "error: {}: {}",
-            p.date,
-            p.error.as_deref().unwrap_or("failed")
-        );
+        let _ = writeln!(out, "error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
     }
     out
 }

@@ -9,26 +9,27 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arrow::array::UInt32Array;
 use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
 use chrono::{NaiveDate, Utc};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use indicatif::ProgressBar;
-use object_store::ObjectStoreExt;
 
 use crate::aggregate;
 use crate::commit::{self, Action};
 use crate::config::{ConfigError, JobConfig, JobKind};
 use crate::error::{ConflictKey, Error, ExitCode, PartitionError, Result};
+use crate::gc;
 use crate::journal::{self, Journal, PartitionReport};
+use crate::lease::Leases;
 use crate::lineage::Lineage;
 use crate::plan::{self, Layout, PartitionPlan, Plan};
 use crate::prepare::{self, Identity, PrepareStats};
-use crate::read::{Piece, Table};
+use crate::read::{self, FlatInput, Table};
 use crate::store::{self, StoreLocation};
 
 /// A job: its validated config and its two stores.
@@ -50,27 +51,14 @@ impl Job {
     /// Opens the stores of a validated config.
     pub fn from_config(config: JobConfig, origin: &str) -> Result<Job> {
         let fix = |e: ConfigError| match e {
-            ConfigError::Invalid { key, message, .. } => ConfigError::Invalid {
-                path: origin.to_string(),
-                key,
-                message,
-            },
+            ConfigError::Invalid { key, message, .. } => {
+                ConfigError::Invalid { path: origin.to_string(), key, message }
+            }
             other => other,
         };
-        let input = store::open(&config.input.url, &config.input.options, "input.url", false)
-            .map_err(fix)?;
-        let output = store::open(
-            &config.output.url,
-            &config.output.options,
-            "output.url",
-            true,
-        )
-        .map_err(fix)?;
-        Ok(Job {
-            config,
-            input,
-            output,
-        })
+        let input = store::open(&config.input.url, &config.input.options, "input.url", false).map_err(fix)?;
+        let output = store::open(&config.output.url, &config.output.options, "output.url", true).map_err(fix)?;
+        Ok(Job { config, input, output })
     }
 }
 
@@ -87,6 +75,10 @@ pub struct RunOptions {
     pub dry_run: bool,
     /// Progress display; hidden by default.
     pub progress: ProgressBar,
+    /// How long a partition lease lives without renewal (renewed every third of it).
+    pub lease_ttl: Duration,
+    /// Wait for partitions leased by another run instead of failing them (exit 4).
+    pub wait: bool,
 }
 
 impl Default for RunOptions {
@@ -97,16 +89,18 @@ impl Default for RunOptions {
             allow_empty: false,
             dry_run: false,
             progress: ProgressBar::hidden(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            wait: false,
         }
     }
 }
 
+/// The default time to live of a partition lease.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+
 /// One partition per core.
 pub fn default_concurrency() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(1, 8)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(1, 8)
 }
 
 /// What a run did.
@@ -122,9 +116,7 @@ pub struct RunSummary {
 
 impl RunSummary {
     pub fn failed(&self) -> impl Iterator<Item = &PartitionReport> {
-        self.partitions
-            .iter()
-            .filter(|p| p.action == Action::Failed)
+        self.partitions.iter().filter(|p| p.action == Action::Failed)
     }
 }
 
@@ -150,29 +142,16 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     let run_id = journal::new_run_id(now);
     let cfg = &job.config;
     if cfg.job.kind == JobKind::Merge {
-        return Err(Error::Usage(
-            "kind = \"merge\" is not available in this version of lakeswap".into(),
-        ));
+        return Err(Error::Usage("kind = \"merge\" is not available in this version of lakeswap".into()));
     }
-    let dates = opts
-        .dates
-        .as_deref()
-        .ok_or_else(|| Error::Usage("an aggregate job needs --date or --from/--to".into()))?;
+    let dates =
+        opts.dates.as_deref().ok_or_else(|| Error::Usage("an aggregate job needs --date or --from/--to".into()))?;
     let plan = plan::plan(cfg, &job.input, &job.output, Some(dates)).await?;
     if opts.dry_run {
         let partitions = plan
             .partitions
             .iter()
-            .map(|p| {
-                report(
-                    p.date,
-                    Action::Planned,
-                    PrepareStats::default(),
-                    0,
-                    0.0,
-                    None,
-                )
-            })
+            .map(|p| report(p.date, Action::Planned, PrepareStats::default(), 0, 0.0, None))
             .collect();
         return Ok(RunSummary {
             run_id,
@@ -187,36 +166,50 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     journal.write(&job.output).await?;
     opts.progress.set_length(plan.partitions.len() as u64 * 2);
 
+    // Leases first, then the committed state as seen under them (the swap compares with it).
+    let leases = Arc::new(Leases::new(job.output.clone(), &run_id, opts.lease_ttl, opts.wait));
+    let mut reports: Vec<PartitionReport> = Vec::new();
+    let mut held: Vec<PartitionPlan> = Vec::new();
+    for p in &plan.partitions {
+        let seen = match leases.acquire(&p.dir).await {
+            Ok(()) => commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await,
+            Err(e) => Err(e),
+        };
+        match seen {
+            Ok(meta) => held.push(PartitionPlan { seen: commit::Seen { meta }, ..p.clone() }),
+            Err(e) => {
+                leases.release(&p.dir).await;
+                opts.progress.inc(2);
+                reports.push(report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e)));
+            }
+        }
+    }
+    let _renewer = leases.spawn_renewer();
+    let dirs: Vec<String> = held.iter().map(|p| p.dir.clone()).collect();
+    if let Err(e) = gc::remove_stale_staging(&job.output, &run_id, Some(&dirs)).await {
+        tracing::warn!(error = %e, "could not remove stale staging");
+    }
+    let plan = Plan { partitions: held, ..plan };
+
     // Phase 1: compute every partition, a few at a time.
     let plan = Arc::new(plan);
     let flat = if plan.layout == Layout::Flat {
-        Some(Arc::new(read_flat(job, &plan, dates).await))
+        Some(Arc::new(read::read_flat(&job.input, &plan.decoder, &plan.objects, dates).await))
     } else {
         None
     };
     let id = Arc::new(Identity::from_config(
         cfg,
-        &plan
-            .decoder
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect::<Vec<_>>(),
+        &plan.decoder.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>(),
     ));
     let mut outcomes: Vec<Outcome> = futures::stream::iter(plan.partitions.iter().cloned())
         .map(|p| {
             let (plan, id, flat) = (plan.clone(), id.clone(), flat.clone());
             async move {
                 let t = Instant::now();
-                let result =
-                    compute_partition(job, &plan, &p, &id, flat.as_deref(), opts.allow_empty).await;
+                let result = compute_partition(job, &plan, &p, &id, flat.as_deref(), opts.allow_empty).await;
                 opts.progress.inc(1);
-                Outcome {
-                    date: p.date,
-                    result,
-                    seconds: t.elapsed().as_secs_f64(),
-                }
+                Outcome { date: p.date, result, seconds: t.elapsed().as_secs_f64() }
             }
         })
         .buffer_unordered(opts.concurrency.max(1))
@@ -228,42 +221,29 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     cross_date_check(job, &plan, &id, flat.as_deref(), &mut outcomes).await;
 
     // Phase 3: commit.
-    let by_date: BTreeMap<NaiveDate, &PartitionPlan> =
-        plan.partitions.iter().map(|p| (p.date, p)).collect();
+    let by_date: BTreeMap<NaiveDate, &PartitionPlan> = plan.partitions.iter().map(|p| (p.date, p)).collect();
     let schema = plan.output_schema.clone();
-    let mut reports: Vec<PartitionReport> = futures::stream::iter(outcomes)
+    let committed: Vec<PartitionReport> = futures::stream::iter(outcomes)
         .map(|o| {
             let p = by_date[&o.date];
-            let (run_id, schema) = (run_id.as_str(), schema.clone());
+            let (run_id, schema, leases) = (run_id.as_str(), schema.clone(), leases.clone());
             async move {
                 let t = Instant::now();
                 let r = match o.result {
-                    Err(e) => report(
-                        o.date,
-                        Action::Failed,
-                        PrepareStats::default(),
-                        0,
-                        o.seconds,
-                        Some(e),
-                    ),
+                    Err(e) => report(o.date, Action::Failed, PrepareStats::default(), 0, o.seconds, Some(e)),
                     Ok(c) => {
-                        let res = commit_partition(job, run_id, p, &c, schema).await;
+                        let res = match leases.check(&p.dir) {
+                            Ok(()) => commit_partition(job, run_id, p, &c, schema).await,
+                            Err(e) => Err(e),
+                        };
                         let secs = o.seconds + t.elapsed().as_secs_f64();
                         match res {
-                            Ok(action) => {
-                                report(o.date, action, c.stats, c.rows as u64, secs, None)
-                            }
-                            Err(e) => report(
-                                o.date,
-                                Action::Failed,
-                                c.stats,
-                                c.rows as u64,
-                                secs,
-                                Some(e),
-                            ),
+                            Ok(action) => report(o.date, action, c.stats, c.rows as u64, secs, None),
+                            Err(e) => report(o.date, Action::Failed, c.stats, c.rows as u64, secs, Some(e)),
                         }
                     }
                 };
+                leases.release(&p.dir).await;
                 opts.progress.inc(1);
                 r
             }
@@ -271,6 +251,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
         .buffer_unordered(opts.concurrency.max(1))
         .collect()
         .await;
+    reports.extend(committed);
     reports.sort_by_key(|r| r.date);
     opts.progress.finish_and_clear();
 
@@ -306,78 +287,8 @@ fn report(
     seconds: f64,
     error: Option<PartitionError>,
 ) -> PartitionReport {
-    let exit_code = error
-        .as_ref()
-        .map_or(ExitCode::Ok, |e| e.exit_code())
-        .code();
-    PartitionReport {
-        date,
-        action,
-        counts,
-        output_rows,
-        seconds,
-        error: error.map(|e| e.to_string()),
-        exit_code,
-    }
-}
-
-/// Reads the input objects of a Hive partition, decoding them in parallel.
-async fn read_objects(
-    job: &Job,
-    plan: &Plan,
-    objects: &[object_store::ObjectMeta],
-    dates: &[NaiveDate],
-    path_date: Option<NaiveDate>,
-) -> std::result::Result<Vec<Piece>, PartitionError> {
-    let input = &job.input;
-    let wanted: Arc<[NaiveDate]> = Arc::from(dates);
-    let pieces: Vec<Vec<Piece>> = futures::stream::iter(objects.iter().cloned())
-        .map(|m| {
-            let decoder = plan.decoder.clone();
-            let wanted = wanted.clone();
-            async move {
-                let name = input.display(&m.location);
-                let bytes = input
-                    .store
-                    .get(&m.location)
-                    .await
-                    .map_err(|e| read_error(&name, e))?
-                    .bytes()
-                    .await
-                    .map_err(|e| read_error(&name, e))?;
-                tokio::task::spawn_blocking(move || {
-                    decoder.decode(&name, bytes, &wanted, path_date)
-                })
-                .await
-                .map_err(|e| PartitionError::Other(format!("decoding task failed: {e}")))?
-                .map_err(PartitionError::from)
-            }
-        })
-        .buffered(4)
-        .try_collect()
-        .await?;
-    Ok(pieces.into_iter().flatten().collect())
-}
-
-fn read_error(name: &str, e: object_store::Error) -> PartitionError {
-    PartitionError::Input(crate::error::InputError::unreadable(
-        crate::error::Location::object(name),
-        e.to_string(),
-    ))
-}
-
-/// Flat layout: every object is read once, its rows split by date.
-type FlatInput = std::result::Result<BTreeMap<NaiveDate, Vec<Piece>>, String>;
-
-async fn read_flat(job: &Job, plan: &Plan, dates: &[NaiveDate]) -> FlatInput {
-    let pieces = read_objects(job, plan, &plan.objects, dates, None)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut by_date: BTreeMap<NaiveDate, Vec<Piece>> = BTreeMap::new();
-    for p in pieces {
-        by_date.entry(p.date).or_default().push(p);
-    }
-    Ok(by_date)
+    let exit_code = error.as_ref().map_or(ExitCode::Ok, |e| e.exit_code()).code();
+    PartitionReport { date, action, counts, output_rows, seconds, error: error.map(|e| e.to_string()), exit_code }
 }
 
 /// The input table of one partition.
@@ -390,7 +301,7 @@ async fn load_table(
     let pieces = match flat {
         Some(Ok(by_date)) => by_date.get(&p.date).cloned().unwrap_or_default(),
         Some(Err(e)) => return Err(PartitionError::Other(e.clone())),
-        None => read_objects(job, plan, &p.inputs, &[p.date], Some(p.date)).await?,
+        None => read::read_objects(&job.input, &plan.decoder, &p.inputs, &[p.date], Some(p.date)).await?,
     };
     Table::from_pieces(plan.decoder.schema.clone(), pieces).map_err(PartitionError::from)
 }
@@ -413,29 +324,16 @@ async fn compute_partition(
     let inputs = p.lineage_inputs(&job.input);
     tokio::task::spawn_blocking(move || {
         let prepared = prepare::prepare(table, &id)?;
-        let agg = cfg
-            .aggregate
-            .as_ref()
-            .ok_or_else(|| PartitionError::Other("no [aggregate] section".into()))?;
-        let schema = schema.ok_or_else(|| {
-            PartitionError::Other("no input to derive the output schema from".into())
-        })?;
+        let agg = cfg.aggregate.as_ref().ok_or_else(|| PartitionError::Other("no [aggregate] section".into()))?;
+        let schema = schema.ok_or_else(|| PartitionError::Other("no input to derive the output schema from".into()))?;
         let batch = aggregate::aggregate(&prepared, agg, &schema)?;
-        let lineage = Lineage::new(
-            cfg.fingerprint(),
-            inputs,
-            prepared.stats,
-            batch.num_rows() as u64,
-        );
+        let lineage = Lineage::new(cfg.fingerprint(), inputs, prepared.stats, batch.num_rows() as u64);
         let bytes = commit::encode(&batch, &lineage)?;
         let quarantine = if prepared.quarantined.is_empty() {
             None
         } else {
-            let rows = take_record_batch(
-                &prepared.table.batch,
-                &UInt32Array::from(prepared.quarantined.clone()),
-            )
-            .map_err(|e| PartitionError::Other(e.to_string()))?;
+            let rows = take_record_batch(&prepared.table.batch, &UInt32Array::from(prepared.quarantined.clone()))
+                .map_err(|e| PartitionError::Other(e.to_string()))?;
             Some(commit::encode(&rows, &lineage)?)
         };
         Ok(Computed {
@@ -459,21 +357,10 @@ async fn commit_partition(
 ) -> std::result::Result<Action, PartitionError> {
     let schema = schema.ok_or_else(|| PartitionError::Other("no output schema".into()))?;
     if let Some(q) = &c.quarantine {
-        let path = job
-            .output
-            .child(&["_quarantine", run_id, &p.dir, commit::PART_FILE]);
+        let path = job.output.child(&["_quarantine", run_id, &p.dir, commit::PART_FILE]);
         commit::upload(&job.output, &path, q.clone()).await?;
     }
-    commit::commit(
-        &job.output,
-        run_id,
-        &p.dir,
-        c.bytes.clone(),
-        &schema,
-        c.rows,
-        &p.seen,
-    )
-    .await
+    commit::commit(&job.output, run_id, &p.dir, c.bytes.clone(), &schema, c.rows, &p.seen).await
 }
 
 /// A key's bytes, its text, and where it was found.
@@ -481,36 +368,16 @@ type NamedKey = (Vec<u8>, String, crate::error::Location);
 
 /// Fails every pair of partitions that share a key. Hashes find candidates cheaply; the
 /// candidates' partitions are then read again to name the keys and rule out hash collisions.
-async fn cross_date_check(
-    job: &Job,
-    plan: &Plan,
-    id: &Identity,
-    flat: Option<&FlatInput>,
-    outcomes: &mut [Outcome],
-) {
-    let ok: Vec<usize> = (0..outcomes.len())
-        .filter(|&i| outcomes[i].result.is_ok())
-        .collect();
+async fn cross_date_check(job: &Job, plan: &Plan, id: &Identity, flat: Option<&FlatInput>, outcomes: &mut [Outcome]) {
+    let ok: Vec<usize> = (0..outcomes.len()).filter(|&i| outcomes[i].result.is_ok()).collect();
     if ok.len() < 2 || job.config.is_whole_record_key() {
         return;
     }
     // k-way merge of the sorted hash lists: a hash in two lists is a candidate.
-    let lists: Vec<&[u64]> = ok
-        .iter()
-        .map(|&i| {
-            outcomes[i]
-                .result
-                .as_ref()
-                .map(|c| c.key_hashes.as_slice())
-                .unwrap_or(&[])
-        })
-        .collect();
-    let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize, usize)>> = lists
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty())
-        .map(|(j, l)| std::cmp::Reverse((l[0], j, 0)))
-        .collect();
+    let lists: Vec<&[u64]> =
+        ok.iter().map(|&i| outcomes[i].result.as_ref().map(|c| c.key_hashes.as_slice()).unwrap_or(&[])).collect();
+    let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize, usize)>> =
+        lists.iter().enumerate().filter(|(_, l)| !l.is_empty()).map(|(j, l)| std::cmp::Reverse((l[0], j, 0))).collect();
     let mut candidates: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     let mut last: Option<(u64, usize)> = None;
     while let Some(std::cmp::Reverse((h, j, pos))) = heap.pop() {
@@ -529,8 +396,7 @@ async fn cross_date_check(
         return;
     }
     // Name the real keys (equal bytes), per partition.
-    let by_date: BTreeMap<NaiveDate, &PartitionPlan> =
-        plan.partitions.iter().map(|p| (p.date, p)).collect();
+    let by_date: BTreeMap<NaiveDate, &PartitionPlan> = plan.partitions.iter().map(|p| (p.date, p)).collect();
     let mut found: Vec<(usize, Vec<NamedKey>)> = Vec::new();
     for (j, mut hashes) in candidates {
         hashes.sort_unstable();
@@ -539,22 +405,13 @@ async fn cross_date_check(
         let p = by_date[&outcomes[idx].date];
         if let Ok(table) = load_table(job, plan, p, flat).await {
             let keys = prepare::keys_with_hashes(&table, id, &hashes);
-            found.push((
-                idx,
-                keys.into_iter()
-                    .map(|(b, s, row)| (b, s, table.locate(row, None)))
-                    .collect(),
-            ));
+            found.push((idx, keys.into_iter().map(|(b, s, row)| (b, s, table.locate(row, None))).collect()));
         }
     }
-    let mut shared: BTreeMap<Vec<u8>, Vec<(usize, String, crate::error::Location)>> =
-        BTreeMap::new();
+    let mut shared: BTreeMap<Vec<u8>, Vec<(usize, String, crate::error::Location)>> = BTreeMap::new();
     for (idx, keys) in &found {
         for (b, s, loc) in keys {
-            shared
-                .entry(b.clone())
-                .or_default()
-                .push((*idx, s.clone(), loc.clone()));
+            shared.entry(b.clone()).or_default().push((*idx, s.clone(), loc.clone()));
         }
     }
     let mut per_partition: BTreeMap<usize, Vec<ConflictKey>> = BTreeMap::new();

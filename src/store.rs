@@ -42,10 +42,7 @@ pub struct StoreLocation {
 
 impl fmt::Debug for StoreLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreLocation")
-            .field("url", &self.url)
-            .field("swap", &self.swap)
-            .finish()
+        f.debug_struct("StoreLocation").field("url", &self.url).field("swap", &self.swap).finish()
     }
 }
 
@@ -56,19 +53,8 @@ impl fmt::Display for StoreLocation {
 }
 
 impl StoreLocation {
-    pub fn new(
-        store: Arc<dyn ObjectStore>,
-        prefix: Path,
-        url: impl Into<String>,
-        swap: SwapMethod,
-    ) -> Self {
-        StoreLocation {
-            store,
-            prefix,
-            url: url.into(),
-            swap,
-            local_root: None,
-        }
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>, swap: SwapMethod) -> Self {
+        StoreLocation { store, prefix, url: url.into(), swap, local_root: None }
     }
 
     /// `prefix/<parts...>`.
@@ -108,10 +94,7 @@ impl StoreLocation {
     /// A path relative to the prefix, for messages and lineage (`event_date=…/part-0.parquet`).
     pub fn relative(&self, path: &Path) -> String {
         match path.prefix_match(&self.prefix) {
-            Some(parts) => parts
-                .map(|p| p.as_ref().to_string())
-                .collect::<Vec<_>>()
-                .join("/"),
+            Some(parts) => parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"),
             None => path.to_string(),
         }
     }
@@ -136,10 +119,7 @@ fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
 /// examples: every URL with the same name in one process sees the same objects.
 pub fn memory_store(name: &str) -> Arc<InMemory> {
     let mut stores = memory_stores().lock().unwrap_or_else(|e| e.into_inner());
-    stores
-        .entry(name.to_string())
-        .or_insert_with(|| Arc::new(InMemory::new()))
-        .clone()
+    stores.entry(name.to_string()).or_insert_with(|| Arc::new(InMemory::new())).clone()
 }
 
 /// Resolves a job URL. `create` makes a missing local folder (for outputs).
@@ -152,11 +132,7 @@ pub fn open(
     key: &str,
     create: bool,
 ) -> Result<StoreLocation, ConfigError> {
-    let invalid = |message: String| ConfigError::Invalid {
-        path: "config".into(),
-        key: key.into(),
-        message,
-    };
+    let invalid = |message: String| ConfigError::Invalid { path: "config".into(), key: key.into(), message };
     let (scheme, rest) = match url.split_once("://") {
         Some((s, r)) => (s.to_ascii_lowercase(), r),
         None => ("file".to_string(), url),
@@ -166,9 +142,8 @@ pub fn open(
         "file" => {
             let dir = std::path::PathBuf::from(rest);
             if create {
-                std::fs::create_dir_all(&dir).map_err(|e| {
-                    invalid(format!("cannot create the folder {}: {e}", dir.display()))
-                })?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
             } else if !dir.is_dir() {
                 return Err(invalid(format!(
                     "the folder {} does not exist (a plain path is taken relative to the current directory)",
@@ -178,83 +153,48 @@ pub fn open(
             let fs = LocalFileSystem::new_with_prefix(&dir)
                 .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?
                 .with_automatic_cleanup(true);
-            let mut loc =
-                StoreLocation::new(Arc::new(fs), Path::default(), url_shown, SwapMethod::Rename);
+            let mut loc = StoreLocation::new(Arc::new(fs), Path::default(), url_shown, SwapMethod::Rename);
             loc.local_root = std::fs::canonicalize(&dir).ok();
             Ok(loc)
         }
         "memory" => {
             let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let store = memory_store(name);
-            Ok(StoreLocation::new(
-                store,
-                Path::from(prefix),
-                url_shown,
-                SwapMethod::ConditionalPut,
-            ))
+            Ok(StoreLocation::new(store, Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
         }
         "s3" | "s3a" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            let mut b = AmazonS3Builder::from_env()
-                .with_url(url)
-                .with_conditional_put(S3ConditionalPut::ETagMatch);
+            let mut b = AmazonS3Builder::from_env().with_url(url).with_conditional_put(S3ConditionalPut::ETagMatch);
             // The AWS SDKs' name for a custom endpoint; object_store reads AWS_ENDPOINT.
             if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
                 b = b.with_endpoint(endpoint);
             }
             for (k, v) in options {
-                let cfg = k
-                    .parse()
-                    .map_err(|e| invalid(format!("unknown S3 option `{k}`: {e}")))?;
+                let cfg = k.parse().map_err(|e| invalid(format!("unknown S3 option `{k}`: {e}")))?;
                 b = b.with_config(cfg, v);
             }
-            let store = b
-                .build()
-                .map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(
-                Arc::new(store),
-                Path::from(prefix),
-                url_shown,
-                SwapMethod::ConditionalPut,
-            ))
+            let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
         }
         "az" | "azure" | "abfs" | "abfss" | "adl" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
             for (k, v) in options {
-                let cfg = k
-                    .parse()
-                    .map_err(|e| invalid(format!("unknown Azure option `{k}`: {e}")))?;
+                let cfg = k.parse().map_err(|e| invalid(format!("unknown Azure option `{k}`: {e}")))?;
                 b = b.with_config(cfg, v);
             }
-            let store = b
-                .build()
-                .map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(
-                Arc::new(store),
-                Path::from(prefix),
-                url_shown,
-                SwapMethod::ConditionalPut,
-            ))
+            let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
         }
         "gs" | "gcs" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
             for (k, v) in options {
-                let cfg = k
-                    .parse()
-                    .map_err(|e| invalid(format!("unknown GCS option `{k}`: {e}")))?;
+                let cfg = k.parse().map_err(|e| invalid(format!("unknown GCS option `{k}`: {e}")))?;
                 b = b.with_config(cfg, v);
             }
-            let store = b
-                .build()
-                .map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(
-                Arc::new(store),
-                Path::from(prefix),
-                url_shown,
-                SwapMethod::ConditionalPut,
-            ))
+            let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
         }
         other => Err(invalid(format!(
             "unsupported scheme `{other}://`; use a path, file://, s3://, az://, gs:// or memory://"

@@ -15,12 +15,7 @@ async fn a_conflict_fails_only_its_partition() {
     run_range(&lake.config(), "2026-11-01", "2026-11-03").await;
     let before = lake.snapshot();
     // Two conflicting rows on the 2nd: same key and version, another amount.
-    for r in rows
-        .clone()
-        .iter()
-        .filter(|r| r.date == d("2026-11-02"))
-        .take(2)
-    {
+    for r in rows.clone().iter().filter(|r| r.date == d("2026-11-02")).take(2) {
         let mut c = r.clone();
         c.cents += 1;
         rows.push(c);
@@ -35,10 +30,7 @@ async fn a_conflict_fails_only_its_partition() {
     let s = run_range(&lake.config(), "2026-11-01", "2026-11-03").await;
     assert_eq!(s.exit_code, ExitCode::DataContract);
     let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
-    assert_eq!(
-        actions,
-        [Action::Replaced, Action::Failed, Action::Replaced]
-    );
+    assert_eq!(actions, [Action::Replaced, Action::Failed, Action::Replaced]);
     let err = s.partitions[1].error.clone().unwrap();
     assert!(
         err.contains("2 conflicting key(s)")
@@ -56,29 +48,15 @@ async fn a_conflict_fails_only_its_partition() {
 #[tokio::test(flavor = "multi_thread")]
 async fn conflict_names_at_most_five_keys_sorted() {
     let lake = Lake::new();
-    let mut rows: Vec<Order> = (0..8)
-        .map(|i| order(&format!("k{i}"), 1, "2026-11-01", "USD", 100, "placed"))
-        .collect();
+    let mut rows: Vec<Order> = (0..8).map(|i| order(&format!("k{i}"), 1, "2026-11-01", "USD", 100, "placed")).collect();
     for i in (0..8).rev() {
-        rows.push(order(
-            &format!("k{i}"),
-            1,
-            "2026-11-01",
-            "USD",
-            100,
-            "shipped",
-        ));
+        rows.push(order(&format!("k{i}"), 1, "2026-11-01", "USD", 100, "shipped"));
     }
     lake.write_hive(&rows, 1);
     let s = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
     let err = s.partitions[0].error.clone().unwrap();
     assert!(err.starts_with("8 conflicting key(s)"), "{err}");
-    assert!(
-        err.contains("first 5: key k0 version 1")
-            && err.contains("key k4")
-            && !err.contains("key k5"),
-        "{err}"
-    );
+    assert!(err.contains("first 5: key k0 version 1") && err.contains("key k4") && !err.contains("key k5"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -91,23 +69,14 @@ async fn quarantine_sets_conflicts_aside_and_commits_the_rest() {
         order("b", 1, "2026-11-01", "USD", 700, "placed"),
     ];
     lake.write_hive(&rows, 1);
-    let cfg = lake.config_with(
-        "key = [\"order_id\"]\nversion = \"source_version\"",
-        "[prepare]\non_conflict = \"quarantine\"\n",
-    );
+    let cfg = lake
+        .config_with("key = [\"order_id\"]\nversion = \"source_version\"", "[prepare]\non_conflict = \"quarantine\"\n");
     let s = run_range(&cfg, "2026-11-01", "2026-11-01").await;
     assert_eq!(s.exit_code, ExitCode::Ok);
     assert_eq!(s.partitions[0].counts.quarantined_rows, 3);
     let got = read_partition(&lake.partition_file("2026-11-01"));
-    assert_eq!(
-        (got[0].orders, got[0].revenue),
-        (1, 700),
-        "key a is left out"
-    );
-    let q = lake.output().join(format!(
-        "_quarantine/{}/event_date=2026-11-01/part-00000.parquet",
-        s.run_id
-    ));
+    assert_eq!((got[0].orders, got[0].revenue), (1, 700), "key a is left out");
+    let q = lake.output().join(format!("_quarantine/{}/event_date=2026-11-01/part-00000.parquet", s.run_id));
     assert!(q.exists(), "quarantined rows are kept under _quarantine/");
 }
 
@@ -128,9 +97,7 @@ async fn a_key_under_two_dates_fails_both_partitions() {
     assert_eq!(actions, [Action::Failed, Action::Failed, Action::Created]);
     let err = s.partitions[0].error.clone().unwrap();
     assert!(
-        err.contains("seen under two dates")
-            && err.contains("key a")
-            && err.contains("event_date=2026-11-02"),
+        err.contains("seen under two dates") && err.contains("key a") && err.contains("event_date=2026-11-02"),
         "{err}"
     );
     assert!(!lake.partition_file("2026-11-01").exists());
@@ -148,19 +115,10 @@ async fn single_bad_row(mutate: impl Fn(&mut arrow::array::RecordBatch)) -> Stri
         order("c", 1, "2026-11-02", "USD", 100, "placed"),
     ]);
     mutate(&mut b);
-    write_parquet(
-        &lake
-            .input()
-            .join("event_date=2026-11-02/part-00000.parquet"),
-        &b,
-    );
+    write_parquet(&lake.input().join("event_date=2026-11-02/part-00000.parquet"), &b);
     let s = run_range(&lake.config(), "2026-11-02", "2026-11-02").await;
     assert_eq!(s.exit_code, ExitCode::DataContract);
-    assert_eq!(
-        lake.snapshot(),
-        before,
-        "the committed partition stays as it was"
-    );
+    assert_eq!(lake.snapshot(), before, "the committed partition stays as it was");
     s.partitions[0].error.clone().unwrap()
 }
 
@@ -178,78 +136,39 @@ fn null_at(b: &mut arrow::array::RecordBatch, col: usize, row: usize) {
 #[tokio::test(flavor = "multi_thread")]
 async fn null_key_version_and_date_name_object_row_column() {
     let e = single_bad_row(|b| null_at(b, 0, 1)).await;
-    assert!(
-        e.contains("part-00000.parquet, row 1, column `order_id`") && e.contains("key is null"),
-        "{e}"
-    );
+    assert!(e.contains("part-00000.parquet, row 1, column `order_id`") && e.contains("key is null"), "{e}");
     let e = single_bad_row(|b| null_at(b, 1, 2)).await;
-    assert!(
-        e.contains("row 2, column `source_version`") && e.contains("version is null"),
-        "{e}"
-    );
+    assert!(e.contains("row 2, column `source_version`") && e.contains("version is null"), "{e}");
     let e = single_bad_row(|b| null_at(b, 2, 0)).await;
-    assert!(
-        e.contains("row 0, column `event_date`") && e.contains("date is null"),
-        "{e}"
-    );
+    assert!(e.contains("row 0, column `event_date`") && e.contains("date is null"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_row_in_the_wrong_date_folder_is_bad_input() {
     let lake = Lake::new();
-    let rows = vec![
-        order("a", 1, "2026-11-01", "USD", 100, "placed"),
-        order("b", 1, "2026-11-02", "USD", 100, "placed"),
-    ];
-    write_parquet(
-        &lake
-            .input()
-            .join("event_date=2026-11-01/part-00000.parquet"),
-        &batch(&rows),
-    );
+    let rows =
+        vec![order("a", 1, "2026-11-01", "USD", 100, "placed"), order("b", 1, "2026-11-02", "USD", 100, "placed")];
+    write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &batch(&rows));
     let s = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
     let e = s.partitions[0].error.clone().unwrap();
-    assert!(
-        e.contains("row 1, column `event_date`") && e.contains("holds 2026-11-02"),
-        "{e}"
-    );
+    assert!(e.contains("row 1, column `event_date`") && e.contains("holds 2026-11-02"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn decimal_overflow_names_the_measure() {
     let lake = Lake::new();
     let big = 10i128.pow(37);
-    let rows: Vec<Order> = (0..20)
-        .map(|i| order(&format!("o{i}"), 1, "2026-11-01", "USD", big, "placed"))
-        .collect();
+    let rows: Vec<Order> = (0..20).map(|i| order(&format!("o{i}"), 1, "2026-11-01", "USD", big, "placed")).collect();
     // Wider decimals than (12, 2) are needed to hold such amounts.
     let b = batch(&rows);
-    let wide =
-        arrow::compute::cast(b.column(5), &arrow::datatypes::DataType::Decimal128(38, 2)).unwrap();
+    let wide = arrow::compute::cast(b.column(5), &arrow::datatypes::DataType::Decimal128(38, 2)).unwrap();
     let mut cols = b.columns().to_vec();
     cols[5] = wide;
-    let mut fields: Vec<arrow::datatypes::Field> = b
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields[5] = arrow::datatypes::Field::new(
-        "amount",
-        arrow::datatypes::DataType::Decimal128(38, 2),
-        true,
-    );
-    let b = arrow::array::RecordBatch::try_new(
-        std::sync::Arc::new(arrow::datatypes::Schema::new(fields)),
-        cols,
-    )
-    .unwrap();
-    write_parquet(
-        &lake
-            .input()
-            .join("event_date=2026-11-01/part-00000.parquet"),
-        &b,
-    );
+    let mut fields: Vec<arrow::datatypes::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields[5] = arrow::datatypes::Field::new("amount", arrow::datatypes::DataType::Decimal128(38, 2), true);
+    let b =
+        arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), cols).unwrap();
+    write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &b);
     let s = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
     assert_eq!(s.exit_code, ExitCode::DataContract);
     let e = s.partitions[0].error.clone().unwrap();

@@ -10,71 +10,39 @@ fn example_dir() -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     std::fs::create_dir_all(t.path().join("config")).unwrap();
-    std::fs::copy(
-        root.join("config/example.toml"),
-        t.path().join("config/example.toml"),
-    )
-    .unwrap();
+    std::fs::copy(root.join("config/example.toml"), t.path().join("config/example.toml")).unwrap();
     std::fs::create_dir_all(t.path().join("examples/data")).unwrap();
-    std::os::unix::fs::symlink(
-        root.join("examples/data/orders"),
-        t.path().join("examples/data/orders"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(root.join("examples/data/orders"), t.path().join("examples/data/orders")).unwrap();
     t
 }
 
 #[test]
 fn the_bundled_example_runs_and_reruns_unchanged() {
     let t = example_dir();
-    let args = [
-        "run",
-        "--config",
-        "config/example.toml",
-        "--from",
-        "2026-11-01",
-        "--to",
-        "2026-11-07",
-    ];
+    let args = ["run", "--config", "config/example.toml", "--from", "2026-11-01", "--to", "2026-11-07"];
     let o = cli(&args, t.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let out = text(&o);
-    for h in [
-        "partition",
-        "action",
-        "input rows",
-        "duplicates",
-        "superseded",
-        "output rows",
-        "time",
-    ] {
+    for h in ["partition", "action", "input rows", "duplicates", "superseded", "output rows", "time"] {
         assert!(out.contains(h), "summary column {h}: {out}");
     }
     assert_eq!(out.matches(" created ").count(), 7, "{out}");
     for day in 1..=7 {
-        let p = t.path().join(format!(
-            "lake/revenue_daily/event_date=2026-11-0{day}/part-00000.parquet"
-        ));
+        let p = t.path().join(format!("lake/revenue_daily/event_date=2026-11-0{day}/part-00000.parquet"));
         let rows = read_partition(&p);
-        assert_eq!(
-            rows.iter().map(|r| r.currency.as_str()).collect::<Vec<_>>(),
-            ["EUR", "GBP", "JPY", "USD"]
-        );
+        assert_eq!(rows.iter().map(|r| r.currency.as_str()).collect::<Vec<_>>(), ["EUR", "GBP", "JPY", "USD"]);
         assert!(rows.iter().all(|r| r.orders > 0 && r.revenue > 0));
     }
     assert!(rows_have_cancelled_and_refunded(t.path()));
     let o = cli(&args, t.path());
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(text(&o).matches(" unchanged ").count(), 7, "{}", text(&o));
-    let journals = std::fs::read_dir(t.path().join("lake/revenue_daily/_lakeswap/runs"))
-        .unwrap()
-        .count();
+    let journals = std::fs::read_dir(t.path().join("lake/revenue_daily/_lakeswap/runs")).unwrap().count();
     assert_eq!(journals, 2);
 }
 
 fn rows_have_cancelled_and_refunded(root: &Path) -> bool {
-    let rows =
-        read_partition(&root.join("lake/revenue_daily/event_date=2026-11-01/part-00000.parquet"));
+    let rows = read_partition(&root.join("lake/revenue_daily/event_date=2026-11-01/part-00000.parquet"));
     rows.iter().any(|r| r.cancelled > 0) && rows.iter().any(|r| r.refunded > 0)
 }
 
@@ -83,61 +51,31 @@ fn config_error(edit: impl Fn(String) -> String) -> (Option<i32>, String) {
     let cfg = t.path().join("config/example.toml");
     let text0 = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(&cfg, edit(text0)).unwrap();
-    let o = cli(
-        &[
-            "run",
-            "--config",
-            "config/example.toml",
-            "--date",
-            "2026-11-01",
-        ],
-        t.path(),
-    );
-    assert!(
-        !t.path()
-            .join("lake/revenue_daily/event_date=2026-11-01")
-            .exists(),
-        "nothing is written"
-    );
+    let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-01"], t.path());
+    assert!(!t.path().join("lake/revenue_daily/event_date=2026-11-01").exists(), "nothing is written");
     (o.status.code(), text(&o))
 }
 
 #[test]
 fn config_errors_name_the_key_and_exit_2() {
-    let (code, out) = config_error(|t| {
-        t.replace(
-            "group_by = [\"currency\"]",
-            "group_by = [\"currency\"]\ngrup_by = 1",
-        )
-    });
+    let (code, out) =
+        config_error(|t| t.replace("group_by = [\"currency\"]", "group_by = [\"currency\"]\ngrup_by = 1"));
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("unknown field `grup_by`"), "{out}");
 
     let (code, out) = config_error(|t| t.replace("version = \"source_version\"", ""));
     assert_eq!(code, Some(2), "{out}");
-    assert!(
-        out.contains("identity.version") && out.contains("needs a version"),
-        "{out}"
-    );
+    assert!(out.contains("identity.version") && out.contains("needs a version"), "{out}");
 
-    let (code, out) =
-        config_error(|t| t.replace("column = \"customer_id\"", "column = \"client_id\""));
+    let (code, out) = config_error(|t| t.replace("column = \"customer_id\"", "column = \"client_id\""));
     assert_eq!(code, Some(2), "{out}");
-    assert!(
-        out.contains("aggregate.measures[4].column") && out.contains("no column `client_id`"),
-        "{out}"
-    );
+    assert!(out.contains("aggregate.measures[4].column") && out.contains("no column `client_id`"), "{out}");
 
-    let (code, out) =
-        config_error(|t| t.replace("version = \"source_version\"", "version = \"revision\""));
+    let (code, out) = config_error(|t| t.replace("version = \"source_version\"", "version = \"revision\""));
     assert_eq!(code, Some(2), "{out}");
-    assert!(
-        out.contains("identity.version") && out.contains("no column `revision`"),
-        "{out}"
-    );
+    assert!(out.contains("identity.version") && out.contains("no column `revision`"), "{out}");
 
-    let (code, out) =
-        config_error(|t| t.replace("timezone = \"UTC\"", "timezone = \"Mars/Olympus\""));
+    let (code, out) = config_error(|t| t.replace("timezone = \"UTC\"", "timezone = \"Mars/Olympus\""));
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("job.timezone"), "{out}");
 }
@@ -147,35 +85,12 @@ fn usage_errors_exit_2() {
     let t = example_dir();
     let o = cli(&["run", "--config", "config/example.toml"], t.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let o = cli(
-        &[
-            "run",
-            "--config",
-            "config/example.toml",
-            "--date",
-            "2026-02-30",
-        ],
-        t.path(),
-    );
+    let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-02-30"], t.path());
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("YYYY-MM-DD"));
-    let o = cli(
-        &[
-            "run",
-            "--config",
-            "config/example.toml",
-            "--from",
-            "2026-11-05",
-            "--to",
-            "2026-11-01",
-        ],
-        t.path(),
-    );
+    let o = cli(&["run", "--config", "config/example.toml", "--from", "2026-11-05", "--to", "2026-11-01"], t.path());
     assert_eq!(o.status.code(), Some(2));
-    let o = cli(
-        &["run", "--config", "missing.toml", "--date", "2026-11-01"],
-        t.path(),
-    );
+    let o = cli(&["run", "--config", "missing.toml", "--date", "2026-11-01"], t.path());
     assert_eq!(o.status.code(), Some(2));
 }
 
@@ -183,30 +98,16 @@ fn usage_errors_exit_2() {
 fn dry_run_prints_the_plan_and_touches_nothing() {
     let t = example_dir();
     let o = cli(
-        &[
-            "run",
-            "--config",
-            "config/example.toml",
-            "--from",
-            "2026-11-01",
-            "--to",
-            "2026-11-02",
-            "--dry-run",
-        ],
+        &["run", "--config", "config/example.toml", "--from", "2026-11-01", "--to", "2026-11-02", "--dry-run"],
         t.path(),
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let out = text(&o);
     assert!(
-        out.contains("event_date=2026-11-01")
-            && out.contains("part-00000.parquet")
-            && out.contains("would create"),
+        out.contains("event_date=2026-11-01") && out.contains("part-00000.parquet") && out.contains("would create"),
         "{out}"
     );
-    assert!(!t
-        .path()
-        .join("lake/revenue_daily/event_date=2026-11-01")
-        .exists());
+    assert!(!t.path().join("lake/revenue_daily/event_date=2026-11-01").exists());
     assert!(!t.path().join("lake/revenue_daily/_lakeswap").exists());
 }
 
@@ -228,8 +129,7 @@ fn summary_json_and_exit_code_of_a_missing_date() {
         t.path(),
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let s: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(t.path().join("s.json")).unwrap()).unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(t.path().join("s.json")).unwrap()).unwrap();
     assert_eq!(s["exit_code"], 1);
     assert_eq!(s["partitions"][0]["action"], "created");
     assert_eq!(s["partitions"][1]["action"], "failed");

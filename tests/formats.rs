@@ -31,10 +31,9 @@ const SCHEMA: &str = "schema = { amount = \"decimal(12,2)\", event_date = \"date
 
 fn config(lake: &Lake, format: &str, extra_input: &str) -> std::path::PathBuf {
     let p = lake.config();
-    let t = std::fs::read_to_string(&p).unwrap().replace(
-        "format = \"parquet\"",
-        &format!("format = \"{format}\"\n{extra_input}"),
-    );
+    let t = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("format = \"parquet\"", &format!("format = \"{format}\"\n{extra_input}"));
     std::fs::write(&p, t).unwrap();
     p
 }
@@ -44,8 +43,7 @@ async fn csv_hive_equals_the_model() {
     let lake = Lake::new();
     let rows = random_orders(41, 2, 200);
     for day in ["2026-11-01", "2026-11-02"] {
-        let mut body =
-            String::from("order_id,source_version,event_date,customer_id,currency,amount,status\n");
+        let mut body = String::from("order_id,source_version,event_date,customer_id,currency,amount,status\n");
         for r in rows.iter().filter(|r| r.date == d(day)) {
             body.push_str(&csv_line(r));
         }
@@ -55,24 +53,11 @@ async fn csv_hive_equals_the_model() {
     }
     // Marker files beside the data are ignored.
     std::fs::write(lake.input().join("event_date=2026-11-01/_SUCCESS"), "").unwrap();
-    std::fs::write(
-        lake.input().join("event_date=2026-11-01/.events.csv.crc"),
-        "crc",
-    )
-    .unwrap();
+    std::fs::write(lake.input().join("event_date=2026-11-01/.events.csv.crc"), "crc").unwrap();
     let s = run_range(&config(&lake, "csv", SCHEMA), "2026-11-01", "2026-11-02").await;
-    assert_eq!(
-        s.exit_code,
-        lakeswap::ExitCode::Ok,
-        "{}",
-        lakeswap::report::table(&s)
-    );
+    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&s));
     for (date, want) in model(&rows) {
-        assert_eq!(
-            read_partition(&lake.partition_file(&date.to_string())),
-            want,
-            "{date}"
-        );
+        assert_eq!(read_partition(&lake.partition_file(&date.to_string())), want, "{date}");
     }
 }
 
@@ -91,18 +76,9 @@ async fn ndjson_flat_equals_the_model() {
         std::fs::write(lake.input().join(format!("batch-{i}.json")), body).unwrap();
     }
     let s = run_range(&config(&lake, "ndjson", SCHEMA), "2026-11-01", "2026-11-03").await;
-    assert_eq!(
-        s.exit_code,
-        lakeswap::ExitCode::Ok,
-        "{}",
-        lakeswap::report::table(&s)
-    );
+    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&s));
     for (date, want) in model(&rows) {
-        assert_eq!(
-            read_partition(&lake.partition_file(&date.to_string())),
-            want,
-            "{date}"
-        );
+        assert_eq!(read_partition(&lake.partition_file(&date.to_string())), want, "{date}");
     }
 }
 
@@ -112,11 +88,17 @@ async fn malformed_csv_names_the_object() {
     let p = lake.input().join("event_date=2026-11-01/events.csv");
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(&p, "order_id,source_version,event_date,customer_id,currency,amount,status\na,1,2026-11-01,c,USD,1.00,placed\nb,x,2026-11-01,c,USD,1.00,placed\n").unwrap();
-    let s = run_range(&config(&lake, "csv", "schema = { amount = \"decimal(12,2)\", source_version = \"int64\", event_date = \"date\" }\n"), "2026-11-01", "2026-11-01").await;
+    let s = run_range(
+        &config(
+            &lake,
+            "csv",
+            "schema = { amount = \"decimal(12,2)\", source_version = \"int64\", event_date = \"date\" }\n",
+        ),
+        "2026-11-01",
+        "2026-11-01",
+    )
+    .await;
     assert_eq!(s.exit_code, lakeswap::ExitCode::DataContract);
     let e = s.partitions[0].error.clone().unwrap();
-    assert!(
-        e.contains("events.csv, row 1, column `source_version`"),
-        "{e}"
-    );
+    assert!(e.contains("events.csv, row 1, column `source_version`"), "{e}");
 }

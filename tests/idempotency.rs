@@ -12,22 +12,10 @@ async fn rerun_is_byte_identical_and_unchanged() {
     let first = run_range(&lake.config(), "2026-11-01", "2026-11-03").await;
     assert!(first.partitions.iter().all(|p| p.action == Action::Created));
     let before = lake.snapshot();
-    assert_eq!(
-        before.len(),
-        3,
-        "exactly one object per partition: {:?}",
-        before.keys()
-    );
+    assert_eq!(before.len(), 3, "exactly one object per partition: {:?}", before.keys());
     for _ in 0..2 {
         let again = run_range(&lake.config(), "2026-11-01", "2026-11-03").await;
-        assert!(
-            again
-                .partitions
-                .iter()
-                .all(|p| p.action == Action::Unchanged),
-            "{}",
-            lakeswap::report::table(&again)
-        );
+        assert!(again.partitions.iter().all(|p| p.action == Action::Unchanged), "{}", lakeswap::report::table(&again));
         assert_eq!(lake.snapshot(), before);
     }
     // Forcing a rewrite (delete and run) gives the very same bytes.
@@ -67,11 +55,7 @@ async fn a_range_equals_each_day_alone() {
         let s = run_range(&lake.config(), day, day).await;
         assert_eq!(s.exit_code, lakeswap::ExitCode::Ok);
     }
-    assert_eq!(
-        lake.snapshot(),
-        whole,
-        "the bytes of a date do not depend on the range run"
-    );
+    assert_eq!(lake.snapshot(), whole, "the bytes of a date do not depend on the range run");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -82,36 +66,17 @@ async fn changed_input_replaces_the_partition_whole() {
     run_range(&lake.config(), "2026-11-01", "2026-11-02").await;
     let before = lake.snapshot();
     // Late data for the 2nd: a newer version of one order.
-    let mut late = rows
-        .iter()
-        .find(|r| r.date == d("2026-11-02"))
-        .unwrap()
-        .clone();
+    let mut late = rows.iter().find(|r| r.date == d("2026-11-02")).unwrap().clone();
     late.version = 99;
     late.status = "refunded".into();
     rows.push(late);
-    let day2: Vec<Order> = rows
-        .iter()
-        .filter(|r| r.date == d("2026-11-02"))
-        .cloned()
-        .collect();
-    write_parquet(
-        &lake
-            .input()
-            .join("event_date=2026-11-02/part-00000.parquet"),
-        &batch(&day2),
-    );
+    let day2: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-02")).cloned().collect();
+    write_parquet(&lake.input().join("event_date=2026-11-02/part-00000.parquet"), &batch(&day2));
     let s = run_range(&lake.config(), "2026-11-01", "2026-11-02").await;
     assert_eq!(s.partitions[0].action, Action::Unchanged);
     assert_eq!(s.partitions[1].action, Action::Replaced);
     let after = lake.snapshot();
     assert_eq!(after.len(), 2);
-    assert_eq!(
-        after["event_date=2026-11-01/part-00000.parquet"],
-        before["event_date=2026-11-01/part-00000.parquet"]
-    );
-    assert_eq!(
-        read_partition(&lake.partition_file("2026-11-02")),
-        model(&rows)[&d("2026-11-02")]
-    );
+    assert_eq!(after["event_date=2026-11-01/part-00000.parquet"], before["event_date=2026-11-01/part-00000.parquet"]);
+    assert_eq!(read_partition(&lake.partition_file("2026-11-02")), model(&rows)[&d("2026-11-02")]);
 }

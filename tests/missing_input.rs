@@ -17,11 +17,7 @@ async fn missing_input_fails_and_keeps_the_old_output() {
     assert_eq!(s.exit_code, ExitCode::PartialFailure);
     let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
     assert_eq!(actions, [Action::Unchanged, Action::Failed, Action::Failed]);
-    assert!(s.partitions[1]
-        .error
-        .as_ref()
-        .unwrap()
-        .contains("--allow-empty"));
+    assert!(s.partitions[1].error.as_ref().unwrap().contains("--allow-empty"));
     assert_eq!(lake.snapshot(), before);
 }
 
@@ -29,10 +25,7 @@ async fn missing_input_fails_and_keeps_the_old_output() {
 async fn allow_empty_writes_a_zero_row_partition() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(32, 1, 50), 1);
-    let s = run_with(&lake.config(), "2026-11-01", "2026-11-02", |o| {
-        o.allow_empty = true
-    })
-    .await;
+    let s = run_with(&lake.config(), "2026-11-01", "2026-11-02", |o| o.allow_empty = true).await;
     assert_eq!(s.exit_code, ExitCode::Ok);
     assert_eq!(s.partitions[1].action, Action::Created);
     assert!(read_partition(&lake.partition_file("2026-11-02")).is_empty());

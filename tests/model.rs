@@ -11,12 +11,7 @@ async fn pipeline_equals_the_model_on_random_events() {
         let rows = random_orders(seed, 4, 400);
         lake.write_hive(&rows, 3);
         let summary = run_range(&lake.config(), "2026-11-01", "2026-11-04").await;
-        assert_eq!(
-            summary.exit_code,
-            lakeswap::ExitCode::Ok,
-            "{}",
-            lakeswap::report::table(&summary)
-        );
+        assert_eq!(summary.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&summary));
         let expected = model(&rows);
         assert_eq!(expected.len(), 4);
         for (date, want) in &expected {
@@ -26,15 +21,10 @@ async fn pipeline_equals_the_model_on_random_events() {
         // The counts of each step, too.
         let raw_per_day = |day| rows.iter().filter(|r| r.date == day).count() as u64;
         for p in &summary.partitions {
-            let distinct: std::collections::HashSet<&Order> =
-                rows.iter().filter(|r| r.date == p.date).collect();
-            let keys: std::collections::HashSet<&str> =
-                distinct.iter().map(|r| r.order_id.as_str()).collect();
+            let distinct: std::collections::HashSet<&Order> = rows.iter().filter(|r| r.date == p.date).collect();
+            let keys: std::collections::HashSet<&str> = distinct.iter().map(|r| r.order_id.as_str()).collect();
             assert_eq!(p.counts.input_rows, raw_per_day(p.date));
-            assert_eq!(
-                p.counts.duplicates,
-                raw_per_day(p.date) - distinct.len() as u64
-            );
+            assert_eq!(p.counts.duplicates, raw_per_day(p.date) - distinct.len() as u64);
             assert_eq!(p.counts.superseded, (distinct.len() - keys.len()) as u64);
             assert_eq!(p.counts.keys, keys.len() as u64);
         }
@@ -47,24 +37,12 @@ async fn flat_layout_gives_the_same_result_as_hive() {
     let rows = random_orders(7, 3, 300);
     // One flat folder of objects, each holding every date.
     for (i, chunk) in rows.chunks(rows.len() / 4 + 1).enumerate() {
-        write_parquet(
-            &lake.input().join(format!("events-{i}.parquet")),
-            &batch(chunk),
-        );
+        write_parquet(&lake.input().join(format!("events-{i}.parquet")), &batch(chunk));
     }
     let summary = run_range(&lake.config(), "2026-11-01", "2026-11-03").await;
-    assert_eq!(
-        summary.exit_code,
-        lakeswap::ExitCode::Ok,
-        "{}",
-        lakeswap::report::table(&summary)
-    );
+    assert_eq!(summary.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&summary));
     for (date, want) in model(&rows) {
-        assert_eq!(
-            read_partition(&lake.partition_file(&date.to_string())),
-            want,
-            "{date}"
-        );
+        assert_eq!(read_partition(&lake.partition_file(&date.to_string())), want, "{date}");
     }
 }
 

@@ -19,10 +19,7 @@ fn read_with(engine: &str, dir: &std::path::Path) -> Vec<serde_json::Value> {
         "{engine} could not read the output (pip install duckdb pyarrow): {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 fn expected(rows: &[Order]) -> Vec<serde_json::Value> {
@@ -51,8 +48,7 @@ async fn duckdb_and_pyarrow_read_the_expected_values() {
     std::fs::create_dir_all(lake.output().join("_staging/x/event_date=2026-11-01")).unwrap();
     std::fs::copy(
         lake.partition_file("2026-11-01"),
-        lake.output()
-            .join("_staging/x/event_date=2026-11-01/part-00000.parquet"),
+        lake.output().join("_staging/x/event_date=2026-11-01/part-00000.parquet"),
     )
     .unwrap();
     let want = expected(&rows);

@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, AsArray, Date32Array, Decimal128Array, Int64Array, RecordBatch, StringArray,
-};
+use arrow::array::{Array, AsArray, Date32Array, Decimal128Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Decimal128Type, Field, Int64Type, Schema, SchemaRef};
 use chrono::NaiveDate;
 use lakeswap::{dates, run, Job, RunOptions, RunSummary};
@@ -31,14 +29,7 @@ pub fn d(s: &str) -> NaiveDate {
     s.parse().unwrap()
 }
 
-pub fn order(
-    id: &str,
-    version: i64,
-    date: &str,
-    currency: &str,
-    cents: i128,
-    status: &str,
-) -> Order {
+pub fn order(id: &str, version: i64, date: &str, currency: &str, cents: i128, status: &str) -> Order {
     Order {
         order_id: id.into(),
         version,
@@ -66,27 +57,17 @@ pub fn batch(rows: &[Order]) -> RecordBatch {
     RecordBatch::try_new(
         schema(),
         vec![
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.order_id.as_str()),
-            )),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.order_id.as_str()))),
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.version))),
-            Arc::new(Date32Array::from_iter_values(
-                rows.iter().map(|r| dates::to_days(r.date)),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.customer.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.currency.as_str()),
-            )),
+            Arc::new(Date32Array::from_iter_values(rows.iter().map(|r| dates::to_days(r.date)))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.customer.as_str()))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.currency.as_str()))),
             Arc::new(
                 Decimal128Array::from_iter_values(rows.iter().map(|r| r.cents))
                     .with_precision_and_scale(12, 2)
                     .unwrap(),
             ),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.status.as_str()),
-            )),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.status.as_str()))),
         ],
     )
     .unwrap()
@@ -139,9 +120,7 @@ impl Lake {
             let n = rows.len();
             for f in 0..files {
                 let part = &rows[n * f / files..n * (f + 1) / files];
-                let p = self
-                    .input()
-                    .join(format!("event_date={date}/part-{f:05}.parquet"));
+                let p = self.input().join(format!("event_date={date}/part-{f:05}.parquet"));
                 write_parquet(&p, &batch(part));
             }
         }
@@ -161,8 +140,7 @@ impl Lake {
         self.config_with("key = [\"order_id\"]\nversion = \"source_version\"", "")
     }
     pub fn partition_file(&self, date: &str) -> PathBuf {
-        self.output()
-            .join(format!("event_date={date}/part-00000.parquet"))
+        self.output().join(format!("event_date={date}/part-00000.parquet"))
     }
     /// Every file under the output, with its bytes (transient `_` folders excluded).
     pub fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
@@ -176,10 +154,7 @@ impl Lake {
                 continue;
             }
             for f in std::fs::read_dir(e.path()).unwrap().flatten() {
-                out.insert(
-                    format!("{name}/{}", f.file_name().to_string_lossy()),
-                    std::fs::read(f.path()).unwrap(),
-                );
+                out.insert(format!("{name}/{}", f.file_name().to_string_lossy()), std::fs::read(f.path()).unwrap());
             }
         }
         out
@@ -191,36 +166,20 @@ pub async fn run_range(config: &Path, from: &str, to: &str) -> RunSummary {
     run_with(config, from, to, |_| {}).await
 }
 
-pub async fn run_with(
-    config: &Path,
-    from: &str,
-    to: &str,
-    tweak: impl FnOnce(&mut RunOptions),
-) -> RunSummary {
+pub async fn run_with(config: &Path, from: &str, to: &str, tweak: impl FnOnce(&mut RunOptions)) -> RunSummary {
     let job = Job::load(config).unwrap();
-    let mut opts = RunOptions {
-        dates: Some(dates::range(d(from), d(to)).unwrap()),
-        ..Default::default()
-    };
+    let mut opts = RunOptions { dates: Some(dates::range(d(from), d(to)).unwrap()), ..Default::default() };
     tweak(&mut opts);
     run::run(&job, &opts).await.unwrap()
 }
 
 /// Runs the `lakeswap` binary.
 pub fn cli(args: &[&str], cwd: &Path) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .unwrap()
+    std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap")).args(args).current_dir(cwd).output().unwrap()
 }
 
 pub fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// One output row: currency, orders, revenue (cents), cancelled, refunded (cents), customers.
@@ -237,24 +196,16 @@ pub struct OutRow {
 /// Reads one partition file into rows, in file order.
 pub fn read_partition(path: &Path) -> Vec<OutRow> {
     let bytes = bytes::Bytes::from(std::fs::read(path).unwrap());
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .unwrap()
-        .build()
-        .unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap().build().unwrap();
     let mut out = Vec::new();
     for b in reader {
         let b = b.unwrap();
         let cur = b.column(0).as_string::<i32>();
         let i64s = |i: usize| b.column(i).as_primitive::<Int64Type>().clone();
         let decs = |i: usize| b.column(i).as_primitive::<Decimal128Type>().clone();
-        let (orders, revenue, cancelled, refunded, customers) =
-            (i64s(1), decs(2), i64s(3), decs(4), i64s(5));
+        let (orders, revenue, cancelled, refunded, customers) = (i64s(1), decs(2), i64s(3), decs(4), i64s(5));
         assert_eq!(revenue.scale(), 2);
-        assert_eq!(
-            revenue.null_count() + orders.null_count(),
-            0,
-            "sums and counts are never null"
-        );
+        assert_eq!(revenue.null_count() + orders.null_count(), 0, "sums and counts are never null");
         for i in 0..b.num_rows() {
             out.push(OutRow {
                 currency: cur.value(i).to_string(),

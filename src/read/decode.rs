@@ -1,121 +1,23 @@
-//! Read: input objects decoded into one Arrow table per partition date.
-//!
-//! Formats: Parquet (row groups decoded in parallel, and skipped by their statistics when no
-//! row of a wanted date can be in them), CSV and NDJSON. Every row keeps where it came from —
-//! object and row number — so later stages can name the exact place of bad input. The first
-//! input object defines the record schema; an object whose columns differ is bad input.
-//! A row whose partition date is null, unparseable, or disagrees with the `col=date/` folder
-//! it lies in is bad input too.
+//! Decoding one input object: Parquet (row groups skipped by their date statistics), CSV and
+//! NDJSON, into pieces per partition date, each row keeping its object and row number.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int32Array, RecordBatch, UInt32Array};
-use arrow::compute::{concat_batches, take_record_batch};
+use arrow::array::{Array, AsArray, Int32Array, RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
 use arrow::datatypes::{DataType, Date32Type, Field, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use chrono::{NaiveDate, TimeZone};
 use chrono_tz::Tz;
-use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
-};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::file::statistics::Statistics;
 
+use super::Piece;
 use crate::config::{Format, JobConfig};
 use crate::dates;
 use crate::error::{InputError, Location};
-
-/// Rows of one object that landed in a table: `len` rows from `start`, which are rows
-/// `object_rows` of the object.
-#[derive(Debug, Clone)]
-struct Span {
-    start: usize,
-    object: Arc<str>,
-    object_rows: Arc<[u64]>,
-}
-
-/// The input rows of one partition date, with their origin.
-#[derive(Debug, Clone)]
-pub struct Table {
-    pub batch: RecordBatch,
-    spans: Vec<Span>,
-}
-
-impl Table {
-    pub fn empty(schema: SchemaRef) -> Self {
-        Table {
-            batch: RecordBatch::new_empty(schema),
-            spans: Vec::new(),
-        }
-    }
-
-    pub fn num_rows(&self) -> usize {
-        self.batch.num_rows()
-    }
-
-    /// Where row `row` of the table came from.
-    pub fn locate(&self, row: usize, column: Option<&str>) -> Location {
-        let i = self
-            .spans
-            .partition_point(|s| s.start <= row)
-            .saturating_sub(1);
-        match self.spans.get(i) {
-            Some(s) => Location {
-                object: s.object.to_string(),
-                row: s.object_rows.get(row - s.start).copied(),
-                column: column.map(str::to_string),
-            },
-            None => Location {
-                object: "?".into(),
-                row: None,
-                column: column.map(str::to_string),
-            },
-        }
-    }
-
-    /// The distinct objects the table's rows came from.
-    pub fn objects(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.spans.iter().map(|s| s.object.to_string()).collect();
-        v.dedup();
-        v
-    }
-
-    /// Builds a table from decoded pieces, in the order given.
-    pub fn from_pieces(schema: SchemaRef, pieces: Vec<Piece>) -> Result<Self, InputError> {
-        let mut spans = Vec::with_capacity(pieces.len());
-        let mut start = 0;
-        let mut batches = Vec::with_capacity(pieces.len());
-        for p in pieces {
-            if p.batch.num_rows() == 0 {
-                continue;
-            }
-            spans.push(Span {
-                start,
-                object: p.object,
-                object_rows: p.object_rows,
-            });
-            start += p.batch.num_rows();
-            batches.push(p.batch);
-        }
-        let batch = concat_batches(&schema, &batches).map_err(|e| {
-            InputError::unreadable(
-                Location::object("input"),
-                format!("cannot combine the input: {e}"),
-            )
-        })?;
-        Ok(Table { batch, spans })
-    }
-}
-
-/// A decoded piece of one object, destined for one date.
-#[derive(Debug, Clone)]
-pub struct Piece {
-    pub date: NaiveDate,
-    pub batch: RecordBatch,
-    pub object: Arc<str>,
-    pub object_rows: Arc<[u64]>,
-}
 
 /// How to turn the bytes of an input object into rows.
 #[derive(Debug, Clone)]
@@ -151,17 +53,13 @@ pub fn parse_type(name: &str) -> Result<DataType, String> {
         "float32" | "float" => DataType::Float32,
         "bool" | "boolean" => DataType::Boolean,
         "date" | "date32" => DataType::Date32,
-        "timestamp" | "timestamp[us]" => {
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
-        }
+        "timestamp" | "timestamp[us]" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         "timestamp[ms]" => DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
         "timestamp[s]" => DataType::Timestamp(TimeUnit::Second, Some("UTC".into())),
         "timestamp[ns]" => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
         _ => {
             if let Some(args) = n.strip_prefix("decimal(").and_then(|r| r.strip_suffix(')')) {
-                let (p, s) = args
-                    .split_once(',')
-                    .ok_or("decimal needs (precision, scale)")?;
+                let (p, s) = args.split_once(',').ok_or("decimal needs (precision, scale)")?;
                 let p: u8 = p.trim().parse().map_err(|_| "bad decimal precision")?;
                 let s: i8 = s.trim().parse().map_err(|_| "bad decimal scale")?;
                 if p == 0 || p > 38 || s < 0 || s as u8 > p {
@@ -181,11 +79,7 @@ pub fn parse_type(name: &str) -> Result<DataType, String> {
 /// Makes every field nullable: the record schema describes what may arrive, not a promise.
 fn relaxed(schema: &Schema) -> SchemaRef {
     Arc::new(Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| Field::new(f.name(), f.data_type().clone(), true))
-            .collect::<Vec<_>>(),
+        schema.fields().iter().map(|f| Field::new(f.name(), f.data_type().clone(), true)).collect::<Vec<_>>(),
     ))
 }
 
@@ -218,11 +112,7 @@ pub fn infer_schema(cfg: &JobConfig, object: &str, bytes: &Bytes) -> Result<Sche
             .fields()
             .iter()
             .map(|f| match cfg.input.schema.get(f.name()) {
-                Some(t) => Field::new(
-                    f.name(),
-                    parse_type(t).unwrap_or(f.data_type().clone()),
-                    true,
-                ),
+                Some(t) => Field::new(f.name(), parse_type(t).unwrap_or(f.data_type().clone()), true),
                 None => f.as_ref().clone(),
             })
             .collect();
@@ -297,27 +187,17 @@ impl Decoder {
     ) -> Result<Vec<(RecordBatch, u64)>, InputError> {
         let at = || Location::object(object);
         if bytes.is_empty() {
-            return Err(InputError::bad(
-                at(),
-                "the object is empty (0 bytes), not a Parquet file",
-            ));
+            return Err(InputError::bad(at(), "the object is empty (0 bytes), not a Parquet file"));
         }
-        let meta = ArrowReaderMetadata::load(&bytes, ArrowReaderOptions::new()).map_err(|e| {
-            InputError::bad(
-                at(),
-                format!("not a readable Parquet file (truncated or corrupt?): {e}"),
-            )
-        })?;
+        let meta = ArrowReaderMetadata::load(&bytes, ArrowReaderOptions::new())
+            .map_err(|e| InputError::bad(at(), format!("not a readable Parquet file (truncated or corrupt?): {e}")))?;
         self.check_schema(object, meta.schema())?;
         let md = meta.metadata().clone();
         // Row groups that may hold a wanted date, by the date column's statistics.
         let stats_col = match (&self.date_source, path_date) {
-            (DateSource::Column(c), None) => md
-                .file_metadata()
-                .schema_descr()
-                .columns()
-                .iter()
-                .position(|cd| cd.path().string() == *c),
+            (DateSource::Column(c), None) => {
+                md.file_metadata().schema_descr().columns().iter().position(|cd| cd.path().string() == *c)
+            }
             _ => None,
         };
         let (lo, hi) = match (wanted.first(), wanted.last()) {
@@ -336,23 +216,16 @@ impl Decoder {
                 _ => false,
             });
             if !skip && n > 0 {
-                let reader =
-                    ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), meta.clone())
-                        .with_row_groups(vec![i])
-                        .with_batch_size(n as usize)
-                        .build()
-                        .map_err(|e| {
-                            InputError::bad(at(), format!("cannot decode row group {i}: {e}"))
-                        })?;
+                let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), meta.clone())
+                    .with_row_groups(vec![i])
+                    .with_batch_size(n as usize)
+                    .build()
+                    .map_err(|e| InputError::bad(at(), format!("cannot decode row group {i}: {e}")))?;
                 let mut row = first_row;
                 for b in reader {
                     let b = b.map_err(|e| {
                         InputError::bad(
-                            Location {
-                                object: object.into(),
-                                row: Some(row),
-                                column: None,
-                            },
+                            Location { object: object.into(), row: Some(row), column: None },
                             format!("cannot decode row group {i} (truncated or corrupt?): {e}"),
                         )
                     })?;
@@ -366,19 +239,13 @@ impl Decoder {
         Ok(out)
     }
 
-    fn decode_csv(
-        &self,
-        object: &str,
-        bytes: Bytes,
-    ) -> Result<Vec<(RecordBatch, u64)>, InputError> {
+    fn decode_csv(&self, object: &str, bytes: Bytes) -> Result<Vec<(RecordBatch, u64)>, InputError> {
         let reader = arrow::csv::ReaderBuilder::new(self.schema.clone())
             .with_header(self.header)
             .with_delimiter(self.delimiter)
             .with_batch_size(65_536)
             .build(Cursor::new(bytes))
-            .map_err(|e| {
-                InputError::bad(Location::object(object), format!("cannot read CSV: {e}"))
-            })?;
+            .map_err(|e| InputError::bad(Location::object(object), format!("cannot read CSV: {e}")))?;
         let mut out = Vec::new();
         let mut row = 0u64;
         for b in reader {
@@ -397,14 +264,7 @@ impl Decoder {
                     .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
                     .and_then(|n| n.parse::<usize>().ok())
                     .and_then(|i| self.schema.fields().get(i).map(|f| f.name().clone()));
-                InputError::bad(
-                    Location {
-                        object: object.into(),
-                        row,
-                        column,
-                    },
-                    msg,
-                )
+                InputError::bad(Location { object: object.into(), row, column }, msg)
             })?;
             let n = b.num_rows() as u64;
             out.push((self.conform(object, b)?, row));
@@ -413,27 +273,17 @@ impl Decoder {
         Ok(out)
     }
 
-    fn decode_ndjson(
-        &self,
-        object: &str,
-        bytes: Bytes,
-    ) -> Result<Vec<(RecordBatch, u64)>, InputError> {
+    fn decode_ndjson(&self, object: &str, bytes: Bytes) -> Result<Vec<(RecordBatch, u64)>, InputError> {
         let reader = arrow::json::ReaderBuilder::new(self.schema.clone())
             .with_batch_size(65_536)
             .build(Cursor::new(bytes))
-            .map_err(|e| {
-                InputError::bad(Location::object(object), format!("cannot read NDJSON: {e}"))
-            })?;
+            .map_err(|e| InputError::bad(Location::object(object), format!("cannot read NDJSON: {e}")))?;
         let mut out = Vec::new();
         let mut row = 0u64;
         for b in reader {
             let b = b.map_err(|e| {
                 InputError::bad(
-                    Location {
-                        object: object.into(),
-                        row: None,
-                        column: None,
-                    },
+                    Location { object: object.into(), row: None, column: None },
                     format!("malformed NDJSON after {row} good rows: {e}"),
                 )
             })?;
@@ -447,29 +297,17 @@ impl Decoder {
     /// The batch under the record schema (all fields nullable).
     fn conform(&self, object: &str, b: RecordBatch) -> Result<RecordBatch, InputError> {
         RecordBatch::try_new(self.schema.clone(), b.columns().to_vec()).map_err(|e| {
-            InputError::bad(
-                Location::object(object),
-                format!("columns do not match the first object: {e}"),
-            )
+            InputError::bad(Location::object(object), format!("columns do not match the first object: {e}"))
         })
     }
 
     /// The partition date of every row, as days since the epoch.
-    fn row_dates(
-        &self,
-        object: &str,
-        batch: &RecordBatch,
-        first_row: u64,
-    ) -> Result<Option<Int32Array>, InputError> {
+    fn row_dates(&self, object: &str, batch: &RecordBatch, first_row: u64) -> Result<Option<Int32Array>, InputError> {
         let null_at = |col: &str, arr: &dyn Array| -> Result<(), InputError> {
             if arr.null_count() > 0 {
                 let i = (0..arr.len()).find(|&i| arr.is_null(i)).unwrap_or(0);
                 return Err(InputError::bad(
-                    Location {
-                        object: object.into(),
-                        row: Some(first_row + i as u64),
-                        column: Some(col.into()),
-                    },
+                    Location { object: object.into(), row: Some(first_row + i as u64), column: Some(col.into()) },
                     "the partition date is null; every row needs one",
                 ));
             }
@@ -480,11 +318,7 @@ impl Decoder {
             DateSource::Column(c) => {
                 let arr = batch.column_by_name(c).ok_or_else(|| {
                     InputError::bad(
-                        Location {
-                            object: object.into(),
-                            row: None,
-                            column: Some(c.clone()),
-                        },
+                        Location { object: object.into(), row: None, column: Some(c.clone()) },
                         "missing partition column",
                     )
                 })?;
@@ -520,41 +354,28 @@ impl Decoder {
             DateSource::Timestamp(c) => {
                 let arr = batch.column_by_name(c).ok_or_else(|| {
                     InputError::bad(
-                        Location {
-                            object: object.into(),
-                            row: None,
-                            column: Some(c.clone()),
-                        },
+                        Location { object: object.into(), row: None, column: Some(c.clone()) },
                         "missing timestamp column",
                     )
                 })?;
                 null_at(c, arr.as_ref())?;
-                let per_sec =
-                    match arr.data_type() {
-                        DataType::Timestamp(u, _) => match u {
-                            TimeUnit::Second => 1i64,
-                            TimeUnit::Millisecond => 1_000,
-                            TimeUnit::Microsecond => 1_000_000,
-                            TimeUnit::Nanosecond => 1_000_000_000,
-                        },
-                        other => return Err(InputError::bad(
-                            Location {
-                                object: object.into(),
-                                row: None,
-                                column: Some(c.clone()),
-                            },
-                            format!(
-                                "from_timestamp column has type {other}; it must be a timestamp"
-                            ),
-                        )),
-                    };
+                let per_sec = match arr.data_type() {
+                    DataType::Timestamp(u, _) => match u {
+                        TimeUnit::Second => 1i64,
+                        TimeUnit::Millisecond => 1_000,
+                        TimeUnit::Microsecond => 1_000_000,
+                        TimeUnit::Nanosecond => 1_000_000_000,
+                    },
+                    other => {
+                        return Err(InputError::bad(
+                            Location { object: object.into(), row: None, column: Some(c.clone()) },
+                            format!("from_timestamp column has type {other}; it must be a timestamp"),
+                        ))
+                    }
+                };
                 let ints = arrow::compute::cast(arr, &DataType::Int64).map_err(|e| {
                     InputError::bad(
-                        Location {
-                            object: object.into(),
-                            row: None,
-                            column: Some(c.clone()),
-                        },
+                        Location { object: object.into(), row: None, column: Some(c.clone()) },
                         e.to_string(),
                     )
                 })?;
@@ -564,11 +385,7 @@ impl Decoder {
                     let t = ints.value(i);
                     let secs = t.div_euclid(per_sec);
                     let nanos = (t.rem_euclid(per_sec) * (1_000_000_000 / per_sec)) as u32;
-                    let local = self
-                        .tz
-                        .timestamp_opt(secs, nanos)
-                        .single()
-                        .map(|dt| dt.date_naive());
+                    let local = self.tz.timestamp_opt(secs, nanos).single().map(|dt| dt.date_naive());
                     let d = local.ok_or_else(|| {
                         InputError::bad(
                             Location {
@@ -601,9 +418,7 @@ impl Decoder {
             if let (Some(days), DateSource::Column(c)) = (&days, &self.date_source) {
                 let want = dates::to_days(pd);
                 if let Some(i) = days.values().iter().position(|d| *d != want) {
-                    let got = dates::from_days(days.value(i))
-                        .map(|d| d.to_string())
-                        .unwrap_or_default();
+                    let got = dates::from_days(days.value(i)).map(|d| d.to_string()).unwrap_or_default();
                     return Err(InputError::bad(
                         Location {
                             object: object.to_string(),
@@ -615,12 +430,7 @@ impl Decoder {
                 }
             }
             let rows: Arc<[u64]> = (first_row..first_row + n as u64).collect();
-            return Ok(vec![Piece {
-                date: pd,
-                batch,
-                object: object.clone(),
-                object_rows: rows,
-            }]);
+            return Ok(vec![Piece { date: pd, batch, object: object.clone(), object_rows: rows }]);
         }
         let days = days.ok_or_else(|| {
             InputError::bad(
@@ -648,25 +458,11 @@ impl Decoder {
             let piece = if idx.len() == n {
                 batch.clone()
             } else {
-                take_record_batch(&batch, &UInt32Array::from(idx)).map_err(|e| {
-                    InputError::unreadable(Location::object(object.to_string()), e.to_string())
-                })?
+                take_record_batch(&batch, &UInt32Array::from(idx))
+                    .map_err(|e| InputError::unreadable(Location::object(object.to_string()), e.to_string()))?
             };
-            out.push(Piece {
-                date,
-                batch: piece,
-                object: object.clone(),
-                object_rows: rows,
-            });
+            out.push(Piece { date, batch: piece, object: object.clone(), object_rows: rows });
         }
         Ok(out)
     }
-}
-
-/// The column arrays of `batch` named `names`, in that order.
-pub fn columns(batch: &RecordBatch, names: &[String]) -> Option<Vec<ArrayRef>> {
-    names
-        .iter()
-        .map(|n| batch.column_by_name(n).cloned())
-        .collect()
 }

@@ -1,0 +1,95 @@
+//! Cleanup of what crashed runs leave behind (G4): staged files under `_staging/<run_id>/` and
+//! expired leases.
+//!
+//! Staging of a partition is stale unless the partition's lease is live and held by the run
+//! that staged it; a live run's staging is never touched. Staging is never the committed
+//! copy of a partition (the swap writes or renames into `<col>=<date>/`), so removing stale
+//! staging can never lose committed data. Every `run` does this for its own partitions once
+//! it holds their leases; `lakeswap gc` does it for the whole output.
+
+use chrono::Utc;
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::lease;
+use crate::store::StoreLocation;
+
+/// What `gc` removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GcReport {
+    pub expired_leases: usize,
+    pub staging_removed: usize,
+    pub staging_kept: usize,
+}
+
+async fn list(out: &StoreLocation, parts: &[&str]) -> Result<Vec<object_store::ObjectMeta>> {
+    let prefix = out.child(parts);
+    out.store.list(Some(&prefix)).try_collect().await.map_err(|e| Error::store("cannot list", out.display(&prefix), e))
+}
+
+async fn delete(out: &StoreLocation, path: &object_store::path::Path) -> Result<()> {
+    match out.store.delete(path).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(Error::store("cannot delete", out.display(path), e)),
+    }
+}
+
+/// Removes staged files of other runs: for the partition folders in `dirs` (whose leases the
+/// caller holds), or, with `None`, wherever the staging run does not hold a live lease.
+pub async fn remove_stale_staging(out: &StoreLocation, own_run: &str, dirs: Option<&[String]>) -> Result<(usize, usize)> {
+    let (mut removed, mut kept) = (0, 0);
+    for m in list(out, &["_staging"]).await? {
+        let rel = out.relative(&m.location);
+        let mut parts = rel.split('/').skip(1);
+        let (Some(run), Some(dir)) = (parts.next(), parts.next()) else { continue };
+        if run == own_run {
+            continue;
+        }
+        let stale = match dirs {
+            Some(dirs) => dirs.iter().any(|d| d == dir),
+            None => match lease::read(out, &lease::lease_path(out, dir)).await {
+                Ok(Some((Some(b), _))) => !(b.run_id == run && b.expires > Utc::now()),
+                Ok(_) => true,
+                Err(_) => false,
+            },
+        };
+        if stale {
+            delete(out, &m.location).await?;
+            removed += 1;
+        } else {
+            kept += 1;
+        }
+    }
+    out.tidy(&out.child(&["_staging"]));
+    Ok((removed, kept))
+}
+
+/// Removes expired leases and stale staging under the output.
+pub async fn gc(out: &StoreLocation) -> Result<GcReport> {
+    let mut report = GcReport::default();
+    let now = Utc::now();
+    for m in list(out, &["_lakeswap", "leases"]).await? {
+        let name = m.location.filename().unwrap_or_default().to_string();
+        let expired = if name.contains(".json.expired-") {
+            true
+        } else if name.ends_with(".json") {
+            match lease::read(out, &m.location).await {
+                Ok(Some((Some(b), _))) => b.expires <= now,
+                Ok(Some((None, _))) => true,
+                _ => false,
+            }
+        } else {
+            false
+        };
+        if expired {
+            delete(out, &m.location).await?;
+            report.expired_leases += 1;
+        }
+    }
+    let (removed, kept) = remove_stale_staging(out, "", None).await?;
+    report.staging_removed = removed;
+    report.staging_kept = kept;
+    Ok(report)
+}

@@ -1,0 +1,243 @@
+//! Leases: one writer per partition at a time (G6).
+//!
+//! A lease is the object `OUT/_lakeswap/leases/<col>=<date>.json` naming its holder (run id,
+//! host, pid, since, expiry). It is taken with a put-if-absent, renewed while the holder lives,
+//! and released after the partition is committed. A holder that died stops renewing, so its
+//! lease expires and the next run takes it over — a retry is never blocked forever.
+//!
+//! Taking over an expired lease is itself a compare-and-swap: on object stores a conditional
+//! put against the expired lease's e-tag; on a local folder (no conditional update there) the
+//! expired lease is first renamed aside, which only one contender can do, and checked to be
+//! the one that was read. A holder that finds its lease gone, or past its expiry, stops before
+//! swapping anything in ([`Leases::check`]); the swap's own compare-and-swap stays the last
+//! line of defence.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
+use serde::{Deserialize, Serialize};
+
+use crate::error::PartitionError;
+use crate::store::{StoreLocation, SwapMethod};
+
+/// What a lease object says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseBody {
+    pub run_id: String,
+    pub host: String,
+    pub pid: u32,
+    pub since: DateTime<Utc>,
+    pub expires: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    body: LeaseBody,
+    version: UpdateVersion,
+    lost: bool,
+}
+
+/// The leases of one run.
+#[derive(Debug)]
+pub struct Leases {
+    out: StoreLocation,
+    run_id: String,
+    ttl: Duration,
+    wait: bool,
+    held: Mutex<BTreeMap<String, Held>>,
+}
+
+/// The lease object of a partition folder.
+pub fn lease_path(out: &StoreLocation, dir: &str) -> Path {
+    out.child(&["_lakeswap", "leases", &format!("{dir}.json")])
+}
+
+fn chrono_ttl(ttl: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60))
+}
+
+/// Reads a lease: its body (None when unreadable) and version. `Ok(None)`: no lease.
+pub async fn read(out: &StoreLocation, path: &Path) -> Result<Option<(Option<LeaseBody>, UpdateVersion)>, PartitionError> {
+    match out.store.get(path).await {
+        Ok(r) => {
+            let version = UpdateVersion { e_tag: r.meta.e_tag.clone(), version: r.meta.version.clone() };
+            let bytes = r.bytes().await.map_err(|e| PartitionError::store("cannot read the lease", out.display(path), e))?;
+            Ok(Some((serde_json::from_slice(&bytes).ok(), version)))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(PartitionError::store("cannot read the lease", out.display(path), e)),
+    }
+}
+
+impl Leases {
+    pub fn new(out: StoreLocation, run_id: &str, ttl: Duration, wait: bool) -> Self {
+        Leases { out, run_id: run_id.to_string(), ttl, wait, held: Mutex::new(BTreeMap::new()) }
+    }
+
+    fn body(&self, since: Option<DateTime<Utc>>) -> LeaseBody {
+        let now = Utc::now();
+        LeaseBody {
+            run_id: self.run_id.clone(),
+            host: crate::journal::host(),
+            pid: std::process::id(),
+            since: since.unwrap_or(now),
+            expires: now + chrono_ttl(self.ttl),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Held>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the lease of a partition folder, or says who holds it. With `wait`, waits for
+    /// the holder to release it or for it to expire.
+    pub async fn acquire(&self, dir: &str) -> Result<(), PartitionError> {
+        let path = lease_path(&self.out, dir);
+        let store_err = |what, e| PartitionError::store(what, self.out.display(&path), e);
+        loop {
+            let body = self.body(None);
+            let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+            let create = PutOptions { mode: PutMode::Create, ..Default::default() };
+            match self.out.store.put_opts(&path, bytes.clone().into(), create).await {
+                Ok(r) => {
+                    let version = UpdateVersion { e_tag: r.e_tag, version: r.version };
+                    self.held().insert(dir.to_string(), Held { body, version, lost: false });
+                    return Ok(());
+                }
+                Err(object_store::Error::AlreadyExists { .. }) => {}
+                Err(e) => return Err(store_err("cannot take the lease", e)),
+            }
+            let Some((current, version)) = read(&self.out, &path).await? else { continue };
+            let now = Utc::now();
+            if let Some(c) = &current {
+                if c.expires > now {
+                    if self.wait {
+                        let left = (c.expires - now).to_std().unwrap_or_default();
+                        tokio::time::sleep(left.min(Duration::from_millis(500)) + Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    return Err(PartitionError::Leased {
+                        holder: c.run_id.clone(),
+                        host: format!("{} (pid {})", c.host, c.pid),
+                        since: c.since.to_rfc3339(),
+                        expires: c.expires.to_rfc3339(),
+                    });
+                }
+            }
+            // Expired (or unreadable): take it over, as a compare-and-swap.
+            tracing::info!(lease = %self.out.display(&path), "taking over an expired lease");
+            match self.out.swap {
+                SwapMethod::ConditionalPut => {
+                    let update = PutOptions { mode: PutMode::Update(version), ..Default::default() };
+                    match self.out.store.put_opts(&path, bytes.into(), update).await {
+                        Ok(r) => {
+                            let version = UpdateVersion { e_tag: r.e_tag, version: r.version };
+                            self.held().insert(dir.to_string(), Held { body, version, lost: false });
+                            return Ok(());
+                        }
+                        Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => continue,
+                        Err(e) => return Err(store_err("cannot take over the lease", e)),
+                    }
+                }
+                SwapMethod::Rename => {
+                    let aside = self.out.child(&["_lakeswap", "leases", &format!("{dir}.json.expired-{}", self.run_id)]);
+                    match self.out.store.rename(&path, &aside).await {
+                        Ok(()) => {}
+                        Err(object_store::Error::NotFound { .. }) => continue,
+                        Err(e) => return Err(store_err("cannot take over the lease", e)),
+                    }
+                    let moved = read(&self.out, &aside).await?.and_then(|(b, _)| b);
+                    if moved != current {
+                        // Someone renewed or took it in between: put it back.
+                        let _ = self.out.store.rename_if_not_exists(&aside, &path).await;
+                    }
+                    let _ = self.out.store.delete(&aside).await;
+                }
+            }
+        }
+    }
+
+    /// Renews every lease held; marks those found taken as lost.
+    pub async fn renew_all(&self) {
+        let dirs: Vec<(String, Held)> = self.held().iter().filter(|(_, h)| !h.lost).map(|(d, h)| (d.clone(), h.clone())).collect();
+        for (dir, h) in dirs {
+            let path = lease_path(&self.out, &dir);
+            let body = self.body(Some(h.body.since));
+            let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+            let result = match self.out.swap {
+                SwapMethod::ConditionalPut => {
+                    let opts = PutOptions { mode: PutMode::Update(h.version.clone()), ..Default::default() };
+                    self.out.store.put_opts(&path, bytes.into(), opts).await
+                }
+                SwapMethod::Rename => match read(&self.out, &path).await {
+                    Ok(Some((Some(b), _))) if b.run_id == self.run_id => self.out.store.put(&path, bytes.into()).await,
+                    Ok(_) => Err(object_store::Error::Precondition { path: path.to_string(), source: "lease taken".into() }),
+                    Err(e) => Err(object_store::Error::Generic { store: "lease", source: Box::new(e) }),
+                },
+            };
+            let mut held = self.held();
+            let Some(entry) = held.get_mut(&dir) else { continue };
+            match result {
+                Ok(r) => {
+                    entry.body = body;
+                    entry.version = UpdateVersion { e_tag: r.e_tag, version: r.version };
+                }
+                Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
+                    tracing::warn!(lease = %self.out.display(&path), "lease lost to another run");
+                    entry.lost = true;
+                }
+                Err(e) => tracing::warn!(lease = %self.out.display(&path), error = %e, "cannot renew the lease; will retry"),
+            }
+        }
+    }
+
+    /// Whether this run may still write the partition: its lease is held, not lost, not expired.
+    pub fn check(&self, dir: &str) -> Result<(), PartitionError> {
+        let held = self.held();
+        match held.get(dir) {
+            Some(h) if !h.lost && h.body.expires > Utc::now() => Ok(()),
+            _ => Err(PartitionError::LeaseLost { dir: dir.to_string() }),
+        }
+    }
+
+    /// Releases a partition's lease, if this run still holds it.
+    pub async fn release(&self, dir: &str) {
+        let Some(h) = self.held().remove(dir) else { return };
+        if h.lost {
+            return;
+        }
+        let path = lease_path(&self.out, dir);
+        if let Ok(Some((Some(b), _))) = read(&self.out, &path).await {
+            if b.run_id == self.run_id {
+                let _ = self.out.store.delete(&path).await;
+            }
+        }
+    }
+
+    /// Renews the leases every third of their time to live, until dropped.
+    pub fn spawn_renewer(self: &Arc<Self>) -> Renewer {
+        let me = Arc::clone(self);
+        let period = self.ttl / 3;
+        let handle = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                me.renew_all().await;
+            }
+        });
+        Renewer(handle)
+    }
+}
+
+/// Stops renewing when dropped.
+pub struct Renewer(tokio::task::JoinHandle<()>);
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
