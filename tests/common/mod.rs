@@ -73,6 +73,18 @@ pub fn batch(rows: &[Order]) -> RecordBatch {
     .unwrap()
 }
 
+pub mod backends;
+pub mod faults;
+
+/// A batch as Parquet bytes.
+pub fn parquet_bytes(b: &RecordBatch) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut buf, b.schema(), None).unwrap();
+    w.write(b).unwrap();
+    w.close().unwrap();
+    buf
+}
+
 pub fn write_parquet(path: &Path, b: &RecordBatch) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let f = std::fs::File::create(path).unwrap();
@@ -195,7 +207,12 @@ pub struct OutRow {
 
 /// Reads one partition file into rows, in file order.
 pub fn read_partition(path: &Path) -> Vec<OutRow> {
-    let bytes = bytes::Bytes::from(std::fs::read(path).unwrap());
+    partition_rows(&std::fs::read(path).unwrap())
+}
+
+/// Decodes partition file bytes into rows, in file order.
+pub fn partition_rows(bytes: &[u8]) -> Vec<OutRow> {
+    let bytes = bytes::Bytes::from(bytes.to_vec());
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap().build().unwrap();
     let mut out = Vec::new();
     for b in reader {
