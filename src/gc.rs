@@ -36,31 +36,63 @@ async fn delete(out: &StoreLocation, path: &object_store::path::Path) -> Result<
     }
 }
 
+/// The `(run id, partition folder)` pairs under `_staging/`.
+async fn staging_pairs(out: &StoreLocation) -> Result<Vec<(String, String)>> {
+    let root = out.child(&["_staging"]);
+    if let Some(runs) = out.local_subdirs(&root) {
+        let mut pairs = Vec::new();
+        for run in runs {
+            for dir in out.local_subdirs(&out.child(&["_staging", &run])).unwrap_or_default() {
+                pairs.push((run.clone(), dir));
+            }
+        }
+        return Ok(pairs);
+    }
+    let mut pairs: Vec<(String, String)> = list(out, &["_staging"])
+        .await?
+        .iter()
+        .filter_map(|m| {
+            let rel = out.relative(&m.location);
+            let mut parts = rel.split('/').skip(1);
+            Some((parts.next()?.to_string(), parts.next()?.to_string()))
+        })
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    Ok(pairs)
+}
+
 /// Removes staged files of other runs: for the partition folders in `dirs` (whose leases the
 /// caller holds), or, with `None`, wherever the staging run does not hold a live lease.
-pub async fn remove_stale_staging(out: &StoreLocation, own_run: &str, dirs: Option<&[String]>) -> Result<(usize, usize)> {
+/// Returns the number of (run, partition) staging folders removed and kept.
+pub async fn remove_stale_staging(
+    out: &StoreLocation,
+    own_run: &str,
+    dirs: Option<&[String]>,
+) -> Result<(usize, usize)> {
     let (mut removed, mut kept) = (0, 0);
-    for m in list(out, &["_staging"]).await? {
-        let rel = out.relative(&m.location);
-        let mut parts = rel.split('/').skip(1);
-        let (Some(run), Some(dir)) = (parts.next(), parts.next()) else { continue };
-        if run == own_run {
+    for (run, dir) in staging_pairs(out).await? {
+        if run == own_run || dirs.is_some_and(|d| !d.contains(&dir)) {
             continue;
         }
-        let stale = match dirs {
-            Some(dirs) => dirs.iter().any(|d| d == dir),
-            None => match lease::read(out, &lease::lease_path(out, dir)).await {
+        let stale = dirs.is_some()
+            || match lease::read(out, &lease::lease_path(out, &dir)).await {
                 Ok(Some((Some(b), _))) => !(b.run_id == run && b.expires > Utc::now()),
                 Ok(_) => true,
                 Err(_) => false,
-            },
-        };
-        if stale {
-            delete(out, &m.location).await?;
-            removed += 1;
-        } else {
+            };
+        if !stale {
             kept += 1;
+            continue;
         }
+        for m in list(out, &["_staging", &run, &dir]).await? {
+            delete(out, &m.location).await?;
+        }
+        // On a local folder, also the temporary files of a write that was interrupted.
+        if let Some(p) = out.local_path(&out.child(&["_staging", &run, &dir])) {
+            let _ = std::fs::remove_dir_all(p);
+        }
+        removed += 1;
     }
     out.tidy(&out.child(&["_staging"]));
     Ok((removed, kept))

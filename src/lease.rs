@@ -62,11 +62,15 @@ fn chrono_ttl(ttl: Duration) -> chrono::Duration {
 }
 
 /// Reads a lease: its body (None when unreadable) and version. `Ok(None)`: no lease.
-pub async fn read(out: &StoreLocation, path: &Path) -> Result<Option<(Option<LeaseBody>, UpdateVersion)>, PartitionError> {
+pub async fn read(
+    out: &StoreLocation,
+    path: &Path,
+) -> Result<Option<(Option<LeaseBody>, UpdateVersion)>, PartitionError> {
     match out.store.get(path).await {
         Ok(r) => {
             let version = UpdateVersion { e_tag: r.meta.e_tag.clone(), version: r.meta.version.clone() };
-            let bytes = r.bytes().await.map_err(|e| PartitionError::store("cannot read the lease", out.display(path), e))?;
+            let bytes =
+                r.bytes().await.map_err(|e| PartitionError::store("cannot read the lease", out.display(path), e))?;
             Ok(Some((serde_json::from_slice(&bytes).ok(), version)))
         }
         Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -140,12 +144,15 @@ impl Leases {
                             self.held().insert(dir.to_string(), Held { body, version, lost: false });
                             return Ok(());
                         }
-                        Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => continue,
+                        Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
+                            continue
+                        }
                         Err(e) => return Err(store_err("cannot take over the lease", e)),
                     }
                 }
                 SwapMethod::Rename => {
-                    let aside = self.out.child(&["_lakeswap", "leases", &format!("{dir}.json.expired-{}", self.run_id)]);
+                    let aside =
+                        self.out.child(&["_lakeswap", "leases", &format!("{dir}.json.expired-{}", self.run_id)]);
                     match self.out.store.rename(&path, &aside).await {
                         Ok(()) => {}
                         Err(object_store::Error::NotFound { .. }) => continue,
@@ -162,9 +169,25 @@ impl Leases {
         }
     }
 
+    /// Removes what interrupted lease writes left for `dir` on a local folder: temporary files
+    /// (`<dir>.json#N`) and leases renamed aside during a takeover. Call with the lease held.
+    pub fn remove_leftovers(&self, dir: &str) {
+        let Some(folder) = self.out.local_path(&self.out.child(&["_lakeswap", "leases"])) else { return };
+        let (tmp, aside) = (format!("{dir}.json#"), format!("{dir}.json.expired-"));
+        if let Ok(rd) = std::fs::read_dir(folder) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with(&tmp) || name.starts_with(&aside) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+
     /// Renews every lease held; marks those found taken as lost.
     pub async fn renew_all(&self) {
-        let dirs: Vec<(String, Held)> = self.held().iter().filter(|(_, h)| !h.lost).map(|(d, h)| (d.clone(), h.clone())).collect();
+        let dirs: Vec<(String, Held)> =
+            self.held().iter().filter(|(_, h)| !h.lost).map(|(d, h)| (d.clone(), h.clone())).collect();
         for (dir, h) in dirs {
             let path = lease_path(&self.out, &dir);
             let body = self.body(Some(h.body.since));
@@ -176,7 +199,9 @@ impl Leases {
                 }
                 SwapMethod::Rename => match read(&self.out, &path).await {
                     Ok(Some((Some(b), _))) if b.run_id == self.run_id => self.out.store.put(&path, bytes.into()).await,
-                    Ok(_) => Err(object_store::Error::Precondition { path: path.to_string(), source: "lease taken".into() }),
+                    Ok(_) => {
+                        Err(object_store::Error::Precondition { path: path.to_string(), source: "lease taken".into() })
+                    }
                     Err(e) => Err(object_store::Error::Generic { store: "lease", source: Box::new(e) }),
                 },
             };
@@ -191,7 +216,9 @@ impl Leases {
                     tracing::warn!(lease = %self.out.display(&path), "lease lost to another run");
                     entry.lost = true;
                 }
-                Err(e) => tracing::warn!(lease = %self.out.display(&path), error = %e, "cannot renew the lease; will retry"),
+                Err(e) => {
+                    tracing::warn!(lease = %self.out.display(&path), error = %e, "cannot renew the lease; will retry")
+                }
             }
         }
     }

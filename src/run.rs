@@ -186,6 +186,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     }
     let _renewer = leases.spawn_renewer();
     let dirs: Vec<String> = held.iter().map(|p| p.dir.clone()).collect();
+    dirs.iter().for_each(|d| leases.remove_leftovers(d));
     if let Err(e) = gc::remove_stale_staging(&job.output, &run_id, Some(&dirs)).await {
         tracing::warn!(error = %e, "could not remove stale staging");
     }

@@ -91,6 +91,28 @@ impl StoreLocation {
         }
     }
 
+    /// The file system path of `path`, when the store is a local folder.
+    pub fn local_path(&self, path: &Path) -> Option<std::path::PathBuf> {
+        self.local_root.as_ref().map(|r| r.join(path.as_ref()))
+    }
+
+    /// The names of the folders directly under `path` on a local folder (`None` elsewhere).
+    /// Unlike a listing of objects, this also sees folders that hold only the temporary files
+    /// of an interrupted write (`name#N`), which the object store API does not show.
+    pub fn local_subdirs(&self, path: &Path) -> Option<Vec<String>> {
+        let dir = self.local_path(path)?;
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        Some(v)
+    }
+
     /// A path relative to the prefix, for messages and lineage (`event_date=…/part-0.parquet`).
     pub fn relative(&self, path: &Path) -> String {
         match path.prefix_match(&self.prefix) {

@@ -36,8 +36,12 @@ async fn run_is_correct_and_rerun_byte_identical(kind: Kind) {
     let s = run::run(&job, &opts("2026-11-01", "2026-11-03")).await.unwrap();
     assert_eq!(actions(&s), [Action::Unchanged; 3]);
     assert_eq!(b.partitions().await, first);
-    let leftovers: Vec<String> =
-        b.objects("out").await.into_keys().filter(|k| k.starts_with("_staging") || k.starts_with("_lakeswap/leases")).collect();
+    let leftovers: Vec<String> = b
+        .objects("out")
+        .await
+        .into_keys()
+        .filter(|k| k.starts_with("_staging") || k.starts_with("_lakeswap/leases"))
+        .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
     assert_eq!(b.objects("out").await.keys().filter(|k| k.starts_with("_lakeswap/runs/")).count(), 2);
 }
@@ -60,7 +64,8 @@ async fn crashed_leftovers_are_cleaned(kind: Kind) {
     let b = Backend::new(kind);
     b.write_input(&random_orders(63, 1, 100), 1).await;
     // A crashed run left a staged file and an expired lease.
-    b.put("out", "_staging/20260101T000000.000Z-dead00/event_date=2026-11-01/part-00000.parquet", b"junk".to_vec()).await;
+    b.put("out", "_staging/20260101T000000.000Z-dead00/event_date=2026-11-01/part-00000.parquet", b"junk".to_vec())
+        .await;
     let expired = serde_json::json!({"run_id": "20260101T000000.000Z-dead00", "host": "gone", "pid": 1,
         "since": "2026-01-01T00:00:00Z", "expires": "2026-01-01T00:01:00Z"});
     b.put("out", "_lakeswap/leases/event_date=2026-11-01.json", serde_json::to_vec(&expired).unwrap()).await;

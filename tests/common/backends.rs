@@ -103,7 +103,12 @@ impl Backend {
 
     /// The committed partitions under `out`: `event_date=D/part-00000.parquet` to bytes.
     pub async fn partitions(&self) -> BTreeMap<String, Vec<u8>> {
-        self.objects("out").await.into_iter().filter(|(k, _)| !k.starts_with('_')).collect()
+        self.partitions_at("out").await
+    }
+
+    /// The committed partitions under `sub`.
+    pub async fn partitions_at(&self, sub: &str) -> BTreeMap<String, Vec<u8>> {
+        self.objects(sub).await.into_iter().filter(|(k, _)| !k.starts_with('_')).collect()
     }
 
     /// Writes rows as Hive-partitioned Parquet under `in`, `files` objects per date.
@@ -116,20 +121,29 @@ impl Backend {
             let n = rows.len();
             for f in 0..files {
                 let part = &rows[n * f / files..n * (f + 1) / files];
-                self.put("in", &format!("event_date={date}/part-{f:05}.parquet"), super::parquet_bytes(&super::batch(part)))
-                    .await;
+                self.put(
+                    "in",
+                    &format!("event_date={date}/part-{f:05}.parquet"),
+                    super::parquet_bytes(&super::batch(part)),
+                )
+                .await;
             }
         }
     }
 
     /// The standard revenue job on this backend.
     pub fn job(&self) -> lakeswap::Job {
+        self.job_at("out")
+    }
+
+    /// The standard revenue job, writing to `out_sub`.
+    pub fn job_at(&self, out_sub: &str) -> lakeswap::Job {
         let text = format!(
             "[job]\nname = \"revenue_daily\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n\
              [identity]\nkey = [\"order_id\"]\nversion = \"source_version\"\n{}\n[output]\nurl = \"{}\"\n",
             self.url("in"),
             super::MEASURES,
-            self.url("out")
+            self.url(out_sub)
         );
         if self.kind == Kind::Local {
             std::fs::create_dir_all(self.url("in")).unwrap();

@@ -22,11 +22,15 @@ pub enum Mode {
     FailAt(usize),
     /// The call with this index and every later one fail.
     CrashAt(usize),
+    /// The call with this index takes effect, then reports an error (a timeout after success).
+    LieAt(usize),
     None,
 }
 
 #[derive(Debug)]
 pub struct FaultStore {
+    /// Reads of paths containing this fail with a "permission denied" error.
+    deny: Mutex<Option<String>>,
     inner: Arc<dyn ObjectStore>,
     calls: AtomicUsize,
     mode: Mutex<Mode>,
@@ -44,6 +48,7 @@ impl fmt::Display for FaultStore {
 impl FaultStore {
     pub fn new(inner: Arc<dyn ObjectStore>, mode: Mode) -> Arc<Self> {
         Arc::new(FaultStore {
+            deny: Mutex::new(None),
             inner,
             calls: AtomicUsize::new(0),
             mode: Mutex::new(mode),
@@ -66,10 +71,37 @@ impl FaultStore {
         (s, self.arrived.clone())
     }
 
+    /// Reads of paths containing `pattern` fail as if permission were denied.
+    pub fn deny(&self, pattern: &str) {
+        *self.deny.lock().unwrap() = Some(pattern.to_string());
+    }
+
+    /// Runs `op`, applying the fault schedule to call number `i`.
+    async fn call<T>(&self, what: &str, path: &str, op: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        if let Some(p) = self.deny.lock().unwrap().clone() {
+            if path.contains(&p) && what.starts_with("get") {
+                let e = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "Permission denied (os error 13)");
+                return Err(object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(e) });
+            }
+        }
+        let i = self.calls.load(Ordering::SeqCst);
+        if matches!(*self.mode.lock().unwrap(), Mode::LieAt(n) if n == i) {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let _ = op.await;
+            return Err(object_store::Error::Generic {
+                store: "fault",
+                source: format!("injected timeout after success at call {i} ({what} {path})").into(),
+            });
+        }
+        self.fault(what, path)?;
+        op.await
+    }
+
     fn fault(&self, what: &str, path: &str) -> Result<()> {
         let i = self.calls.fetch_add(1, Ordering::SeqCst);
         let mode = *self.mode.lock().unwrap();
         let hit = match mode {
+            Mode::LieAt(_) => false,
             Mode::FailAt(n) => i == n,
             Mode::CrashAt(n) => {
                 if i >= n {
@@ -103,20 +135,16 @@ impl FaultStore {
 impl ObjectStore for FaultStore {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
         self.pass_gate(location).await;
-        self.fault("put", location.as_ref())?;
-        self.inner.put_opts(location, payload, opts).await
+        self.call("put", location.as_ref(), self.inner.put_opts(location, payload, opts)).await
     }
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
-        self.fault("put_multipart", location.as_ref())?;
-        self.inner.put_multipart_opts(location, opts).await
+        self.call("put_multipart", location.as_ref(), self.inner.put_multipart_opts(location, opts)).await
     }
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.fault("get", location.as_ref())?;
-        self.inner.get_opts(location, options).await
+        self.call("get", location.as_ref(), self.inner.get_opts(location, options)).await
     }
     async fn get_ranges(&self, location: &Path, ranges: &[std::ops::Range<u64>]) -> Result<Vec<Bytes>> {
-        self.fault("get_ranges", location.as_ref())?;
-        self.inner.get_ranges(location, ranges).await
+        self.call("get_ranges", location.as_ref(), self.inner.get_ranges(location, ranges)).await
     }
     fn delete_stream(&self, locations: BoxStream<'static, Result<Path>>) -> BoxStream<'static, Result<Path>> {
         match self.fault("delete", "") {
@@ -131,16 +159,18 @@ impl ObjectStore for FaultStore {
         }
     }
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.fault("list_with_delimiter", prefix.map(|p| p.as_ref()).unwrap_or(""))?;
-        self.inner.list_with_delimiter(prefix).await
+        self.call(
+            "list_with_delimiter",
+            prefix.map(|p| p.as_ref()).unwrap_or(""),
+            self.inner.list_with_delimiter(prefix),
+        )
+        .await
     }
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.fault("copy", from.as_ref())?;
-        self.inner.copy_opts(from, to, options).await
+        self.call("copy", from.as_ref(), self.inner.copy_opts(from, to, options)).await
     }
     async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
         self.pass_gate(to).await;
-        self.fault("rename", from.as_ref())?;
-        self.inner.rename_opts(from, to, options).await
+        self.call("rename", from.as_ref(), self.inner.rename_opts(from, to, options)).await
     }
 }

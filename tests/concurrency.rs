@@ -1,0 +1,83 @@
+//! Risk: two runs over overlapping dates interleave on a partition (G6). Processes race over
+//! one range; a live holder keeps its lease by renewing it; the loser is told who holds it.
+
+mod common;
+use common::faults::{FaultStore, Mode};
+use common::*;
+use lakeswap::commit::Action;
+use lakeswap::{run, ExitCode, Job};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+fn racing_processes_end_in_the_expected_bytes() {
+    let lake = Lake::new();
+    let rows = random_orders(91, 10, 150);
+    lake.write_hive(&rows, 2);
+    let cfg = lake.config();
+    let bin = env!("CARGO_BIN_EXE_lakeswap");
+    let args = ["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-10"];
+    let spawn = |extra: &[&str]| {
+        std::process::Command::new(bin)
+            .args(args)
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let children: Vec<_> = (0..4).map(|_| spawn(&[])).collect();
+    let mut codes = Vec::new();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        let code = o.status.code().unwrap();
+        assert!(code == 0 || code == 4, "exit {code}: {}", text(&o));
+        if code == 4 {
+            let t = text(&o);
+            assert!(t.contains("leased by run") && t.contains("pid") && t.contains("until"), "{t}");
+        }
+        codes.push(code);
+    }
+    assert!(codes.contains(&0) || codes.contains(&4));
+    let expected = model(&rows);
+    for (date, want) in &expected {
+        assert_eq!(&read_partition(&lake.partition_file(&date.to_string())), want, "{date}");
+    }
+    let once = lake.snapshot();
+    // With --wait, every racer succeeds and the bytes stay the same.
+    let children: Vec<_> = (0..3).map(|_| spawn(&["--wait"])).collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    assert_eq!(lake.snapshot(), once);
+    assert!(lake.output().join("_lakeswap/leases").read_dir().map_or(true, |mut d| d.next().is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_holder_renews_its_lease_and_keeps_others_out() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(92, 1, 100), 1);
+    let mut slow = Job::load(&lake.config()).unwrap();
+    let faulty = FaultStore::new(slow.output.store.clone(), Mode::None);
+    let (gate, arrived) = faulty.gate("_staging/");
+    slow.output.store = faulty.clone();
+    let slow = Arc::new(slow);
+    let ttl = Duration::from_millis(300);
+    let s2 = slow.clone();
+    let holder = tokio::spawn(async move {
+        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
+        run::run(&s2, &o).await.unwrap()
+    });
+    arrived.notified().await;
+    // Held at the gate for several lease lifetimes: renewals keep the lease.
+    for _ in 0..3 {
+        tokio::time::sleep(ttl).await;
+        let other = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
+        assert_eq!(other.exit_code, ExitCode::Leased, "{}", lakeswap::report::table(&other));
+        assert!(other.partitions[0].error.as_deref().unwrap().contains("leased by run"));
+    }
+    gate.add_permits(1000);
+    let s = holder.await.unwrap();
+    assert_eq!(s.partitions[0].action, Action::Created, "{}", lakeswap::report::table(&s));
+}

@@ -1,0 +1,56 @@
+//! Risk: cleanup deletes what a live run needs, or leaves a crashed run's debris forever.
+//! `gc` removes stale staging and expired leases and never touches a live run's staging.
+
+mod common;
+use common::*;
+
+fn put(path: &std::path::Path, body: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, body).unwrap();
+}
+
+fn lease(run: &str, expires: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"run_id": run, "host": "h", "pid": 1,
+        "since": "2026-01-01T00:00:00Z", "expires": expires}))
+    .unwrap()
+}
+
+#[test]
+fn gc_removes_stale_staging_and_expired_leases_only() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(95, 1, 50), 1);
+    let out = lake.output();
+    let live_until = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    // A live run: lease held, staging in progress.
+    put(&out.join("_lakeswap/leases/event_date=2026-11-02.json"), &lease("live-run", &live_until));
+    put(&out.join("_staging/live-run/event_date=2026-11-02/part-00000.parquet"), b"in progress");
+    // A crashed run: expired lease, staging left behind, and staging without any lease.
+    put(&out.join("_lakeswap/leases/event_date=2026-11-03.json"), &lease("dead-run", "2026-01-01T00:01:00Z"));
+    put(&out.join("_staging/dead-run/event_date=2026-11-03/part-00000.parquet"), b"debris");
+    put(&out.join("_staging/dead-run/event_date=2026-11-04/part-00000.parquet"), b"debris");
+    // Staging of a run that lost its lease to another live run.
+    put(&out.join("_staging/old-run/event_date=2026-11-02/part-00000.parquet"), b"debris");
+
+    let o = cli(&["gc", "--config", lake.config().to_str().unwrap()], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("removed 1 expired lease(s) and 3 stale staged file(s); kept 1"), "{}", text(&o));
+    assert!(out.join("_lakeswap/leases/event_date=2026-11-02.json").exists());
+    assert!(out.join("_staging/live-run/event_date=2026-11-02/part-00000.parquet").exists());
+    assert!(!out.join("_lakeswap/leases/event_date=2026-11-03.json").exists());
+    assert!(!out.join("_staging/dead-run").exists());
+    assert!(!out.join("_staging/old-run").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_cleans_its_own_partitions_first() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(96, 2, 50), 1);
+    let out = lake.output();
+    put(&out.join("_staging/dead-run/event_date=2026-11-01/part-00000.parquet"), b"debris");
+    put(&out.join("_staging/dead-run/event_date=2026-11-01/part-00000.parquet#3"), b"interrupted write");
+    put(&out.join("_staging/dead-run/event_date=2026-11-09/part-00000.parquet"), b"not this run's partition");
+    let s = run_range(&lake.config(), "2026-11-01", "2026-11-02").await;
+    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok);
+    assert!(!out.join("_staging/dead-run/event_date=2026-11-01").exists());
+    assert!(out.join("_staging/dead-run/event_date=2026-11-09/part-00000.parquet").exists());
+}
