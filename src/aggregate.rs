@@ -195,7 +195,7 @@ fn sum(
             for i in 0..n {
                 if keep(i) && a.is_valid(i) {
                     let g = &mut acc[group_of[i] as usize];
-                    *g = g.checked_add(a.value(i)).ok_or_else(|| overflow("a 128-bit decimal"))?;
+                    *g = g.checked_add(a.value(i)).ok_or_else(|| overflow("decimal(38)"))?;
                 }
             }
             if acc.iter().any(|v| v.unsigned_abs() > MAX_DECIMAL38 as u128) {

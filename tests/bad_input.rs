@@ -154,23 +154,29 @@ async fn a_row_in_the_wrong_date_folder_is_bad_input() {
     assert!(e.contains("row 1, column `event_date`") && e.contains("holds 2026-11-02"), "{e}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn decimal_overflow_names_the_measure() {
-    let lake = Lake::new();
-    let big = 10i128.pow(37);
-    let rows: Vec<Order> = (0..20).map(|i| order(&format!("o{i}"), 1, "2026-11-01", "USD", big, "placed")).collect();
-    // Wider decimals than (12, 2) are needed to hold such amounts.
-    let b = batch(&rows);
-    let wide = arrow::compute::cast(b.column(5), &arrow::datatypes::DataType::Decimal128(38, 2)).unwrap();
+fn wide(rows: &[Order]) -> arrow::array::RecordBatch {
+    let b = batch(rows);
     let mut cols = b.columns().to_vec();
-    cols[5] = wide;
+    cols[5] = arrow::compute::cast(b.column(5), &arrow::datatypes::DataType::Decimal128(38, 2)).unwrap();
     let mut fields: Vec<arrow::datatypes::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
     fields[5] = arrow::datatypes::Field::new("amount", arrow::datatypes::DataType::Decimal128(38, 2), true);
-    let b =
-        arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), cols).unwrap();
-    write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &b);
-    let s = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
+    arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), cols).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn decimal_overflow_names_the_measure_and_spares_the_rest() {
+    let lake = Lake::new();
+    // Amounts declared decimal(38,2): ten of 10^35 fit one by one, but their sum does not.
+    let small: Vec<Order> = (0..5).map(|i| order(&format!("s{i}"), 1, "2026-11-01", "USD", 100, "placed")).collect();
+    let big: Vec<Order> =
+        (0..20).map(|i| order(&format!("o{i}"), 1, "2026-11-02", "USD", 10i128.pow(37), "placed")).collect();
+    write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &wide(&small));
+    write_parquet(&lake.input().join("event_date=2026-11-02/part-00000.parquet"), &wide(&big));
+    let s = run_range(&lake.config(), "2026-11-01", "2026-11-02").await;
     assert_eq!(s.exit_code, ExitCode::DataContract);
-    let e = s.partitions[0].error.clone().unwrap();
-    assert!(e.contains("measure `revenue` overflows"), "{e}");
+    assert_eq!(s.partitions[0].action, Action::Created);
+    assert_eq!(s.partitions[1].action, Action::Failed);
+    let e = s.partitions[1].error.clone().unwrap();
+    assert!(e.contains("measure `revenue` overflows") && e.contains("decimal(38)"), "{e}");
+    assert!(!lake.partition_file("2026-11-02").exists());
 }

@@ -240,7 +240,7 @@ impl Decoder {
     }
 
     fn decode_csv(&self, object: &str, bytes: Bytes) -> Result<Vec<(RecordBatch, u64)>, InputError> {
-        let reader = arrow::csv::ReaderBuilder::new(self.schema.clone())
+        let reader = arrow::csv::ReaderBuilder::new(self.text_dates_schema())
             .with_header(self.header)
             .with_delimiter(self.delimiter)
             .with_batch_size(65_536)
@@ -267,14 +267,14 @@ impl Decoder {
                 InputError::bad(Location { object: object.into(), row, column }, msg)
             })?;
             let n = b.num_rows() as u64;
-            out.push((self.conform(object, b)?, row));
+            out.push((self.strict_dates(object, b, row)?, row));
             row += n;
         }
         Ok(out)
     }
 
     fn decode_ndjson(&self, object: &str, bytes: Bytes) -> Result<Vec<(RecordBatch, u64)>, InputError> {
-        let reader = arrow::json::ReaderBuilder::new(self.schema.clone())
+        let reader = arrow::json::ReaderBuilder::new(self.text_dates_schema())
             .with_batch_size(65_536)
             .build(Cursor::new(bytes))
             .map_err(|e| InputError::bad(Location::object(object), format!("cannot read NDJSON: {e}")))?;
@@ -288,10 +288,59 @@ impl Decoder {
                 )
             })?;
             let n = b.num_rows() as u64;
-            out.push((self.conform(object, b)?, row));
+            out.push((self.strict_dates(object, b, row)?, row));
             row += n;
         }
         Ok(out)
+    }
+
+    /// The record schema with date columns read as text: text formats' dates are parsed
+    /// strictly here (`2026-11-3x` is an error, not the 3rd).
+    fn text_dates_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.schema
+                .fields()
+                .iter()
+                .map(|f| match f.data_type() {
+                    DataType::Date32 => Field::new(f.name(), DataType::Utf8, true),
+                    _ => f.as_ref().clone(),
+                })
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Parses the text date columns of a batch read with [`Self::text_dates_schema`].
+    fn strict_dates(&self, object: &str, b: RecordBatch, first_row: u64) -> Result<RecordBatch, InputError> {
+        let mut cols = b.columns().to_vec();
+        for (i, f) in self.schema.fields().iter().enumerate() {
+            if f.data_type() != &DataType::Date32 {
+                continue;
+            }
+            let text = cols[i].as_string::<i32>();
+            let mut days = Vec::with_capacity(text.len());
+            for r in 0..text.len() {
+                if text.is_null(r) {
+                    days.push(None);
+                    continue;
+                }
+                let v = text.value(r);
+                let d = NaiveDate::parse_from_str(v, "%Y-%m-%d").map_err(|_| {
+                    InputError::bad(
+                        Location {
+                            object: object.into(),
+                            row: Some(first_row + r as u64),
+                            column: Some(f.name().clone()),
+                        },
+                        format!("`{v}` is not a date (YYYY-MM-DD)"),
+                    )
+                })?;
+                days.push(Some(dates::to_days(d)));
+            }
+            cols[i] = Arc::new(arrow::array::Date32Array::from(days));
+        }
+        RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| {
+            InputError::bad(Location::object(object), format!("columns do not match the first object: {e}"))
+        })
     }
 
     /// The batch under the record schema (all fields nullable).
