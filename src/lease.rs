@@ -25,6 +25,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::PartitionError;
 use crate::store::{StoreLocation, SwapMethod};
 
+/// Temporary files of interrupted writes older than this are debris.
+pub const TEMP_FILE_AGE: Duration = Duration::from_secs(600);
+
 /// What a lease object says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseBody {
@@ -169,17 +172,20 @@ impl Leases {
         }
     }
 
-    /// Removes what interrupted lease writes left for `dir` on a local folder: temporary files
-    /// (`<dir>.json#N`) and leases renamed aside during a takeover. Call with the lease held.
+    /// Removes what interrupted lease writes left for `dir` on a local folder: leases renamed
+    /// aside during a takeover, and temporary files (`<dir>.json#N`, invisible to the object
+    /// store API) older than [`TEMP_FILE_AGE`] — younger ones may be a contender's write in flight.
     pub fn remove_leftovers(&self, dir: &str) {
         let Some(folder) = self.out.local_path(&self.out.child(&["_lakeswap", "leases"])) else { return };
         let (tmp, aside) = (format!("{dir}.json#"), format!("{dir}.json.expired-"));
-        if let Ok(rd) = std::fs::read_dir(folder) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with(&tmp) || name.starts_with(&aside) {
-                    let _ = std::fs::remove_file(e.path());
-                }
+        let Ok(rd) = std::fs::read_dir(folder) else { return };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let old = || {
+                e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().unwrap_or_default() > TEMP_FILE_AGE)
+            };
+            if name.starts_with(&aside) || (name.starts_with(&tmp) && old()) {
+                let _ = std::fs::remove_file(e.path());
             }
         }
     }

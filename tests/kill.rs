@@ -115,7 +115,9 @@ fn sigkill_at_random_instants_never_exposes_a_partial_partition() {
         let _ = child.wait();
         let now = files(&lake.output());
         let new = now.iter().filter(|(k, v)| **v == expected[*k]).count();
-        if (new > 0 && new < 30) || !walk(&lake.output().join("_lakeswap/leases")).is_empty() {
+        let leases =
+            walk(&lake.output().join("_lakeswap/leases")).into_iter().filter(|p| !p.to_string_lossy().contains('#'));
+        if (new > 0 && new < 30) || leases.count() > 0 {
             mid_run += 1;
         }
     }
@@ -129,7 +131,12 @@ fn sigkill_at_random_instants_never_exposes_a_partial_partition() {
     assert!(reads.load(Ordering::Relaxed) > 30, "the reader read {} files", reads.load(Ordering::Relaxed));
     let staging: Vec<_> = walk(&lake.output().join("_staging"));
     assert!(staging.is_empty(), "{staging:?}");
-    let leases = walk(&lake.output().join("_lakeswap/leases"));
+    // No lease is left. (A write killed mid-way can leave a `name#N` temporary file, which
+    // is no object for the store API; runs remove those once they are old.)
+    let leases: Vec<_> = walk(&lake.output().join("_lakeswap/leases"))
+        .into_iter()
+        .filter(|p| !p.to_string_lossy().contains('#'))
+        .collect();
     assert!(leases.is_empty(), "{leases:?}");
 }
 
