@@ -165,3 +165,54 @@ fn generate_is_deterministic_and_counts_match() {
     assert_eq!(meta["total"]["raw_rows"], 10_003);
     assert_eq!(meta["total"]["duplicate_rows"], 300);
 }
+
+#[test]
+fn secrets_never_appear_in_output() {
+    // A plain HTTP server that answers every request with an error, standing in for a store.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut server = std::process::Command::new("python3")
+        .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"])
+        .current_dir(std::env::temp_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 runs the stand-in server");
+    for _ in 0..50 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let t = tempfile::tempdir().unwrap();
+    let secret = "SUPERSECRET-0123456789";
+    let cfg = format!(
+        "[job]\nname = \"s\"\nkind = \"aggregate\"\n[input]\nurl = \"s3://bucket/in\"\nformat = \"parquet\"\n\
+         options = {{ aws_access_key_id = \"AKIA-TEST\", aws_secret_access_key = \"{secret}\", aws_endpoint = \"http://127.0.0.1:{port}\", aws_allow_http = \"true\", aws_region = \"us-east-1\" }}\n\
+         [identity]\nkey = [\"order_id\"]\nversion = \"source_version\"\n{MEASURES}\n[output]\nurl = \"out\"\n"
+    );
+    std::fs::write(t.path().join("s.toml"), cfg).unwrap();
+    for extra in [&["--dry-run"][..], &[][..]] {
+        let mut args = vec!["run", "--config", "s.toml", "--date", "2026-11-01"];
+        args.extend_from_slice(extra);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+            .args(&args)
+            .env("LAKESWAP_LOG", "debug")
+            .current_dir(t.path())
+            .output()
+            .unwrap();
+        let out = text(&o);
+        assert_ne!(o.status.code(), Some(0), "{out}");
+        assert!(out.contains("s3://bucket/in"), "the error names the store: {out}");
+        assert!(!out.contains(secret), "the secret leaked: {out}");
+    }
+    let _ = server.kill();
+    let journals = t.path().join("out/_lakeswap/runs");
+    if let Ok(rd) = std::fs::read_dir(journals) {
+        for e in rd.flatten() {
+            assert!(!std::fs::read_to_string(e.path()).unwrap().contains(secret));
+        }
+    }
+}
