@@ -180,6 +180,21 @@ async fn transient_faults_fail_the_partition_and_a_rerun_converges(kind: Kind) {
     }
 }
 
+async fn large_partitions_go_up_in_parts(kind: Kind) {
+    let b = Backend::new(kind);
+    let mut out = b.location("out");
+    let counting = FaultStore::new(out.store.clone(), Mode::None);
+    out.store = counting.clone();
+    let big: Vec<u8> = (0..20 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let path = out.child(&["_staging", "r", "event_date=2026-11-01", "part-00000.parquet"]);
+    lakeswap::commit::upload(&out, &path, bytes::Bytes::from(big.clone())).await.unwrap();
+    assert_eq!(counting.multipart.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(b.get("out", "_staging/r/event_date=2026-11-01/part-00000.parquet").await.unwrap(), big);
+    let small = out.child(&["small"]);
+    lakeswap::commit::upload(&out, &small, bytes::Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(counting.multipart.load(std::sync::atomic::Ordering::SeqCst), 1, "small objects: one put");
+}
+
 macro_rules! suite {
     ($name:ident, $kind:expr $(, $attr:meta)?) => {
         mod $name {
@@ -208,6 +223,11 @@ macro_rules! suite {
             $(#[$attr])?
             async fn stale_run_is_fenced_off() {
                 super::stale_run_is_fenced_off($kind).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn large_partitions_go_up_in_parts() {
+                super::large_partitions_go_up_in_parts($kind).await
             }
             #[tokio::test(flavor = "multi_thread")]
             $(#[$attr])?

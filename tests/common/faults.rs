@@ -37,6 +37,8 @@ pub struct FaultStore {
     crashed: AtomicBool,
     gate: Mutex<Option<(String, Arc<tokio::sync::Semaphore>)>>,
     arrived: Arc<tokio::sync::Notify>,
+    /// Multipart uploads started.
+    pub multipart: AtomicUsize,
 }
 
 impl fmt::Display for FaultStore {
@@ -55,6 +57,7 @@ impl FaultStore {
             crashed: AtomicBool::new(false),
             gate: Mutex::new(None),
             arrived: Arc::new(tokio::sync::Notify::new()),
+            multipart: AtomicUsize::new(0),
         })
     }
     pub fn calls(&self) -> usize {
@@ -138,6 +141,7 @@ impl ObjectStore for FaultStore {
         self.call("put", location.as_ref(), self.inner.put_opts(location, payload, opts)).await
     }
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
+        self.multipart.fetch_add(1, Ordering::SeqCst);
         self.call("put_multipart", location.as_ref(), self.inner.put_multipart_opts(location, opts)).await
     }
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
