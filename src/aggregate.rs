@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array,
+    Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array,
 };
 use arrow::compute::{take, SortOptions};
 use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
@@ -59,46 +59,54 @@ pub fn output_schema(agg: &AggregateSection, input: &Schema) -> Result<SchemaRef
     Ok(Arc::new(Schema::new(fields)))
 }
 
-/// Aggregates the winning rows of one partition.
+/// Aggregates the winning rows of one partition, reading the columns in place (no copies).
 pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Result<RecordBatch, PartitionError> {
     let other = |m: String| PartitionError::Other(format!("aggregate: {m}"));
     let batch = &p.table.batch;
-    let idx = UInt32Array::from(p.winners.clone());
-    let pick = |name: &str| -> Result<ArrayRef, PartitionError> {
-        let col = batch.column_by_name(name).ok_or_else(|| other(format!("no column `{name}`")))?;
-        take(col.as_ref(), &idx, None).map_err(|e| other(e.to_string()))
+    let col_of = |name: &str| -> Result<ArrayRef, PartitionError> {
+        batch.column_by_name(name).cloned().ok_or_else(|| other(format!("no column `{name}`")))
     };
-    let n = p.winners.len();
+    let rows: &[u32] = &p.winners;
+    let n = rows.len();
 
-    // Group ids, in order of first appearance.
-    let group_cols: Vec<ArrayRef> = agg.group_by.iter().map(|g| pick(g)).collect::<Result<_, _>>()?;
-    let (group_of, firsts, order): (Vec<u32>, Vec<u32>, Vec<usize>) = if group_cols.is_empty() {
+    // Group ids, in order of first appearance; `firsts` holds each group's first row.
+    let group_cols: Vec<ArrayRef> = agg.group_by.iter().map(|g| col_of(g)).collect::<Result<_, _>>()?;
+    let (group_of, firsts): (Vec<u32>, Vec<u32>) = if group_cols.is_empty() {
         if p.stats.input_rows == 0 {
-            (vec![], vec![], vec![])
+            (vec![], vec![])
         } else {
-            (vec![0; n], vec![0], vec![0])
+            (vec![0; n], vec![rows.first().copied().unwrap_or(0)])
         }
     } else {
-        let conv = RowConverter::new(group_cols.iter().map(|c| SortField::new(c.data_type().clone())).collect())
-            .map_err(|e| other(e.to_string()))?;
-        let rows = conv.convert_columns(&group_cols).map_err(|e| other(e.to_string()))?;
+        let keys = key_bytes(&group_cols).map_err(other)?;
         let mut ids: HashMap<&[u8], u32> = HashMap::new();
         let mut group_of = Vec::with_capacity(n);
         let mut firsts = Vec::new();
-        for i in 0..n {
+        for &r in rows {
             let next = ids.len() as u32;
-            let g = *ids.entry(rows.row(i).data()).or_insert_with(|| {
-                firsts.push(i as u32);
+            let g = *ids.entry(keys.get(r as usize)).or_insert_with(|| {
+                firsts.push(r);
                 next
             });
             group_of.push(g);
         }
-        // Output order: by the group-by values (the row format sorts like the values).
-        let mut order: Vec<usize> = (0..firsts.len()).collect();
-        order.sort_by(|&a, &b| rows.row(firsts[a] as usize).cmp(&rows.row(firsts[b] as usize)));
-        (group_of, firsts, order)
+        (group_of, firsts)
     };
     let groups = firsts.len();
+    // Output order: by the group-by values (Arrow's row format sorts like the values).
+    let mut order: Vec<usize> = (0..groups).collect();
+    if !group_cols.is_empty() && groups > 1 {
+        let firsts_idx = UInt32Array::from(firsts.clone());
+        let cols: Vec<ArrayRef> = group_cols
+            .iter()
+            .map(|c| take(c.as_ref(), &firsts_idx, None))
+            .collect::<Result<_, _>>()
+            .map_err(|e| other(e.to_string()))?;
+        let conv = RowConverter::new(cols.iter().map(|c| SortField::new(c.data_type().clone())).collect())
+            .map_err(|e| other(e.to_string()))?;
+        let sort_rows = conv.convert_columns(&cols).map_err(|e| other(e.to_string()))?;
+        order.sort_by(|&a, &b| sort_rows.row(a).cmp(&sort_rows.row(b)));
+    }
 
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     let sorted_firsts = UInt32Array::from(order.iter().map(|&g| firsts[g]).collect::<Vec<_>>());
@@ -107,25 +115,22 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
     }
 
     for m in &agg.measures {
-        let mask: Option<BooleanArray> = if m.filter.is_empty() {
-            None
-        } else {
-            let cols: Vec<ArrayRef> = m.filter.keys().map(|k| pick(k)).collect::<Result<_, _>>()?;
-            let fields: Vec<Field> =
-                m.filter.keys().zip(&cols).map(|(k, c)| Field::new(k, c.data_type().clone(), true)).collect();
-            let sub = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| other(e.to_string()))?;
-            predicate::all_match(&sub, m.filter.iter().map(|(k, v)| (k, v.values()))).map_err(other)?
-        };
-        let keep = |i: usize| mask.as_ref().is_none_or(|mk| mk.value(i));
+        let matchers: Vec<predicate::Matcher> = m
+            .filter
+            .iter()
+            .map(|(k, v)| predicate::Matcher::new(&col_of(k)?, &v.values()).map_err(other))
+            .collect::<Result<_, _>>()?;
+        let keep = |r: usize| matchers.iter().all(|mt| mt.is_match(r));
         let col = match &m.column {
-            Some(c) => Some(pick(c)?),
+            Some(c) => Some(col_of(c)?),
             None => None,
         };
         let out: ArrayRef = match m.func {
             MeasureFn::Count => {
                 let mut acc = vec![0i64; groups];
-                for i in 0..n {
-                    if keep(i) && col.as_ref().is_none_or(|c| c.is_valid(i)) {
+                for (i, &r) in rows.iter().enumerate() {
+                    let r = r as usize;
+                    if keep(r) && col.as_ref().is_none_or(|c| c.is_valid(r)) {
                         acc[group_of[i] as usize] += 1;
                     }
                 }
@@ -134,10 +139,12 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
             MeasureFn::CountDistinct => {
                 let col = col.ok_or_else(|| other("count_distinct needs a column".into()))?;
                 let keys = key_bytes(std::slice::from_ref(&col)).map_err(other)?;
-                let mut sets: Vec<HashSet<&[u8]>> = (0..groups).map(|_| HashSet::new()).collect();
-                for i in 0..n {
-                    if keep(i) && col.is_valid(i) {
-                        sets[group_of[i] as usize].insert(keys.get(i));
+                let cap = n / groups.max(1);
+                let mut sets: Vec<HashSet<&[u8]>> = (0..groups).map(|_| HashSet::with_capacity(cap)).collect();
+                for (i, &r) in rows.iter().enumerate() {
+                    let r = r as usize;
+                    if keep(r) && col.is_valid(r) {
+                        sets[group_of[i] as usize].insert(keys.get(r));
                     }
                 }
                 let acc: Vec<i64> = sets.iter().map(|s| s.len() as i64).collect();
@@ -145,20 +152,19 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
             }
             MeasureFn::Sum => {
                 let col = col.ok_or_else(|| other("sum needs a column".into()))?;
-                sum(m, &col, n, groups, &group_of, &keep, &order)?
+                sum(m, &col, rows, groups, &group_of, &keep, &order)?
             }
             MeasureFn::Min | MeasureFn::Max => {
                 let col = col.ok_or_else(|| other("min/max needs a column".into()))?;
                 let cmp = arrow::array::make_comparator(col.as_ref(), col.as_ref(), SortOptions::default())
                     .map_err(|e| other(e.to_string()))?;
-                let want =
-                    if m.func == MeasureFn::Min { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater };
+                let want = if m.func == MeasureFn::Min { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater };
                 let mut best: Vec<Option<u32>> = vec![None; groups];
-                for i in 0..n {
-                    if keep(i) && col.is_valid(i) {
+                for (i, &r) in rows.iter().enumerate() {
+                    if keep(r as usize) && col.is_valid(r as usize) {
                         let b = &mut best[group_of[i] as usize];
-                        if b.is_none_or(|j| cmp(i, j as usize) == want) {
-                            *b = Some(i as u32);
+                        if b.is_none_or(|j| cmp(r as usize, j as usize) == want) {
+                            *b = Some(r);
                         }
                     }
                 }
@@ -178,7 +184,7 @@ fn reorder<T: Copy>(acc: &[T], order: &[usize]) -> Vec<T> {
 fn sum(
     m: &Measure,
     col: &ArrayRef,
-    n: usize,
+    rows: &[u32],
     groups: usize,
     group_of: &[u32],
     keep: &dyn Fn(usize) -> bool,
@@ -192,10 +198,11 @@ fn sum(
         DataType::Decimal128(_, s) => {
             let a = col.as_primitive::<arrow::datatypes::Decimal128Type>();
             let mut acc = vec![0i128; groups];
-            for i in 0..n {
-                if keep(i) && a.is_valid(i) {
+            for (i, &r) in rows.iter().enumerate() {
+                let r = r as usize;
+                if keep(r) && a.is_valid(r) {
                     let g = &mut acc[group_of[i] as usize];
-                    *g = g.checked_add(a.value(i)).ok_or_else(|| overflow("decimal(38)"))?;
+                    *g = g.checked_add(a.value(r)).ok_or_else(|| overflow("decimal(38)"))?;
                 }
             }
             if acc.iter().any(|v| v.unsigned_abs() > MAX_DECIMAL38 as u128) {
@@ -210,10 +217,11 @@ fn sum(
             let ints = arrow::compute::cast(col, &DataType::Int64).map_err(|_| overflow("int64"))?;
             let a = ints.as_primitive::<Int64Type>();
             let mut acc = vec![0i64; groups];
-            for i in 0..n {
-                if keep(i) && a.is_valid(i) {
+            for (i, &r) in rows.iter().enumerate() {
+                let r = r as usize;
+                if keep(r) && a.is_valid(r) {
                     let g = &mut acc[group_of[i] as usize];
-                    *g = g.checked_add(a.value(i)).ok_or_else(|| overflow("int64"))?;
+                    *g = g.checked_add(a.value(r)).ok_or_else(|| overflow("int64"))?;
                 }
             }
             Ok(Arc::new(Int64Array::from(reorder(&acc, order))))
@@ -222,9 +230,10 @@ fn sum(
             let f = arrow::compute::cast(col, &DataType::Float64).map_err(|e| PartitionError::Other(e.to_string()))?;
             let a = f.as_primitive::<Float64Type>();
             let mut acc = vec![0f64; groups];
-            for i in 0..n {
-                if keep(i) && a.is_valid(i) {
-                    acc[group_of[i] as usize] += a.value(i);
+            for (i, &r) in rows.iter().enumerate() {
+                let r = r as usize;
+                if keep(r) && a.is_valid(r) {
+                    acc[group_of[i] as usize] += a.value(r);
                 }
             }
             Ok(Arc::new(Float64Array::from(reorder(&acc, order))))

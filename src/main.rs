@@ -126,7 +126,7 @@ fn main() -> ProcessExit {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread().max_blocking_threads(4).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -247,3 +247,6 @@ async fn cmd_gc(a: GcArgs) -> Result<ExitCode, Error> {
     );
     Ok(ExitCode::Ok)
 }
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

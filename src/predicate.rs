@@ -20,17 +20,41 @@ pub fn value_text(v: &toml::Value) -> String {
 
 /// Rows of `array` whose value is one of `values`.
 pub fn matches(array: &ArrayRef, values: &[toml::Value]) -> Result<BooleanArray, String> {
-    let wanted: HashSet<String> = values.iter().map(value_text).collect();
-    let text = match array.data_type() {
-        DataType::Utf8 => array.clone(),
-        _ => arrow::compute::cast(array, &DataType::Utf8).map_err(|e| e.to_string())?,
-    };
-    let s = text.as_string::<i32>();
-    let mut b = BooleanBufferBuilder::new(s.len());
-    for i in 0..s.len() {
-        b.append(s.is_valid(i) && wanted.contains(s.value(i)));
+    let m = Matcher::new(array, values)?;
+    let mut b = BooleanBufferBuilder::new(array.len());
+    for i in 0..array.len() {
+        b.append(m.is_match(i));
     }
     Ok(BooleanArray::new(b.finish(), None))
+}
+
+/// A prepared `column = values` test, asked row by row.
+pub enum Matcher {
+    /// A text column: compared with the few listed values directly.
+    Utf8(arrow::array::StringArray, Vec<String>),
+    /// Any other column: its text form, looked up in a set.
+    Text(arrow::array::StringArray, HashSet<String>),
+}
+
+impl Matcher {
+    pub fn new(array: &ArrayRef, values: &[toml::Value]) -> Result<Self, String> {
+        let texts: Vec<String> = values.iter().map(value_text).collect();
+        Ok(match array.data_type() {
+            DataType::Utf8 => Matcher::Utf8(array.as_string::<i32>().clone(), texts),
+            _ => {
+                let t = arrow::compute::cast(array, &DataType::Utf8).map_err(|e| e.to_string())?;
+                Matcher::Text(t.as_string::<i32>().clone(), texts.into_iter().collect())
+            }
+        })
+    }
+
+    #[inline]
+    pub fn is_match(&self, row: usize) -> bool {
+        match self {
+            Matcher::Utf8(a, vals) => a.is_valid(row) && vals.iter().any(|v| v == a.value(row)),
+            Matcher::Text(a, set) => a.is_valid(row) && set.contains(a.value(row)),
+        }
+    }
 }
 
 /// Rows of `batch` that satisfy every `column = values` condition (all rows when empty).

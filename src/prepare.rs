@@ -26,7 +26,8 @@ use crate::error::{ConflictKey, InputError, Location, PartitionError};
 use crate::predicate;
 use crate::read::Table;
 
-const NONE: u32 = u32::MAX;
+/// The end of a version chain (rows and chain indices stay below 2^31).
+const NONE: u32 = !CONFLICTED;
 
 /// Counts of one partition's preparation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -149,12 +150,27 @@ pub fn render_key(cols: &[ArrayRef], row: usize) -> String {
         .join("|")
 }
 
+/// A key's entry: its winning row and version, and the chain of its other versions. 16 bytes,
+/// so the table of a million keys stays small; the conflict flag lives in `next`'s top bit.
 struct Head {
-    hash: u64,
     row: u32,
+    /// The index of the next version in `others` (low 31 bits), and the conflict flag.
+    link: u32,
     version: i64,
-    next: u32,
-    conflicted: bool,
+}
+
+const CONFLICTED: u32 = 1 << 31;
+
+impl Head {
+    fn next(&self) -> u32 {
+        self.link & !CONFLICTED
+    }
+    fn set_next(&mut self, next: u32) {
+        self.link = (self.link & CONFLICTED) | next;
+    }
+    fn conflicted(&self) -> bool {
+        self.link & CONFLICTED != 0
+    }
 }
 
 struct Other {
@@ -239,7 +255,11 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
 
     let keys = key_bytes(&key_cols).map_err(internal)?;
     let hasher = key_hasher();
+    if n >= NONE as usize {
+        return Err(internal(format!("{n} rows in one partition; at most {} are supported", NONE - 1)));
+    }
     let mut heads: HashTable<Head> = HashTable::with_capacity(n);
+    let mut key_hashes: Vec<u64> = Vec::with_capacity(n);
     let mut others: Vec<Other> = Vec::new();
     let mut row_eq: Option<RowEq> = None;
     let mut duplicates = 0u64;
@@ -249,17 +269,18 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         let k = keys.get(i);
         let h = hasher.hash_one(k);
         let v = version(i);
-        let entry = heads.entry(h, |e| keys.get(e.row as usize) == k, |e| e.hash);
+        let entry = heads.entry(h, |e| keys.get(e.row as usize) == k, |e| hasher.hash_one(keys.get(e.row as usize)));
         let head = match entry {
             hashbrown::hash_table::Entry::Vacant(slot) => {
-                slot.insert(Head { hash: h, row: i as u32, version: v, next: NONE, conflicted: false });
+                slot.insert(Head { row: i as u32, link: NONE, version: v });
+                key_hashes.push(h);
                 continue;
             }
             hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
         };
         // Same key and version seen before?
         let mut same = (head.version == v).then_some(head.row);
-        let mut cur = head.next;
+        let mut cur = head.next();
         while same.is_none() && cur != NONE {
             let o = &others[cur as usize];
             if o.version == v {
@@ -274,24 +295,24 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             if row_eq.as_ref().is_some_and(|r| r.eq(first as usize, i)) {
                 duplicates += 1;
             } else {
-                head.conflicted = true;
+                head.link |= CONFLICTED;
                 conflicts.push((first, i as u32, v));
             }
             continue;
         }
         // A new version of a known key: the greater one becomes the head.
         if v > head.version {
-            others.push(Other { row: head.row, version: head.version, next: head.next });
+            others.push(Other { row: head.row, version: head.version, next: head.next() });
             head.row = i as u32;
             head.version = v;
         } else {
-            others.push(Other { row: i as u32, version: v, next: head.next });
+            others.push(Other { row: i as u32, version: v, next: head.next() });
         }
-        head.next = (others.len() - 1) as u32;
+        head.set_next((others.len() - 1) as u32);
     }
 
     // Conflicts: the first five keys by (key, version), with both rows' places.
-    let conflicting_keys = heads.iter().filter(|h| h.conflicted).count();
+    let conflicting_keys = heads.iter().filter(|h| h.conflicted()).count();
     if conflicting_keys > 0 && id.on_conflict == OnConflict::Fail {
         let mut named: Vec<(String, i64, u32, u32)> =
             conflicts.iter().map(|&(a, b, v)| (render_key(&key_cols, a as usize), v, a, b)).collect();
@@ -314,13 +335,13 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         for i in 0..n {
             let k = keys.get(i);
             let h = hasher.hash_one(k);
-            if heads.find(h, |e| keys.get(e.row as usize) == k).is_some_and(|e| e.conflicted) {
+            if heads.find(h, |e| keys.get(e.row as usize) == k).is_some_and(|e| e.conflicted()) {
                 quarantined.push(i as u32);
             }
         }
     }
 
-    let mut winners: Vec<u32> = heads.iter().filter(|h| !h.conflicted).map(|h| h.row).collect();
+    let mut winners: Vec<u32> = heads.iter().filter(|h| !h.conflicted()).map(|h| h.row).collect();
     winners.sort_unstable();
     let mut deleted = 0u64;
     if let Some(del) = &id.deleted {
@@ -335,7 +356,6 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         winners.retain(|&r| !mask.value(r as usize));
         deleted = (before - winners.len()) as u64;
     }
-    let mut key_hashes: Vec<u64> = heads.iter().map(|h| h.hash).collect();
     key_hashes.sort_unstable();
     let stats = PrepareStats {
         input_rows: n as u64,

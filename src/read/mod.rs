@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
 use chrono::NaiveDate;
 use futures::{StreamExt, TryStreamExt};
@@ -72,17 +71,39 @@ impl Table {
     pub fn from_pieces(schema: SchemaRef, pieces: Vec<Piece>) -> Result<Self, InputError> {
         let mut spans = Vec::with_capacity(pieces.len());
         let mut start = 0;
-        let mut batches = Vec::with_capacity(pieces.len());
+        let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(pieces.len()); schema.fields().len()];
         for p in pieces {
             if p.batch.num_rows() == 0 {
                 continue;
             }
             spans.push(Span { start, object: p.object, object_rows: p.object_rows });
             start += p.batch.num_rows();
-            batches.push(p.batch);
+            for (c, a) in columns.iter_mut().zip(p.batch.columns()) {
+                c.push(a.clone());
+            }
         }
-        let batch = concat_batches(&schema, &batches)
-            .map_err(|e| InputError::unreadable(Location::object("input"), format!("cannot combine the input: {e}")))?;
+        let err = |e: arrow::error::ArrowError| {
+            InputError::unreadable(Location::object("input"), format!("cannot combine the input: {e}"))
+        };
+        // Column by column, letting go of each column's pieces once it is combined: the peak is
+        // the pieces plus one combined column, not twice the partition.
+        let mut combined = Vec::with_capacity(columns.len());
+        for (parts, field) in columns.into_iter().zip(schema.fields()) {
+            combined.push(match parts.len() {
+                0 => arrow::array::new_empty_array(field.data_type()),
+                1 => parts.into_iter().next().unwrap_or_else(|| arrow::array::new_empty_array(field.data_type())),
+                _ => {
+                    let refs: Vec<&dyn arrow::array::Array> = parts.iter().map(|a| a.as_ref()).collect();
+                    arrow::compute::concat(&refs).map_err(err)?
+                }
+            });
+        }
+        let batch = RecordBatch::try_new_with_options(
+            schema,
+            combined,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(start)),
+        )
+        .map_err(err)?;
         Ok(Table { batch, spans })
     }
 }
