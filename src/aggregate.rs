@@ -8,9 +8,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array,
-};
+use arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{take, SortOptions};
 use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -158,7 +156,8 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
                 let col = col.ok_or_else(|| other("min/max needs a column".into()))?;
                 let cmp = arrow::array::make_comparator(col.as_ref(), col.as_ref(), SortOptions::default())
                     .map_err(|e| other(e.to_string()))?;
-                let want = if m.func == MeasureFn::Min { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater };
+                let want =
+                    if m.func == MeasureFn::Min { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater };
                 let mut best: Vec<Option<u32>> = vec![None; groups];
                 for (i, &r) in rows.iter().enumerate() {
                     if keep(r as usize) && col.is_valid(r as usize) {

@@ -67,3 +67,48 @@ async fn tombstones_leave_the_key_out() {
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].orders, got[0].revenue), (1, 500));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn min_max_count_of_a_column_and_no_group_by() {
+    let lake = Lake::new();
+    let rows = vec![
+        order("a", 1, "2026-11-01", "USD", 500, "placed"),
+        order("a", 2, "2026-11-01", "USD", 700, "shipped"),
+        order("b", 1, "2026-11-01", "EUR", 100, "cancelled"),
+        order("c", 1, "2026-11-01", "EUR", 900, "placed"),
+    ];
+    lake.write_hive(&rows, 1);
+    let cfg = lake.config();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let start = text.find("[aggregate]").unwrap();
+    let end = text.find("[output]").unwrap();
+    let agg = r#"[aggregate]
+measures = [
+  { name = "n",        fn = "count", column = "amount" },
+  { name = "smallest", fn = "min", column = "amount" },
+  { name = "largest",  fn = "max", column = "amount", where = { status = ["placed"] } },
+  { name = "first_id", fn = "min", column = "order_id" },
+  { name = "none",     fn = "sum", column = "amount", where = { status = ["refunded"] } },
+]
+"#;
+    std::fs::write(&cfg, format!("{}{agg}\n{}", &text[..start], &text[end..])).unwrap();
+    let s = run_range(&cfg, "2026-11-01", "2026-11-01").await;
+    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    use arrow::array::AsArray;
+    let bytes = bytes::Bytes::from(std::fs::read(lake.partition_file("2026-11-01")).unwrap());
+    let b = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .unwrap()
+        .build()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.num_rows(), 1, "no group-by: one row");
+    let dec = |name: &str| b.column_by_name(name).unwrap().as_primitive::<arrow::datatypes::Decimal128Type>().value(0);
+    assert_eq!(b.column_by_name("n").unwrap().as_primitive::<arrow::datatypes::Int64Type>().value(0), 3);
+    assert_eq!(dec("smallest"), 100);
+    assert_eq!(dec("largest"), 900, "the filter applies to max; a's latest version is shipped");
+    assert_eq!(b.column_by_name("first_id").unwrap().as_string::<i32>().value(0), "a");
+    assert_eq!(dec("none"), 0, "a sum over no rows is 0, not null");
+    assert_eq!(b.schema().field_with_name("none").unwrap().data_type(), &arrow::datatypes::DataType::Decimal128(38, 2));
+}
