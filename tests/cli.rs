@@ -209,6 +209,7 @@ fn secrets_never_appear_in_output() {
         assert!(!out.contains(secret), "the secret leaked: {out}");
     }
     let _ = server.kill();
+    let _ = server.wait();
     let journals = t.path().join("out/_lakeswap/runs");
     if let Ok(rd) = std::fs::read_dir(journals) {
         for e in rd.flatten() {
