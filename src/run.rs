@@ -256,7 +256,8 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     reports.sort_by_key(|r| r.date);
     opts.progress.finish_and_clear();
 
-    let staging_root = job.output.child(&["_staging", &run_id]);
+    // Empty staging folders (this run's, and `_staging/` itself when nothing else is in it).
+    let staging_root = job.output.child(&["_staging"]);
     job.output.tidy(&staging_root);
     let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
     journal.finish(reports.clone(), exit);
