@@ -147,6 +147,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     let dates =
         opts.dates.as_deref().ok_or_else(|| Error::Usage("an aggregate job needs --date or --from/--to".into()))?;
     let plan = plan::plan(cfg, &job.input, &job.output, Some(dates)).await?;
+    tracing::info!(run_id = %run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = started.elapsed().as_secs_f64(), "planned");
     if opts.dry_run {
         let partitions = plan
             .partitions
@@ -218,8 +219,11 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
         .await;
     outcomes.sort_by_key(|o| o.date);
 
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "computed");
     // Phase 2: a key seen under two dates fails both partitions.
-    cross_date_check(job, &plan, &id, flat.as_deref(), &mut outcomes).await;
+    let check = cross_date_check(job, &plan, &id, flat.as_deref(), &mut outcomes);
+    check.await;
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "checked keys across dates");
 
     // Phase 3: commit.
     let by_date: BTreeMap<NaiveDate, &PartitionPlan> = plan.partitions.iter().map(|p| (p.date, p)).collect();
@@ -253,6 +257,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
         .collect()
         .await;
     reports.extend(committed);
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "committed");
     reports.sort_by_key(|r| r.date);
     opts.progress.finish_and_clear();
 
@@ -365,6 +370,72 @@ async fn commit_partition(
     commit::commit(&job.output, run_id, &p.dir, c.bytes.clone(), &schema, c.rows, &p.seen).await
 }
 
+/// The hashes found in more than one of the sorted, duplicate-free `lists`.
+fn shared_hashes(lists: &[&[u64]]) -> Vec<u64> {
+    fn merge(a: &[u64], b: &[u64], shared: &mut Vec<u64>) -> Vec<u64> {
+        let mut out = Vec::with_capacity(a.len() + b.len());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            match a[i].cmp(&b[j]) {
+                std::cmp::Ordering::Less => {
+                    out.push(a[i]);
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    out.push(b[j]);
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    shared.push(a[i]);
+                    out.push(a[i]);
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        out.extend_from_slice(&a[i..]);
+        out.extend_from_slice(&b[j..]);
+        out
+    }
+    fn all(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
+        match lists {
+            [] => Vec::new(),
+            [one] => one.to_vec(),
+            _ => {
+                let (l, r) = lists.split_at(lists.len() / 2);
+                let (a, b) = (all(l, shared), all(r, shared));
+                merge(&a, &b, shared)
+            }
+        }
+    }
+    if lists.len() < 2 {
+        return Vec::new();
+    }
+    let (l, r) = lists.split_at(lists.len() / 2);
+    let (mut left_shared, mut right_shared, mut shared) = (Vec::new(), Vec::new(), Vec::new());
+    let (a, b) = std::thread::scope(|s| {
+        let left = s.spawn(|| all(l, &mut left_shared));
+        let b = all(r, &mut right_shared);
+        (left.join().unwrap_or_default(), b)
+    });
+    // Only the shared hashes matter, not the merged list itself.
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                shared.push(a[i]);
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    shared.extend(left_shared);
+    shared.extend(right_shared);
+    shared
+}
+
 /// A key's bytes, its text, and where it was found.
 type NamedKey = (Vec<u8>, String, crate::error::Location);
 
@@ -375,23 +446,21 @@ async fn cross_date_check(job: &Job, plan: &Plan, id: &Identity, flat: Option<&F
     if ok.len() < 2 || job.config.is_whole_record_key() {
         return;
     }
-    // k-way merge of the sorted hash lists: a hash in two lists is a candidate.
+    // Hashes in two lists are candidates: found by merging the sorted lists pairwise, as a tree
+    // (log2(partitions) passes over the hashes, the two halves on two threads).
     let lists: Vec<&[u64]> =
         ok.iter().map(|&i| outcomes[i].result.as_ref().map(|c| c.key_hashes.as_slice()).unwrap_or(&[])).collect();
-    let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize, usize)>> =
-        lists.iter().enumerate().filter(|(_, l)| !l.is_empty()).map(|(j, l)| std::cmp::Reverse((l[0], j, 0))).collect();
+    let mut shared = shared_hashes(&lists);
+    if shared.is_empty() {
+        return;
+    }
+    shared.sort_unstable();
+    shared.dedup();
     let mut candidates: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut last: Option<(u64, usize)> = None;
-    while let Some(std::cmp::Reverse((h, j, pos))) = heap.pop() {
-        if let Some((lh, lj)) = last {
-            if lh == h {
-                candidates.entry(lj).or_default().push(h);
-                candidates.entry(j).or_default().push(h);
-            }
-        }
-        last = Some((h, j));
-        if pos + 1 < lists[j].len() {
-            heap.push(std::cmp::Reverse((lists[j][pos + 1], j, pos + 1)));
+    for (j, l) in lists.iter().enumerate() {
+        let hits: Vec<u64> = shared.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
+        if !hits.is_empty() {
+            candidates.insert(j, hits);
         }
     }
     if candidates.is_empty() {
