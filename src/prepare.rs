@@ -67,6 +67,9 @@ pub struct Identity {
     pub version: Option<String>,
     pub deleted: Option<Deleted>,
     pub on_conflict: OnConflict,
+    /// Keep the sorted key hashes, for the run-wide check of keys under two dates (only
+    /// needed when a run has more than one partition).
+    pub key_hashes: bool,
 }
 
 impl Identity {
@@ -77,6 +80,7 @@ impl Identity {
             version: cfg.identity.version.clone(),
             deleted: cfg.identity.deleted.clone(),
             on_conflict: cfg.prepare.on_conflict,
+            key_hashes: true,
         }
     }
 }
@@ -259,7 +263,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         return Err(internal(format!("{n} rows in one partition; at most {} are supported", NONE - 1)));
     }
     let mut heads: HashTable<Head> = HashTable::with_capacity(n);
-    let mut key_hashes: Vec<u64> = Vec::with_capacity(n);
+    let mut key_hashes: Vec<u64> = Vec::with_capacity(if id.key_hashes { n } else { 0 });
     let mut others: Vec<Other> = Vec::new();
     let mut row_eq: Option<RowEq> = None;
     let mut duplicates = 0u64;
@@ -273,7 +277,9 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         let head = match entry {
             hashbrown::hash_table::Entry::Vacant(slot) => {
                 slot.insert(Head { row: i as u32, link: NONE, version: v });
-                key_hashes.push(h);
+                if id.key_hashes {
+                    key_hashes.push(h);
+                }
                 continue;
             }
             hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
@@ -341,8 +347,14 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         }
     }
 
-    let mut winners: Vec<u32> = heads.iter().filter(|h| !h.conflicted()).map(|h| h.row).collect();
-    winners.sort_unstable();
+    // The winners in row order, by a bitmap rather than a sort.
+    let mut is_winner = arrow::array::BooleanBufferBuilder::new(n);
+    is_winner.append_n(n, false);
+    for h in heads.iter().filter(|h| !h.conflicted()) {
+        is_winner.set_bit(h.row as usize, true);
+    }
+    let is_winner = is_winner.finish();
+    let mut winners: Vec<u32> = is_winner.set_indices().map(|i| i as u32).collect();
     let mut deleted = 0u64;
     if let Some(del) = &id.deleted {
         let arr = batch.column_by_name(&del.column).ok_or_else(|| {
@@ -356,7 +368,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         winners.retain(|&r| !mask.value(r as usize));
         deleted = (before - winners.len()) as u64;
     }
-    key_hashes.sort_unstable();
+    radix_sort(&mut key_hashes);
     let stats = PrepareStats {
         input_rows: n as u64,
         duplicates,
@@ -368,6 +380,35 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     };
     drop(keys);
     Ok(Prepared { table, winners, quarantined, stats, key_hashes })
+}
+
+/// Sorts 64-bit hashes by their bytes, least significant first (8 counting passes): several
+/// times faster than a comparison sort on a million uniformly spread values.
+fn radix_sort(v: &mut Vec<u64>) {
+    if v.len() < 4096 {
+        v.sort_unstable();
+        return;
+    }
+    let mut buf = vec![0u64; v.len()];
+    for pass in 0..8 {
+        let shift = pass * 8;
+        let mut counts = [0usize; 256];
+        for x in v.iter() {
+            counts[((x >> shift) & 0xff) as usize] += 1;
+        }
+        let mut offsets = [0usize; 256];
+        let mut sum = 0;
+        for (o, c) in offsets.iter_mut().zip(counts) {
+            *o = sum;
+            sum += c;
+        }
+        for x in v.iter() {
+            let b = ((x >> shift) & 0xff) as usize;
+            buf[offsets[b]] = *x;
+            offsets[b] += 1;
+        }
+        std::mem::swap(v, &mut buf);
+    }
 }
 
 /// The rendered keys of `table` whose hash is in `hashes` (sorted), with the row where each
@@ -388,4 +429,23 @@ pub fn keys_with_hashes(table: &Table, id: &Identity, hashes: &[u64]) -> Vec<(Ve
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn radix_sort_sorts() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        for n in [0, 1, 100, 5000, 100_000] {
+            let mut v: Vec<u64> = (0..n).map(|_| rng.random()).collect();
+            v.extend([0, u64::MAX, 7, 7]);
+            let mut want = v.clone();
+            want.sort_unstable();
+            radix_sort(&mut v);
+            assert_eq!(v, want);
+        }
+    }
 }

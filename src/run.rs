@@ -200,10 +200,10 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     } else {
         None
     };
-    let id = Arc::new(Identity::from_config(
-        cfg,
-        &plan.decoder.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>(),
-    ));
+    let mut id =
+        Identity::from_config(cfg, &plan.decoder.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>());
+    id.key_hashes = plan.partitions.len() > 1 && !cfg.is_whole_record_key();
+    let id = Arc::new(id);
     let mut outcomes: Vec<Outcome> = futures::stream::iter(plan.partitions.iter().cloned())
         .map(|p| {
             let (plan, id, flat) = (plan.clone(), id.clone(), flat.clone());
