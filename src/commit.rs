@@ -82,11 +82,13 @@ pub fn staging_path(out: &StoreLocation, run_id: &str, dir: &str) -> Path {
 }
 
 /// Encodes a partition's rows with fixed writer settings and the lineage in the footer.
-pub fn encode(batch: &RecordBatch, lineage: &Lineage) -> Result<Bytes, PartitionError> {
+pub fn encode(batch: &RecordBatch, lineage: &Lineage, extra: &[(&str, String)]) -> Result<Bytes, PartitionError> {
+    let mut kv = vec![KeyValue::new(lineage::FOOTER_KEY.to_string(), lineage.to_json())];
+    kv.extend(extra.iter().map(|(k, v)| KeyValue::new(k.to_string(), v.clone())));
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
         .set_created_by(lineage::tool())
-        .set_key_value_metadata(Some(vec![KeyValue::new(lineage::FOOTER_KEY.to_string(), lineage.to_json())]))
+        .set_key_value_metadata(Some(kv))
         .build();
     let mut buf = Vec::with_capacity(4096);
     let err = |e: parquet::errors::ParquetError| PartitionError::Other(format!("encoding the partition file: {e}"));
@@ -147,7 +149,8 @@ pub async fn head(out: &StoreLocation, path: &Path) -> Result<Option<ObjectMeta>
     }
 }
 
-async fn get(out: &StoreLocation, path: &Path) -> Result<Option<Bytes>, PartitionError> {
+/// Reads the object at `path`, if there is one.
+pub async fn get(out: &StoreLocation, path: &Path) -> Result<Option<Bytes>, PartitionError> {
     match out.store.get(path).await {
         Ok(r) => r.bytes().await.map(Some).map_err(|e| PartitionError::store("cannot read", out.display(path), e)),
         Err(object_store::Error::NotFound { .. }) => Ok(None),

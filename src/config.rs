@@ -283,6 +283,13 @@ impl JobConfig {
             }
             _ => {}
         }
+        if self.job.kind == JobKind::Merge && id.version.is_none() {
+            return Err(bad(
+                "identity.version",
+                "kind = \"merge\" needs a version column: a stored row is replaced only by a strictly newer version"
+                    .into(),
+            ));
+        }
         if id.deleted.is_some() && id.version.is_none() {
             return Err(bad("identity.deleted", "tombstones need a `version` column to order them".into()));
         }

@@ -19,6 +19,9 @@ pub struct PartitionReport {
     pub action: Action,
     pub counts: PrepareStats,
     pub output_rows: u64,
+    /// What a merge did (merge jobs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<crate::merge::MergeStats>,
     pub seconds: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

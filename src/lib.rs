@@ -30,6 +30,7 @@ pub mod generate;
 pub mod journal;
 pub mod lease;
 pub mod lineage;
+pub mod merge;
 pub mod plan;
 pub mod predicate;
 pub mod prepare;

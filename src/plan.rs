@@ -239,7 +239,7 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
         }
     }
     let Some(agg) = &cfg.aggregate else {
-        return Ok(None);
+        return Ok(Some(crate::merge::output_schema(schema, &cfg.partition.column)));
     };
     for (i, g) in agg.group_by.iter().enumerate() {
         if !has(g) {
@@ -262,6 +262,18 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
 }
 
 impl Plan {
+    /// Adds partitions for dates found in a flat input (a merge without a range).
+    pub async fn add_partitions(&mut self, cfg: &JobConfig, output: &StoreLocation, dates: &[NaiveDate]) -> Result<()> {
+        for &date in dates {
+            let dir = commit::partition_dir(&cfg.partition.column, date);
+            let meta = commit::head(output, &commit::target_path(output, &dir))
+                .await
+                .map_err(|e| Error::Usage(e.to_string()))?;
+            self.partitions.push(PartitionPlan { date, dir, inputs: self.objects.clone(), seen: Seen { meta } });
+        }
+        Ok(())
+    }
+
     /// The plan as text, for `--dry-run`.
     pub fn describe(&self, input: &StoreLocation, output: &StoreLocation) -> String {
         let mut s = String::new();

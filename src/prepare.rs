@@ -67,6 +67,8 @@ pub struct Identity {
     pub version: Option<String>,
     pub deleted: Option<Deleted>,
     pub on_conflict: OnConflict,
+    /// Keep keys whose latest version is a delete among the winners (a merge applies them).
+    pub keep_deletes: bool,
     /// Keep the sorted key hashes, for the run-wide check of keys under two dates (only
     /// needed when a run has more than one partition).
     pub key_hashes: bool,
@@ -80,6 +82,7 @@ impl Identity {
             version: cfg.identity.version.clone(),
             deleted: cfg.identity.deleted.clone(),
             on_conflict: cfg.prepare.on_conflict,
+            keep_deletes: cfg.job.kind == crate::config::JobKind::Merge,
             key_hashes: true,
         }
     }
@@ -364,9 +367,10 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             ))
         })?;
         let mask = predicate::matches(arr, std::slice::from_ref(&del.equals)).map_err(internal)?;
-        let before = winners.len();
-        winners.retain(|&r| !mask.value(r as usize));
-        deleted = (before - winners.len()) as u64;
+        deleted = winners.iter().filter(|&&r| mask.value(r as usize)).count() as u64;
+        if !id.keep_deletes {
+            winners.retain(|&r| !mask.value(r as usize));
+        }
     }
     radix_sort(&mut key_hashes);
     let stats = PrepareStats {

@@ -9,21 +9,44 @@ use crate::run::RunSummary;
 
 /// The summary as an aligned text table, failed partitions' errors below it.
 pub fn table(s: &RunSummary) -> String {
-    let head = ["partition", "action", "input rows", "duplicates", "superseded", "deleted", "output rows", "time"];
-    let mut rows: Vec<[String; 8]> = Vec::new();
+    let merging = s.partitions.iter().any(|p| p.merge.is_some());
+    let head: Vec<&str> = if merging {
+        vec![
+            "partition",
+            "action",
+            "input rows",
+            "duplicates",
+            "inserted",
+            "updated",
+            "deleted",
+            "unchanged",
+            "older",
+            "output rows",
+            "time",
+        ]
+    } else {
+        vec!["partition", "action", "input rows", "duplicates", "superseded", "deleted", "output rows", "time"]
+    };
+    let mut rows: Vec<Vec<String>> = Vec::new();
     for p in &s.partitions {
-        rows.push([
+        let mut r = vec![
             p.date.to_string(),
             p.action.to_string(),
             p.counts.input_rows.to_string(),
             p.counts.duplicates.to_string(),
-            p.counts.superseded.to_string(),
-            p.counts.deleted.to_string(),
-            p.output_rows.to_string(),
-            format!("{:.2}s", p.seconds),
-        ]);
+        ];
+        match (&p.merge, merging) {
+            (Some(m), _) => {
+                r.extend([m.inserted, m.updated, m.deleted, m.unchanged, m.ignored_older].map(|v| v.to_string()))
+            }
+            (None, true) => r.extend(std::iter::repeat_n(String::new(), 5)),
+            (None, false) => r.extend([p.counts.superseded.to_string(), p.counts.deleted.to_string()]),
+        }
+        r.push(p.output_rows.to_string());
+        r.push(format!("{:.2}s", p.seconds));
+        rows.push(r);
     }
-    let mut width = head.map(str::len);
+    let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (w, c) in width.iter_mut().zip(r) {
             *w = (*w).max(c.len());
@@ -31,8 +54,9 @@ pub fn table(s: &RunSummary) -> String {
     }
     let mut out = String::new();
     let line = |out: &mut String, cells: &[&str]| {
-        for (i, (c, w)) in cells.iter().zip(width).enumerate() {
+        for (i, (c, w)) in cells.iter().zip(&width).enumerate() {
             let sep = if i == 0 { "" } else { "  " };
+            let w = *w;
             if i < 2 {
                 let _ = write!(out, "{sep}{c:<w$}");
             } else {
@@ -48,11 +72,12 @@ pub fn table(s: &RunSummary) -> String {
     let count = |a: crate::commit::Action| s.partitions.iter().filter(|p| p.action == a).count();
     let _ = writeln!(
         out,
-        "run {}: {} created, {} replaced, {} unchanged, {} failed in {:.2}s",
+        "run {}: {} created, {} replaced, {} unchanged, {} skipped, {} failed in {:.2}s",
         s.run_id,
         count(crate::commit::Action::Created),
         count(crate::commit::Action::Replaced),
         count(crate::commit::Action::Unchanged),
+        count(crate::commit::Action::Skipped),
         count(crate::commit::Action::Failed),
         s.seconds
     );

@@ -27,6 +27,7 @@ use crate::gc;
 use crate::journal::{self, Journal, PartitionReport};
 use crate::lease::Leases;
 use crate::lineage::Lineage;
+use crate::merge::{self, MergeStats};
 use crate::plan::{self, Layout, PartitionPlan, Plan};
 use crate::prepare::{self, Identity, PrepareStats};
 use crate::read::{self, FlatInput, Table};
@@ -127,6 +128,9 @@ struct Computed {
     stats: PrepareStats,
     key_hashes: Vec<u64>,
     quarantine: Option<Bytes>,
+    merge: Option<MergeStats>,
+    /// A merge date without batch rows: left alone.
+    skip: bool,
 }
 
 struct Outcome {
@@ -141,12 +145,21 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     let now = Utc::now();
     let run_id = journal::new_run_id(now);
     let cfg = &job.config;
-    if cfg.job.kind == JobKind::Merge {
-        return Err(Error::Usage("kind = \"merge\" is not available in this version of lakeswap".into()));
+    let merging = cfg.job.kind == JobKind::Merge;
+    if opts.dates.is_none() && !merging {
+        return Err(Error::Usage("an aggregate job needs --date or --from/--to".into()));
     }
-    let dates =
-        opts.dates.as_deref().ok_or_else(|| Error::Usage("an aggregate job needs --date or --from/--to".into()))?;
-    let plan = plan::plan(cfg, &job.input, &job.output, Some(dates)).await?;
+    let mut plan = plan::plan(cfg, &job.input, &job.output, opts.dates.as_deref()).await?;
+    // A merge without a range takes every date of a flat batch: known only once it is read.
+    let mut flat_first: Option<Arc<FlatInput>> = None;
+    if opts.dates.is_none() && plan.layout == Layout::Flat {
+        let read = read::read_flat(&job.input, &plan.decoder, &plan.objects, &[]).await;
+        let found: Vec<NaiveDate> = read.as_ref().map(|m| m.keys().copied().collect()).unwrap_or_default();
+        plan.add_partitions(cfg, &job.output, &found).await?;
+        flat_first = Some(Arc::new(read));
+    }
+    let dates_owned: Vec<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
+    let dates = dates_owned.as_slice();
     tracing::info!(run_id = %run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = started.elapsed().as_secs_f64(), "planned");
     if opts.dry_run {
         let partitions = plan
@@ -195,10 +208,10 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
 
     // Phase 1: compute every partition, a few at a time.
     let plan = Arc::new(plan);
-    let flat = if plan.layout == Layout::Flat {
-        Some(Arc::new(read::read_flat(&job.input, &plan.decoder, &plan.objects, dates).await))
-    } else {
-        None
+    let flat = match (plan.layout, flat_first) {
+        (_, Some(f)) => Some(f),
+        (Layout::Flat, None) => Some(Arc::new(read::read_flat(&job.input, &plan.decoder, &plan.objects, dates).await)),
+        (Layout::Hive, None) => None,
     };
     let mut id =
         Identity::from_config(cfg, &plan.decoder.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>());
@@ -238,12 +251,16 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
                     Err(e) => report(o.date, Action::Failed, PrepareStats::default(), 0, o.seconds, Some(e)),
                     Ok(c) => {
                         let res = match leases.check(&p.dir) {
+                            Ok(()) if c.skip => Ok(Action::Skipped),
                             Ok(()) => commit_partition(job, run_id, p, &c, schema).await,
                             Err(e) => Err(e),
                         };
                         let secs = o.seconds + t.elapsed().as_secs_f64();
                         match res {
-                            Ok(action) => report(o.date, action, c.stats, c.rows as u64, secs, None),
+                            Ok(action) => PartitionReport {
+                                merge: c.merge,
+                                ..report(o.date, action, c.stats, c.rows as u64, secs, None)
+                            },
                             Err(e) => report(o.date, Action::Failed, c.stats, c.rows as u64, secs, Some(e)),
                         }
                     }
@@ -295,7 +312,16 @@ fn report(
     error: Option<PartitionError>,
 ) -> PartitionReport {
     let exit_code = error.as_ref().map_or(ExitCode::Ok, |e| e.exit_code()).code();
-    PartitionReport { date, action, counts, output_rows, seconds, error: error.map(|e| e.to_string()), exit_code }
+    PartitionReport {
+        date,
+        action,
+        counts,
+        output_rows,
+        merge: None,
+        seconds,
+        error: error.map(|e| e.to_string()),
+        exit_code,
+    }
 }
 
 /// The input table of one partition.
@@ -322,26 +348,48 @@ async fn compute_partition(
     allow_empty: bool,
 ) -> std::result::Result<Computed, PartitionError> {
     let table = load_table(job, plan, p, flat).await?;
-    if table.num_rows() == 0 && !allow_empty {
+    let merging = job.config.job.kind == JobKind::Merge;
+    if table.num_rows() == 0 && !allow_empty && !merging {
         return Err(PartitionError::MissingInput { date: p.date });
     }
+    // A merge reads the stored partition, as committed when the lease was taken.
+    let stored = match (&p.seen.meta, merging) {
+        (Some(_), true) => commit::get(&job.output, &commit::target_path(&job.output, &p.dir)).await?,
+        _ => None,
+    };
     let cfg = job.config.clone();
     let id = id.clone();
     let schema = plan.output_schema.clone();
     let inputs = p.lineage_inputs(&job.input);
     tokio::task::spawn_blocking(move || {
         let prepared = prepare::prepare(table, &id)?;
-        let agg = cfg.aggregate.as_ref().ok_or_else(|| PartitionError::Other("no [aggregate] section".into()))?;
         let schema = schema.ok_or_else(|| PartitionError::Other("no input to derive the output schema from".into()))?;
-        let batch = aggregate::aggregate(&prepared, agg, &schema)?;
-        let lineage = Lineage::new(cfg.fingerprint(), inputs, prepared.stats, batch.num_rows() as u64);
-        let bytes = commit::encode(&batch, &lineage)?;
+        let (batch, lineage, extra, merge_stats) = if merging {
+            let tombs = merge::tombstone_schema(&schema, &id.key);
+            let stored = stored.map(|b| merge::read_stored(&b, &schema, &tombs)).transpose()?;
+            let m = merge::merge(&prepared, &id, &schema, &tombs, stored)?;
+            // The bytes of a merged partition depend on its state only, not on the batch.
+            let lineage =
+                Lineage::new(cfg.fingerprint(), Vec::new(), PrepareStats::default(), m.rows.num_rows() as u64);
+            let extra = if m.tombstones.num_rows() > 0 {
+                vec![(merge::TOMBSTONES_KEY, merge::encode_tombstones(&m.tombstones)?)]
+            } else {
+                Vec::new()
+            };
+            (m.rows, lineage, extra, Some(m.stats))
+        } else {
+            let agg = cfg.aggregate.as_ref().ok_or_else(|| PartitionError::Other("no [aggregate] section".into()))?;
+            let batch = aggregate::aggregate(&prepared, agg, &schema)?;
+            let lineage = Lineage::new(cfg.fingerprint(), inputs, prepared.stats, batch.num_rows() as u64);
+            (batch, lineage, Vec::new(), None)
+        };
+        let bytes = commit::encode(&batch, &lineage, &extra)?;
         let quarantine = if prepared.quarantined.is_empty() {
             None
         } else {
             let rows = take_record_batch(&prepared.table.batch, &UInt32Array::from(prepared.quarantined.clone()))
                 .map_err(|e| PartitionError::Other(e.to_string()))?;
-            Some(commit::encode(&rows, &lineage)?)
+            Some(commit::encode(&rows, &lineage, &[])?)
         };
         Ok(Computed {
             bytes,
@@ -349,6 +397,8 @@ async fn compute_partition(
             stats: prepared.stats,
             key_hashes: prepared.key_hashes,
             quarantine,
+            merge: merge_stats,
+            skip: merging && prepared.stats.input_rows == 0,
         })
     })
     .await

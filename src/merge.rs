@@ -1,0 +1,342 @@
+//! Compute, `kind = "merge"`: a version-guarded upsert of one partition's prepared batch into
+//! the stored current state (SPEC §2.4).
+//!
+//! An incoming row replaces the stored row of its key only when its version is strictly
+//! greater. A replay (equal version, equal payload) changes nothing; equal version with
+//! another payload is a conflict; an older version is ignored and counted. A delete with a
+//! greater version removes the key and leaves a *tombstone* (key and version), so an older
+//! version arriving later never brings the key back. Tombstones are kept in the partition
+//! file's footer (key `lakeswap.tombstones`, a small Parquet file, base64), outside what
+//! readers read, and swap in atomically with the rows they belong to.
+//!
+//! Invariants: the output holds one row per live key, sorted by key; its bytes depend only on
+//! the resulting state (no input fingerprint, no counts), so any order of batches that leads
+//! to the same state gives the same file.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, DynComparator, Int64Array, RecordBatch, UInt32Array};
+use arrow::compute::{interleave, take, SortOptions};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use base64::Engine;
+use bytes::Bytes;
+use hashbrown::HashMap;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ConflictKey, Location, PartitionError};
+use crate::predicate;
+use crate::prepare::{render_key, version_values, Identity, Prepared};
+
+/// The footer key holding a partition's tombstones.
+pub const TOMBSTONES_KEY: &str = "lakeswap.tombstones";
+
+/// What a merge did to one partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergeStats {
+    pub inserted: u64,
+    pub updated: u64,
+    pub deleted: u64,
+    pub unchanged: u64,
+    pub ignored_older: u64,
+}
+
+/// A merged partition: the live rows, sorted by key, and the tombstones (keys + `version`).
+#[derive(Debug)]
+pub struct Merged {
+    pub rows: RecordBatch,
+    pub tombstones: RecordBatch,
+    pub stats: MergeStats,
+}
+
+/// The output schema of a merge: the input's columns without the partition column, which
+/// lives in the path.
+pub fn output_schema(input: &Schema, partition_column: &str) -> SchemaRef {
+    Arc::new(Schema::new(
+        input
+            .fields()
+            .iter()
+            .filter(|f| f.name() != partition_column)
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// The schema of the tombstones: the key columns and the version as int64.
+pub fn tombstone_schema(output: &Schema, key: &[String]) -> SchemaRef {
+    let mut fields: Vec<Field> =
+        key.iter().filter_map(|k| output.field_with_name(k).ok()).map(|f| f.clone().with_nullable(true)).collect();
+    fields.push(Field::new("version", DataType::Int64, true));
+    Arc::new(Schema::new(fields))
+}
+
+/// Encodes tombstones for the footer.
+pub fn encode_tombstones(t: &RecordBatch) -> Result<String, PartitionError> {
+    let mut buf = Vec::new();
+    let err = |e: parquet::errors::ParquetError| PartitionError::Other(format!("encoding tombstones: {e}"));
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, t.schema(), None).map_err(err)?;
+    w.write(t).map_err(err)?;
+    w.close().map_err(err)?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(buf))
+}
+
+fn decode_parquet(bytes: Bytes, schema: &SchemaRef, what: &str) -> Result<RecordBatch, PartitionError> {
+    let bad = |m: String| PartitionError::Other(format!("the stored {what} cannot be read: {m}"));
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| bad(e.to_string()))?;
+    let got = reader.schema().clone();
+    let same = got.fields().len() == schema.fields().len()
+        && got
+            .fields()
+            .iter()
+            .zip(schema.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if !same {
+        return Err(PartitionError::Other(format!(
+            "the stored {what} has other columns than the input ({got:?}); the input's schema changed. \
+             Write to a new output, or rewrite the table"
+        )));
+    }
+    let batches: Vec<RecordBatch> =
+        reader.build().map_err(|e| bad(e.to_string()))?.collect::<Result<_, _>>().map_err(|e| bad(e.to_string()))?;
+    let relaxed = Arc::new(Schema::new(
+        schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+    ));
+    let batches: Vec<RecordBatch> = batches
+        .into_iter()
+        .map(|b| RecordBatch::try_new(relaxed.clone(), b.columns().to_vec()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    arrow::compute::concat_batches(&relaxed, &batches).map_err(|e| bad(e.to_string()))
+}
+
+/// Reads a stored partition file: its rows and its tombstones.
+pub fn read_stored(
+    bytes: &Bytes,
+    output: &SchemaRef,
+    tombs: &SchemaRef,
+) -> Result<(RecordBatch, RecordBatch), PartitionError> {
+    let meta = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
+        .map_err(|e| PartitionError::Other(format!("the stored partition cannot be read: {e}")))?;
+    let encoded = meta
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|k| k.key == TOMBSTONES_KEY))
+        .and_then(|k| k.value.clone());
+    let rows = decode_parquet(bytes.clone(), output, "partition")?;
+    let tombstones = match encoded {
+        Some(b64) => {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| PartitionError::Other(format!("the stored tombstones are damaged: {e}")))?;
+            decode_parquet(Bytes::from(raw), tombs, "tombstones")?
+        }
+        None => RecordBatch::new_empty(Arc::new(Schema::new(
+            tombs.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        ))),
+    };
+    Ok((rows, tombstones))
+}
+
+#[derive(Clone, Copy)]
+enum Slot {
+    /// A stored row, by index; `None` once dropped.
+    Row(u32),
+    /// A stored tombstone.
+    Tomb(u32),
+}
+
+/// Where an output row or tombstone comes from: 0 = stored, 1 = incoming.
+type Src = (usize, usize);
+
+/// Applies one partition's prepared batch to its stored state.
+pub fn merge(
+    p: &Prepared,
+    id: &Identity,
+    output: &SchemaRef,
+    tomb_schema: &SchemaRef,
+    stored: Option<(RecordBatch, RecordBatch)>,
+) -> Result<Merged, PartitionError> {
+    let other = |m: String| PartitionError::Other(format!("merge: {m}"));
+    let batch = &p.table.batch;
+    let inc_cols: Vec<ArrayRef> = output
+        .fields()
+        .iter()
+        .map(|f| batch.column_by_name(f.name()).cloned().ok_or_else(|| other(format!("no column `{}`", f.name()))))
+        .collect::<Result<_, _>>()?;
+    let inc = RecordBatch::try_new(
+        Arc::new(Schema::new(
+            output.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        )),
+        inc_cols,
+    )
+    .map_err(|e| other(e.to_string()))?;
+    let (stored_rows, stored_tombs) = match stored {
+        Some(s) => s,
+        None => (RecordBatch::new_empty(inc.schema()), RecordBatch::new_empty(tomb_schema.clone())),
+    };
+    let version_col = id.version.as_ref().ok_or_else(|| other("a merge needs a version column".into()))?;
+    let key_of = |b: &RecordBatch| -> Result<Vec<ArrayRef>, PartitionError> {
+        id.key
+            .iter()
+            .map(|k| b.column_by_name(k).cloned().ok_or_else(|| other(format!("no key column `{k}`"))))
+            .collect()
+    };
+    let (inc_keys, stored_keys, tomb_keys) = (key_of(&inc)?, key_of(&stored_rows)?, key_of(&stored_tombs)?);
+    let conv = RowConverter::new(inc_keys.iter().map(|c| SortField::new(c.data_type().clone())).collect())
+        .map_err(|e| other(e.to_string()))?;
+    let conv_rows = |cols: &[ArrayRef]| conv.convert_columns(cols).map_err(|e| other(e.to_string()));
+    let (inc_k, stored_k, tomb_k) = (conv_rows(&inc_keys)?, conv_rows(&stored_keys)?, conv_rows(&tomb_keys)?);
+    let inc_v = version_values(batch.column_by_name(version_col).ok_or_else(|| other("no version column".into()))?)
+        .map_err(other)?;
+    let stored_v =
+        version_values(stored_rows.column_by_name(version_col).ok_or_else(|| other("no version column".into()))?)
+            .map_err(other)?;
+    let tomb_v: Vec<i64> = stored_tombs
+        .column_by_name("version")
+        .map(|c| c.as_any().downcast_ref::<Int64Array>().map(|a| a.values().to_vec()).unwrap_or_default())
+        .unwrap_or_default();
+    let is_delete = match &id.deleted {
+        Some(d) => Some(
+            predicate::matches(
+                batch.column_by_name(&d.column).ok_or_else(|| other("no tombstone column".into()))?,
+                std::slice::from_ref(&d.equals),
+            )
+            .map_err(other)?,
+        ),
+        None => None,
+    };
+
+    let mut state: HashMap<&[u8], Slot> = HashMap::with_capacity(stored_rows.num_rows() + stored_tombs.num_rows());
+    for i in 0..stored_rows.num_rows() {
+        state.insert(stored_k.row(i).data(), Slot::Row(i as u32));
+    }
+    for i in 0..stored_tombs.num_rows() {
+        state.insert(tomb_k.row(i).data(), Slot::Tomb(i as u32));
+    }
+    let mut cmps: Option<Vec<DynComparator>> = None;
+    let mut payload_eq = |r: usize, s: usize| -> Result<bool, PartitionError> {
+        if cmps.is_none() {
+            cmps = Some(
+                inc.columns()
+                    .iter()
+                    .zip(stored_rows.columns())
+                    .map(|(a, b)| arrow::array::make_comparator(a.as_ref(), b.as_ref(), SortOptions::default()))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| other(e.to_string()))?,
+            );
+        }
+        Ok(cmps.as_ref().is_some_and(|c| c.iter().all(|f| f(r, s) == Ordering::Equal)))
+    };
+
+    let mut stats = MergeStats::default();
+    let mut dropped_rows = vec![false; stored_rows.num_rows()];
+    let mut dropped_tombs = vec![false; stored_tombs.num_rows()];
+    let mut new_rows: Vec<usize> = Vec::new();
+    let mut new_tombs: Vec<usize> = Vec::new();
+    let mut conflicts: Vec<ConflictKey> = Vec::new();
+    for &w in &p.winners {
+        let r = w as usize;
+        let (v, del) = (inc_v[r], is_delete.as_ref().is_some_and(|m| m.value(r)));
+        match state.get(inc_k.row(r).data()).copied() {
+            None => {
+                if del {
+                    new_tombs.push(r);
+                    stats.deleted += 1;
+                } else {
+                    new_rows.push(r);
+                    stats.inserted += 1;
+                }
+            }
+            Some(Slot::Row(s)) => {
+                let sv = stored_v[s as usize];
+                match v.cmp(&sv) {
+                    Ordering::Greater => {
+                        dropped_rows[s as usize] = true;
+                        if del {
+                            new_tombs.push(r);
+                            stats.deleted += 1;
+                        } else {
+                            new_rows.push(r);
+                            stats.updated += 1;
+                        }
+                    }
+                    Ordering::Equal if !del && payload_eq(r, s as usize)? => stats.unchanged += 1,
+                    Ordering::Equal => conflicts.push(ConflictKey {
+                        key: render_key(&inc_keys, r),
+                        version: Some(v.to_string()),
+                        at: vec![p.table.locate(r, None), Location::object(format!("the stored partition, row {s}"))],
+                    }),
+                    Ordering::Less => stats.ignored_older += 1,
+                }
+            }
+            Some(Slot::Tomb(t)) => {
+                let tv = tomb_v.get(t as usize).copied().unwrap_or(i64::MIN);
+                match v.cmp(&tv) {
+                    Ordering::Greater => {
+                        dropped_tombs[t as usize] = true;
+                        if del {
+                            new_tombs.push(r);
+                            stats.deleted += 1;
+                        } else {
+                            new_rows.push(r);
+                            stats.inserted += 1;
+                        }
+                    }
+                    Ordering::Equal if del => stats.unchanged += 1,
+                    Ordering::Equal => conflicts.push(ConflictKey {
+                        key: render_key(&inc_keys, r),
+                        version: Some(v.to_string()),
+                        at: vec![p.table.locate(r, None), Location::object("a delete of the same version".to_string())],
+                    }),
+                    Ordering::Less => stats.ignored_older += 1,
+                }
+            }
+        }
+    }
+    if !conflicts.is_empty() {
+        conflicts.sort_by(|a, b| a.key.cmp(&b.key));
+        let total = conflicts.len();
+        conflicts.truncate(5);
+        return Err(PartitionError::Conflict { keys: conflicts, total });
+    }
+
+    // Live rows: the stored ones kept, and the new ones; sorted by key.
+    let mut rows: Vec<(Src, &[u8])> = (0..stored_rows.num_rows())
+        .filter(|&i| !dropped_rows[i])
+        .map(|i| ((0, i), stored_k.row(i).data()))
+        .chain(new_rows.iter().map(|&r| ((1, r), inc_k.row(r).data())))
+        .collect();
+    rows.sort_unstable_by(|a, b| a.1.cmp(b.1));
+    let idx: Vec<Src> = rows.iter().map(|(s, _)| *s).collect();
+    let columns: Vec<ArrayRef> = (0..output.fields().len())
+        .map(|c| interleave(&[stored_rows.column(c).as_ref(), inc.column(c).as_ref()], &idx))
+        .collect::<Result<_, _>>()
+        .map_err(|e| other(e.to_string()))?;
+    let out_rows = RecordBatch::try_new(output.clone(), columns).map_err(|e| other(e.to_string()))?;
+
+    // Tombstones: the stored ones kept, and the new ones; sorted by key.
+    let inc_tomb_keys: Vec<ArrayRef> = inc_keys
+        .iter()
+        .map(|k| take(k.as_ref(), &UInt32Array::from(new_tombs.iter().map(|&r| r as u32).collect::<Vec<_>>()), None))
+        .collect::<Result<_, _>>()
+        .map_err(|e| other(e.to_string()))?;
+    let mut inc_tomb_cols = inc_tomb_keys;
+    inc_tomb_cols.push(Arc::new(Int64Array::from(new_tombs.iter().map(|&r| inc_v[r]).collect::<Vec<_>>())));
+    let inc_tombs = RecordBatch::try_new(stored_tombs.schema(), inc_tomb_cols).map_err(|e| other(e.to_string()))?;
+    let mut tombs: Vec<(Src, &[u8])> = (0..stored_tombs.num_rows())
+        .filter(|&i| !dropped_tombs[i])
+        .map(|i| ((0, i), tomb_k.row(i).data()))
+        .chain(new_tombs.iter().enumerate().map(|(j, &r)| ((1, j), inc_k.row(r).data())))
+        .collect();
+    tombs.sort_unstable_by(|a, b| a.1.cmp(b.1));
+    let tidx: Vec<Src> = tombs.iter().map(|(s, _)| *s).collect();
+    let tcols: Vec<ArrayRef> = (0..tomb_schema.fields().len())
+        .map(|c| interleave(&[stored_tombs.column(c).as_ref(), inc_tombs.column(c).as_ref()], &tidx))
+        .collect::<Result<_, _>>()
+        .map_err(|e| other(e.to_string()))?;
+    let tombstones = RecordBatch::try_new(stored_tombs.schema(), tcols).map_err(|e| other(e.to_string()))?;
+    Ok(Merged { rows: out_rows, tombstones, stats })
+}
