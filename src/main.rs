@@ -36,7 +36,8 @@ enum Command {
 lakeswap run --config config/example.toml --from 2026-11-01 --to 2026-11-07\n  \
 lakeswap run --config revenue.toml --date yesterday          # daily, from cron\n  \
 lakeswap run --config revenue.toml --from today-7 --to yesterday --summary-json out.json\n  \
-lakeswap run --config revenue.toml --date 2026-11-05 --dry-run   # show the plan only")]
+lakeswap run --config revenue.toml --date 2026-11-05 --dry-run   # show the plan only\n  \
+lakeswap run --config config/orders_current.toml                 # merge: every date of the batch")]
     Run(RunArgs),
     /// Write the reference raw order events (Hive-partitioned Parquet).
     #[command(
@@ -55,7 +56,8 @@ struct RunArgs {
     /// The job's TOML config (see README.md for the keys).
     #[arg(long, short, env = "LAKESWAP_CONFIG")]
     config: PathBuf,
-    /// One date: YYYY-MM-DD, today, yesterday or today-N (in the job's time zone).
+    /// One date: YYYY-MM-DD, today, yesterday or today-N (in the job's time zone). A merge job
+    /// without dates merges every date its batch holds.
     #[arg(long, conflicts_with_all = ["from", "to"])]
     date: Option<String>,
     /// First date of the range (inclusive).
@@ -194,7 +196,7 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
         }
         _ => None,
     };
-    if dates.is_none() {
+    if dates.is_none() && job.config.job.kind != lakeswap::config::JobKind::Merge {
         return Err(usage("name the dates: --date D, or --from A --to B (see lakeswap run --help)"));
     }
     if a.concurrency == Some(0) {

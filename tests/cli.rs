@@ -10,7 +10,9 @@ fn example_dir() -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     std::fs::create_dir_all(t.path().join("config")).unwrap();
-    std::fs::copy(root.join("config/example.toml"), t.path().join("config/example.toml")).unwrap();
+    for c in ["example.toml", "orders_current.toml", "revenue_from_current.toml"] {
+        std::fs::copy(root.join("config").join(c), t.path().join("config").join(c)).unwrap();
+    }
     std::fs::create_dir_all(t.path().join("examples/data")).unwrap();
     std::os::unix::fs::symlink(root.join("examples/data/orders"), t.path().join("examples/data/orders")).unwrap();
     t
@@ -216,4 +218,26 @@ fn secrets_never_appear_in_output() {
             assert!(!std::fs::read_to_string(e.path()).unwrap().contains(secret));
         }
     }
+}
+
+#[test]
+fn the_two_stage_example_gives_the_same_revenue() {
+    let t = example_dir();
+    let o = cli(&["run", "--config", "config/orders_current.toml"], t.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("inserted"), "{}", text(&o));
+    let range = ["--from", "2026-11-01", "--to", "2026-11-07"];
+    let o = cli(&[&["run", "--config", "config/revenue_from_current.toml"][..], &range].concat(), t.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = cli(&[&["run", "--config", "config/example.toml"][..], &range].concat(), t.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for day in 1..=7 {
+        let p = |table: &str| t.path().join(format!("lake/{table}/event_date=2026-11-0{day}/part-00000.parquet"));
+        assert_eq!(read_partition(&p("revenue_from_current")), read_partition(&p("revenue_daily")), "day {day}");
+    }
+    // A replay of the same batch changes nothing.
+    let o = cli(&["run", "--config", "config/orders_current.toml"], t.path());
+    assert_eq!(o.status.code(), Some(0));
+    let unchanged = text(&o).lines().filter(|l| l.starts_with("2026-11-0") && l.contains(" unchanged ")).count();
+    assert_eq!(unchanged, 7, "{}", text(&o));
 }
