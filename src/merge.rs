@@ -41,6 +41,9 @@ pub struct MergeStats {
     pub deleted: u64,
     pub unchanged: u64,
     pub ignored_older: u64,
+    /// Incoming rows with a stored key's version but another payload, set aside
+    /// (`on_conflict = "quarantine"`; with the default `fail` the partition fails instead).
+    pub conflicts: u64,
 }
 
 /// A merged partition: the live rows, sorted by key, and the tombstones (keys + `version`).
@@ -49,6 +52,8 @@ pub struct Merged {
     pub rows: RecordBatch,
     pub tombstones: RecordBatch,
     pub stats: MergeStats,
+    /// Incoming rows (of the prepared table) set aside as conflicts.
+    pub quarantined: Vec<u32>,
 }
 
 /// The output schema of a merge: the input's columns without the partition column, which
@@ -237,6 +242,7 @@ pub fn merge(
     let mut new_rows: Vec<usize> = Vec::new();
     let mut new_tombs: Vec<usize> = Vec::new();
     let mut conflicts: Vec<ConflictKey> = Vec::new();
+    let mut conflict_rows: Vec<u32> = Vec::new();
     for &w in &p.winners {
         let r = w as usize;
         let (v, del) = (inc_v[r], is_delete.as_ref().is_some_and(|m| m.value(r)));
@@ -264,11 +270,17 @@ pub fn merge(
                         }
                     }
                     Ordering::Equal if !del && payload_eq(r, s as usize)? => stats.unchanged += 1,
-                    Ordering::Equal => conflicts.push(ConflictKey {
-                        key: render_key(&inc_keys, r),
-                        version: Some(v.to_string()),
-                        at: vec![p.table.locate(r, None), Location::object(format!("the stored partition, row {s}"))],
-                    }),
+                    Ordering::Equal => {
+                        conflict_rows.push(w);
+                        conflicts.push(ConflictKey {
+                            key: render_key(&inc_keys, r),
+                            version: Some(v.to_string()),
+                            at: vec![
+                                p.table.locate(r, None),
+                                Location::object(format!("the stored partition, row {s}")),
+                            ],
+                        })
+                    }
                     Ordering::Less => stats.ignored_older += 1,
                 }
             }
@@ -286,17 +298,29 @@ pub fn merge(
                         }
                     }
                     Ordering::Equal if del => stats.unchanged += 1,
-                    Ordering::Equal => conflicts.push(ConflictKey {
-                        key: render_key(&inc_keys, r),
-                        version: Some(v.to_string()),
-                        at: vec![p.table.locate(r, None), Location::object("a delete of the same version".to_string())],
-                    }),
+                    Ordering::Equal => {
+                        conflict_rows.push(w);
+                        conflicts.push(ConflictKey {
+                            key: render_key(&inc_keys, r),
+                            version: Some(v.to_string()),
+                            at: vec![
+                                p.table.locate(r, None),
+                                Location::object("a delete of the same version".to_string()),
+                            ],
+                        })
+                    }
                     Ordering::Less => stats.ignored_older += 1,
                 }
             }
         }
     }
-    if !conflicts.is_empty() {
+    let mut quarantined = Vec::new();
+    if !conflicts.is_empty() && id.on_conflict == crate::config::OnConflict::Quarantine {
+        // The stored state of those keys stays; the incoming rows are set aside.
+        stats.conflicts = conflict_rows.len() as u64;
+        quarantined = conflict_rows;
+        quarantined.sort_unstable();
+    } else if !conflicts.is_empty() {
         conflicts.sort_by(|a, b| a.key.cmp(&b.key));
         let total = conflicts.len();
         conflicts.truncate(5);
@@ -338,5 +362,5 @@ pub fn merge(
         .collect::<Result<_, _>>()
         .map_err(|e| other(e.to_string()))?;
     let tombstones = RecordBatch::try_new(stored_tombs.schema(), tcols).map_err(|e| other(e.to_string()))?;
-    Ok(Merged { rows: out_rows, tombstones, stats })
+    Ok(Merged { rows: out_rows, tombstones, stats, quarantined })
 }

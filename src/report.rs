@@ -21,6 +21,7 @@ pub fn table(s: &RunSummary) -> String {
             "deleted",
             "unchanged",
             "older",
+            "conflicts",
             "output rows",
             "time",
         ]
@@ -36,10 +37,10 @@ pub fn table(s: &RunSummary) -> String {
             p.counts.duplicates.to_string(),
         ];
         match (&p.merge, merging) {
-            (Some(m), _) => {
-                r.extend([m.inserted, m.updated, m.deleted, m.unchanged, m.ignored_older].map(|v| v.to_string()))
-            }
-            (None, true) => r.extend(std::iter::repeat_n(String::new(), 5)),
+            (Some(m), _) => r.extend(
+                [m.inserted, m.updated, m.deleted, m.unchanged, m.ignored_older, m.conflicts].map(|v| v.to_string()),
+            ),
+            (None, true) => r.extend(std::iter::repeat_n(String::new(), 6)),
             (None, false) => r.extend([p.counts.superseded.to_string(), p.counts.deleted.to_string()]),
         }
         r.push(p.output_rows.to_string());

@@ -364,6 +364,7 @@ async fn compute_partition(
     tokio::task::spawn_blocking(move || {
         let prepared = prepare::prepare(table, &id)?;
         let schema = schema.ok_or_else(|| PartitionError::Other("no input to derive the output schema from".into()))?;
+        let mut quarantined = prepared.quarantined.clone();
         let (batch, lineage, extra, merge_stats) = if merging {
             let tombs = merge::tombstone_schema(&schema, &id.key);
             let stored = stored.map(|b| merge::read_stored(&b, &schema, &tombs)).transpose()?;
@@ -376,6 +377,8 @@ async fn compute_partition(
             } else {
                 Vec::new()
             };
+            quarantined.extend(&m.quarantined);
+            quarantined.sort_unstable();
             (m.rows, lineage, extra, Some(m.stats))
         } else {
             let agg = cfg.aggregate.as_ref().ok_or_else(|| PartitionError::Other("no [aggregate] section".into()))?;
@@ -384,10 +387,10 @@ async fn compute_partition(
             (batch, lineage, Vec::new(), None)
         };
         let bytes = commit::encode(&batch, &lineage, &extra)?;
-        let quarantine = if prepared.quarantined.is_empty() {
+        let quarantine = if quarantined.is_empty() {
             None
         } else {
-            let rows = take_record_batch(&prepared.table.batch, &UInt32Array::from(prepared.quarantined.clone()))
+            let rows = take_record_batch(&prepared.table.batch, &UInt32Array::from(quarantined))
                 .map_err(|e| PartitionError::Other(e.to_string()))?;
             Some(commit::encode(&rows, &lineage, &[])?)
         };

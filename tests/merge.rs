@@ -14,10 +14,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 fn merge_job(b: &Backend, batch: &str) -> Job {
+    merge_job_with(b, batch, "")
+}
+
+fn merge_job_with(b: &Backend, batch: &str, extra: &str) -> Job {
     let text = format!(
         "[job]\nname = \"orders_current\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n\
          [identity]\nkey = [\"order_id\"]\nversion = \"source_version\"\ndeleted = {{ column = \"status\", equals = \"deleted\" }}\n\n\
-         [output]\nurl = \"{}\"\n",
+         {extra}\n[output]\nurl = \"{}\"\n",
         b.url(batch),
         b.url("out")
     );
@@ -263,4 +267,33 @@ async fn a_crash_mid_merge_leaves_old_or_new_and_a_rerun_converges() {
         assert_eq!(s.exit_code, ExitCode::Ok, "crash at {i}: {}", lakeswap::report::table(&s));
         assert_eq!(c.partitions().await, want, "crash at {i}: the re-run converges");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quarantine_sets_a_stored_conflict_aside_and_keeps_the_stored_row() {
+    let b = Backend::new(Kind::Local);
+    put_batch(
+        &b,
+        "b1",
+        &[order("a", 1, "2026-11-01", "USD", 100, "placed"), order("b", 1, "2026-11-01", "USD", 5, "placed")],
+    )
+    .await;
+    merge(&b, "b1", None).await;
+    put_batch(
+        &b,
+        "b2",
+        &[order("a", 1, "2026-11-01", "USD", 101, "placed"), order("b", 2, "2026-11-01", "USD", 6, "shipped")],
+    )
+    .await;
+    let job = merge_job_with(&b, "b2", "[prepare]\non_conflict = \"quarantine\"\n");
+    let s = run::run(&job, &RunOptions::default()).await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let m = s.partitions[0].merge.unwrap();
+    assert_eq!((m.conflicts, m.updated), (1, 1));
+    assert!(lakeswap::report::table(&s).contains("conflicts"));
+    let rows = state(&b.get("out", "event_date=2026-11-01/part-00000.parquet").await.unwrap());
+    assert_eq!(rows[0], ("a".to_string(), 1, "placed".to_string(), 100), "the stored row stays");
+    assert_eq!(rows[1].1, 2);
+    let q = b.objects("out").await.into_keys().filter(|k| k.starts_with("_quarantine/")).count();
+    assert_eq!(q, 1, "the conflicting row is set aside");
 }
