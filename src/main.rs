@@ -58,8 +58,22 @@ struct RunArgs {
     config: PathBuf,
     /// One date: YYYY-MM-DD, today, yesterday or today-N (in the job's time zone). A merge job
     /// without dates merges every date its batch holds.
-    #[arg(long, conflicts_with_all = ["from", "to"])]
+    #[arg(long, conflicts_with_all = ["from", "to", "retry_failed"])]
     date: Option<String>,
+    /// Re-run exactly the partitions that the run RUN_ID failed (see its journal, or `status`).
+    #[arg(long, value_name = "RUN_ID", conflicts_with_all = ["from", "to"])]
+    retry_failed: Option<String>,
+    /// Take a deterministic share of the dates: I/N runs every N-th date of the range, from
+    /// the I-th (0-based), so N machines split a backfill; leases keep overlaps safe.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Skip partitions whose committed file was made by the same config from the same input
+    /// objects (sizes and e-tags), without reading their input: cheap trailing-window runs.
+    #[arg(long)]
+    skip_unchanged: bool,
+    /// Log lines on stderr as text or as JSON objects (for log collectors).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "LAKESWAP_LOG_FORMAT")]
+    log_format: LogFormat,
     /// First date of the range (inclusive).
     #[arg(long, requires = "to")]
     from: Option<String>,
@@ -85,6 +99,12 @@ struct RunArgs {
     /// again after this long. Renewed every third of it while the run lives.
     #[arg(long, default_value_t = 60, env = "LAKESWAP_LEASE_TTL")]
     lease_ttl: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Args)]
@@ -136,13 +156,15 @@ fn tune_allocator() {
 fn main() -> ProcessExit {
     tune_allocator();
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LAKESWAP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LAKESWAP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let json = matches!(&cli.command, Command::Run(a) if a.log_format == LogFormat::Json);
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().max_blocking_threads(4).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -188,14 +210,20 @@ fn usage(m: impl Into<String>) -> Error {
 async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     let job = Job::load(&a.config)?;
     let tz = job.config.timezone();
-    let dates = match (&a.date, &a.from, &a.to) {
-        (Some(d), _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),
-        (None, Some(f), Some(t)) => {
+    let mut dates = match (&a.date, &a.from, &a.to, &a.retry_failed) {
+        (Some(d), _, _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),
+        (None, Some(f), Some(t), _) => {
             let (f, t) = (dates::resolve(f, tz).map_err(usage)?, dates::resolve(t, tz).map_err(usage)?);
             Some(dates::range(f, t).map_err(usage)?)
         }
+        (None, None, None, Some(id)) => Some(failed_dates(&job, id).await?),
         _ => None,
     };
+    if let Some(spec) = &a.shard {
+        let (i, n) = parse_shard(spec)?;
+        let all = dates.take().ok_or_else(|| usage("--shard needs a range (--from/--to)"))?;
+        dates = Some(all.into_iter().enumerate().filter(|(k, _)| k % n == i).map(|(_, d)| d).collect());
+    }
     if dates.is_none() && job.config.job.kind != lakeswap::config::JobKind::Merge {
         return Err(usage("name the dates: --date D, or --from A --to B (see lakeswap run --help)"));
     }
@@ -222,6 +250,7 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
         progress,
         lease_ttl: std::time::Duration::from_secs(a.lease_ttl.max(1)),
         wait: a.wait,
+        skip_unchanged: a.skip_unchanged,
     };
     let summary = run::run(&job, &opts).await?;
     if let Some(plan) = &summary.plan {
@@ -267,3 +296,28 @@ async fn cmd_gc(a: GcArgs) -> Result<ExitCode, Error> {
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `I/N` of `--shard`.
+fn parse_shard(spec: &str) -> Result<(usize, usize), Error> {
+    let bad = || usage(format!("--shard {spec}: write I/N with 0 <= I < N, e.g. 0/4"));
+    let (i, n) = spec.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The dates a run failed, from its journal.
+async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>, Error> {
+    let journals = lakeswap::journal::read_all(&job.output).await?;
+    let j = journals.iter().find(|j| j.run_id == run_id).ok_or_else(|| {
+        usage(format!("no run {run_id} in {}/_lakeswap/runs/ (lakeswap status lists the runs)", job.output.url))
+    })?;
+    let failed: Vec<chrono::NaiveDate> =
+        j.partitions.iter().filter(|p| p.action == lakeswap::commit::Action::Failed).map(|p| p.date).collect();
+    if failed.is_empty() {
+        eprintln!("run {run_id} failed no partition: nothing to retry");
+    }
+    Ok(failed)
+}

@@ -80,6 +80,8 @@ pub struct RunOptions {
     pub lease_ttl: Duration,
     /// Wait for partitions leased by another run instead of failing them (exit 4).
     pub wait: bool,
+    /// Skip partitions whose committed footer shows the same config and input objects.
+    pub skip_unchanged: bool,
 }
 
 impl Default for RunOptions {
@@ -92,6 +94,7 @@ impl Default for RunOptions {
             progress: ProgressBar::hidden(),
             lease_ttl: DEFAULT_LEASE_TTL,
             wait: false,
+            skip_unchanged: false,
         }
     }
 }
@@ -204,7 +207,19 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     if let Err(e) = gc::remove_stale_staging(&job.output, &run_id, Some(&dirs)).await {
         tracing::warn!(error = %e, "could not remove stale staging");
     }
-    let plan = Plan { partitions: held, ..plan };
+    // --skip-unchanged: a committed partition whose footer names the same config and the same
+    // input objects (paths, sizes, e-tags) is skipped without reading its input.
+    let mut todo = Vec::with_capacity(held.len());
+    for p in held {
+        if opts.skip_unchanged && !merging && p.seen.meta.is_some() && unchanged_inputs(job, &p).await {
+            leases.release(&p.dir).await;
+            opts.progress.inc(2);
+            reports.push(report(p.date, Action::Skipped, PrepareStats::default(), 0, 0.0, None));
+        } else {
+            todo.push(p);
+        }
+    }
+    let plan = Plan { partitions: todo, ..plan };
 
     // Phase 1: compute every partition, a few at a time.
     let plan = Arc::new(plan);
@@ -322,6 +337,20 @@ fn report(
         error: error.map(|e| e.to_string()),
         exit_code,
     }
+}
+
+/// Whether the committed file of a partition was made by this config from exactly the input
+/// objects listed now.
+async fn unchanged_inputs(job: &Job, p: &PartitionPlan) -> bool {
+    let Ok(Some(bytes)) = commit::get(&job.output, &commit::target_path(&job.output, &p.dir)).await else {
+        return false;
+    };
+    let Some(lineage) = commit::read_lineage(&bytes) else { return false };
+    let mut inputs = p.lineage_inputs(&job.input);
+    inputs.sort();
+    lineage.config_fingerprint == job.config.fingerprint()
+        && lineage.input_fingerprint == crate::lineage::input_fingerprint(&inputs)
+        && !inputs.is_empty()
 }
 
 /// The input table of one partition.

@@ -39,6 +39,8 @@ pub struct FaultStore {
     arrived: Arc<tokio::sync::Notify>,
     /// Multipart uploads started.
     pub multipart: AtomicUsize,
+    /// Objects read (`get` calls).
+    pub gets: AtomicUsize,
 }
 
 impl fmt::Display for FaultStore {
@@ -58,6 +60,7 @@ impl FaultStore {
             gate: Mutex::new(None),
             arrived: Arc::new(tokio::sync::Notify::new()),
             multipart: AtomicUsize::new(0),
+            gets: AtomicUsize::new(0),
         })
     }
     pub fn calls(&self) -> usize {
@@ -145,6 +148,7 @@ impl ObjectStore for FaultStore {
         self.call("put_multipart", location.as_ref(), self.inner.put_multipart_opts(location, opts)).await
     }
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
         self.call("get", location.as_ref(), self.inner.get_opts(location, options)).await
     }
     async fn get_ranges(&self, location: &Path, ranges: &[std::ops::Range<u64>]) -> Result<Vec<Bytes>> {

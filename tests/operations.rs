@@ -1,0 +1,194 @@
+//! Risk: daily operation is costly or opaque. Trailing windows skip unchanged days without
+//! reading them, a failed run's partitions can be retried exactly, shards split a backfill
+//! without overlap, logs go out as JSON, and dates follow the job's time zone across DST.
+
+mod common;
+use common::faults::{FaultStore, Mode};
+use common::*;
+use lakeswap::commit::Action;
+use lakeswap::{run, ExitCode, Job, RunOptions};
+use std::sync::atomic::Ordering;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn skip_unchanged_reads_only_the_changed_days() {
+    let lake = Lake::new();
+    let rows = random_orders(111, 3, 100);
+    lake.write_hive(&rows, 2);
+    run_range(&lake.config(), "2026-11-01", "2026-11-03").await;
+    // Late data for the 2nd only.
+    let mut day2: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-02")).cloned().collect();
+    let mut late = day2[0].clone();
+    late.version = 42;
+    day2.push(late);
+    write_parquet(&lake.input().join("event_date=2026-11-02/part-00001.parquet"), &batch(&day2));
+
+    let mut job = Job::load(&lake.config()).unwrap();
+    let counter = FaultStore::new(job.input.store.clone(), Mode::None);
+    job.input.store = counter.clone();
+    let opts = RunOptions {
+        dates: Some(lakeswap::dates::range(d("2026-11-01"), d("2026-11-03")).unwrap()),
+        skip_unchanged: true,
+        ..Default::default()
+    };
+    let s = run::run(&job, &opts).await.unwrap();
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Skipped, Action::Replaced, Action::Skipped], "{}", lakeswap::report::table(&s));
+    // One object to learn the schema, then only the 2nd's two objects.
+    assert_eq!(counter.gets.load(Ordering::SeqCst), 1 + 2);
+    // Without the flag every day is read again, and found unchanged.
+    let s = run::run(&Job::load(&lake.config()).unwrap(), &RunOptions { skip_unchanged: false, ..opts.clone() })
+        .await
+        .unwrap();
+    assert!(s.partitions.iter().all(|p| p.action == Action::Unchanged));
+}
+
+#[test]
+fn retry_failed_reruns_exactly_the_failed_partitions() {
+    let lake = Lake::new();
+    let rows = random_orders(112, 3, 50);
+    lake.write_hive(&rows, 1);
+    // A conflict on the 3rd.
+    let mut bad: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-03")).cloned().collect();
+    let mut c = bad[0].clone();
+    c.cents += 1;
+    bad.push(c);
+    write_parquet(&lake.input().join("event_date=2026-11-03/part-00000.parquet"), &batch(&bad));
+    let cfg = lake.config();
+    let o = cli(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--from",
+            "2026-11-01",
+            "--to",
+            "2026-11-03",
+            "--summary-json",
+            "s.json",
+        ],
+        lake.dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("s.json")).unwrap()).unwrap();
+    let run_id = s["run_id"].as_str().unwrap().to_string();
+    // Fix the source, retry just that run's failures.
+    let good: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-03")).cloned().collect();
+    write_parquet(&lake.input().join("event_date=2026-11-03/part-00000.parquet"), &batch(&good));
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--retry-failed", &run_id], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("2026-")).map(|l| &l[..10]).collect();
+    assert_eq!(lines, ["2026-11-03"], "{out}");
+    assert!(out.contains("created"), "{out}");
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--retry-failed", "no-such-run"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn four_shards_commit_every_partition_once() {
+    let lake = Lake::new();
+    let rows = random_orders(113, 12, 60);
+    lake.write_hive(&rows, 1);
+    let cfg = lake.config();
+    let bin = env!("CARGO_BIN_EXE_lakeswap");
+    let children: Vec<_> = (0..4)
+        .map(|i| {
+            std::process::Command::new(bin)
+                .args(["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-12"])
+                .args(["--shard", &format!("{i}/4"), "--wait"])
+                .output_async()
+        })
+        .collect();
+    let mut created = std::collections::BTreeMap::<String, usize>::new();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let out = text(&o);
+        assert_eq!(out.lines().filter(|l| l.starts_with("2026-")).count(), 3, "a quarter of 12 dates: {out}");
+        for l in out.lines().filter(|l| l.starts_with("2026-") && l.contains(" created ")) {
+            *created.entry(l[..10].to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(created.len(), 12);
+    assert!(created.values().all(|&n| n == 1), "{created:?}");
+    for (date, want) in model(&rows) {
+        assert_eq!(read_partition(&lake.partition_file(&date.to_string())), want);
+    }
+    let o = cli(
+        &["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-12", "--shard", "4/4"],
+        lake.dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
+
+trait Spawn {
+    fn output_async(&mut self) -> std::process::Child;
+}
+impl Spawn for std::process::Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+    }
+}
+
+#[test]
+fn json_logs_for_collectors() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(114, 1, 20), 1);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(["run", "--config", lake.config().to_str().unwrap(), "--date", "2026-11-01", "--log-format", "json"])
+        .env("LAKESWAP_LOG", "info")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let logs: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stderr).lines().map(|l| serde_json::from_str(l).expect("a JSON log line")).collect();
+    assert!(logs.iter().any(|l| l["fields"]["message"] == "planned"), "{logs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dates_from_timestamps_follow_the_time_zone_across_dst() {
+    use arrow::array::{RecordBatch, StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use std::sync::Arc;
+    let lake = Lake::new();
+    // Europe/Berlin moves to summer time at 2026-03-29 01:00 UTC.
+    let stamps = [
+        ("a", "2026-03-28T22:59:00Z"), // 23:59 CET on the 28th
+        ("b", "2026-03-28T23:00:00Z"), // 00:00 CET on the 29th
+        ("c", "2026-03-29T21:59:00Z"), // 23:59 CEST on the 29th
+        ("d", "2026-03-29T22:00:00Z"), // 00:00 CEST on the 30th
+    ];
+    let us: Vec<i64> =
+        stamps.iter().map(|(_, t)| chrono::DateTime::parse_from_rfc3339(t).unwrap().timestamp_micros()).collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("order_id", DataType::Utf8, true),
+        Field::new("updated_at", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+        Field::new("currency", DataType::Utf8, true),
+    ]));
+    let b = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(stamps.iter().map(|(k, _)| *k).collect::<Vec<_>>())),
+            Arc::new(TimestampMicrosecondArray::from(us).with_timezone("UTC")),
+            Arc::new(StringArray::from(vec!["EUR"; 4])),
+        ],
+    )
+    .unwrap();
+    write_parquet(&lake.input().join("events.parquet"), &b);
+    let text = format!(
+        "[job]\nname = \"tz\"\nkind = \"aggregate\"\ntimezone = \"Europe/Berlin\"\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\
+         [identity]\nkey = [\"order_id\"]\nversion = \"updated_at\"\n[partition]\ncolumn = \"event_date\"\nfrom_timestamp = \"updated_at\"\n\
+         [aggregate]\ngroup_by = [\"currency\"]\nmeasures = [{{ name = \"orders\", fn = \"count\" }}]\n[output]\nurl = \"{}\"\n",
+        lake.input().display(),
+        lake.output().display()
+    );
+    let cfg = lake.dir.path().join("tz.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let s = run_range(&cfg, "2026-03-28", "2026-03-30").await;
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let orders: Vec<u64> = s.partitions.iter().map(|p| p.counts.input_rows).collect();
+    assert_eq!(orders, [1, 2, 1], "28th: a; 29th: b, c; 30th: d");
+    // `today` and `yesterday` are taken in the job's zone too.
+    let today = chrono::Utc::now().with_timezone(&chrono_tz::Pacific::Kiritimati).date_naive();
+    assert_eq!(lakeswap::dates::resolve("today", chrono_tz::Pacific::Kiritimati).unwrap(), today);
+}
