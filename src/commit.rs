@@ -50,6 +50,8 @@ pub enum Action {
     Skipped,
     Failed,
     Planned,
+    /// `verify`: the committed bytes equal a recomputation.
+    Verified,
 }
 
 impl std::fmt::Display for Action {
@@ -61,6 +63,7 @@ impl std::fmt::Display for Action {
             Action::Skipped => "skipped",
             Action::Failed => "failed",
             Action::Planned => "planned",
+            Action::Verified => "verified",
         };
         f.write_str(s)
     }

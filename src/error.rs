@@ -219,6 +219,9 @@ pub enum PartitionError {
     )]
     Fenced { path: String },
 
+    #[error("{path} does not match its input: {why}. Run the date again to rewrite it")]
+    Differs { path: String, why: String },
+
     #[error("verification of the staged file {path} failed: {message}")]
     Verify { path: String, message: String },
 
@@ -249,6 +252,7 @@ impl PartitionError {
             PartitionError::MissingInput { .. }
             | PartitionError::Fenced { .. }
             | PartitionError::Verify { .. }
+            | PartitionError::Differs { .. }
             | PartitionError::Store { .. }
             | PartitionError::Other(_) => ExitCode::PartialFailure,
         }

@@ -37,6 +37,7 @@ pub mod prepare;
 pub mod read;
 pub mod report;
 pub mod run;
+pub mod status;
 pub mod store;
 
 pub use config::JobConfig;

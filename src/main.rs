@@ -44,6 +44,14 @@ lakeswap run --config config/orders_current.toml                 # merge: every 
         after_help = "Example:\n  lakeswap generate --out /tmp/orders --days 10 --rows-per-day 1000000 --conflicts 7"
     )]
     Generate(GenerateArgs),
+    /// Show recent runs and, per partition, committed / failed / missing with rows and lineage.
+    #[command(after_help = "Examples:\n  lakeswap status --config revenue.toml\n  \
+lakeswap status --config revenue.toml --from 2026-11-01 --to 2026-11-30   # missing days show too")]
+    Status(RangeArgs),
+    /// Recompute partitions in memory and report any whose committed bytes differ.
+    #[command(after_help = "Exit code 0 when every partition matches, 1 when one differs or is missing.\n\n\
+Example:\n  lakeswap verify --config revenue.toml --from 2026-11-01 --to 2026-11-07")]
+    Verify(RangeArgs),
     /// Remove what crashed runs left behind: stale staging and expired leases.
     #[command(after_help = "A live run's staging and leases are never touched. Every run also cleans up\n\
 the partitions it works on, so gc is only needed for dates that are not run again.\n\n\
@@ -99,6 +107,38 @@ struct RunArgs {
     /// again after this long. Renewed every third of it while the run lives.
     #[arg(long, default_value_t = 60, env = "LAKESWAP_LEASE_TTL")]
     lease_ttl: u64,
+}
+
+#[derive(Args)]
+struct RangeArgs {
+    /// The job's TOML config.
+    #[arg(long, short, env = "LAKESWAP_CONFIG")]
+    config: PathBuf,
+    /// One date (YYYY-MM-DD, today, yesterday, today-N).
+    #[arg(long, conflicts_with_all = ["from", "to"])]
+    date: Option<String>,
+    /// First date of the range (inclusive).
+    #[arg(long, requires = "to")]
+    from: Option<String>,
+    /// Last date of the range (inclusive).
+    #[arg(long, requires = "from")]
+    to: Option<String>,
+    /// Print JSON instead of text (status).
+    #[arg(long)]
+    json: bool,
+}
+
+impl RangeArgs {
+    fn dates(&self, tz: chrono_tz::Tz) -> Result<Option<Vec<chrono::NaiveDate>>, Error> {
+        Ok(match (&self.date, &self.from, &self.to) {
+            (Some(d), _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),
+            (None, Some(f), Some(t)) => Some(
+                dates::range(dates::resolve(f, tz).map_err(usage)?, dates::resolve(t, tz).map_err(usage)?)
+                    .map_err(usage)?,
+            ),
+            _ => None,
+        })
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -177,6 +217,8 @@ fn main() -> ProcessExit {
             Command::Run(a) => cmd_run(a).await,
             Command::Generate(a) => cmd_generate(a).await,
             Command::Gc(a) => cmd_gc(a).await,
+            Command::Status(a) => cmd_status(a).await,
+            Command::Verify(a) => cmd_verify(a).await,
         }
     });
     match result {
@@ -231,13 +273,13 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
         return Err(usage("--concurrency must be at least 1"));
     }
     let n = dates.as_ref().map_or(0, Vec::len) as u64;
-    let progress = if std::io::stderr().is_terminal() && n > 1 && !a.dry_run {
-        let pb = ProgressBar::new(n * 2);
+    let terminal = std::io::stderr().is_terminal();
+    let progress = if terminal && n > 1 && !a.dry_run {
+        let pb = ProgressBar::new(n);
         pb.set_style(
-            ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} steps ({per_sec}, eta {eta}) {msg}")
+            ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} partitions, {msg}, eta {eta}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        pb.set_message(format!("{n} partitions"));
         pb
     } else {
         ProgressBar::hidden()
@@ -248,9 +290,12 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
         allow_empty: a.allow_empty,
         dry_run: a.dry_run,
         progress,
+        // Without a terminal (cron, CI, orchestrators): a plain line per partition, for long runs.
+        plain_progress: !terminal && n > 1 && !a.dry_run,
         lease_ttl: std::time::Duration::from_secs(a.lease_ttl.max(1)),
         wait: a.wait,
         skip_unchanged: a.skip_unchanged,
+        verify: false,
     };
     let summary = run::run(&job, &opts).await?;
     if let Some(plan) = &summary.plan {
@@ -320,4 +365,30 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
         eprintln!("run {run_id} failed no partition: nothing to retry");
     }
     Ok(failed)
+}
+
+async fn cmd_status(a: RangeArgs) -> Result<ExitCode, Error> {
+    let job = Job::load(&a.config)?;
+    let (journals, parts) = lakeswap::status::status(&job, a.dates(job.config.timezone())?).await?;
+    if a.json {
+        let runs: Vec<_> = journals.iter().rev().take(20).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "runs": runs, "partitions": parts })).unwrap_or_default()
+        );
+    } else {
+        print!("{}", lakeswap::status::render(&journals, &parts, 10));
+    }
+    Ok(ExitCode::Ok)
+}
+
+async fn cmd_verify(a: RangeArgs) -> Result<ExitCode, Error> {
+    let job = Job::load(&a.config)?;
+    let dates = a
+        .dates(job.config.timezone())?
+        .ok_or_else(|| usage("name the dates to verify: --date D or --from A --to B"))?;
+    let opts = RunOptions { dates: Some(dates), verify: true, ..Default::default() };
+    let summary = run::run(&job, &opts).await?;
+    print!("{}", report::table(&summary));
+    Ok(summary.exit_code)
 }

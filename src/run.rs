@@ -76,12 +76,16 @@ pub struct RunOptions {
     pub dry_run: bool,
     /// Progress display; hidden by default.
     pub progress: ProgressBar,
+    /// Print a plain progress line per partition on stderr (when there is no terminal).
+    pub plain_progress: bool,
     /// How long a partition lease lives without renewal (renewed every third of it).
     pub lease_ttl: Duration,
     /// Wait for partitions leased by another run instead of failing them (exit 4).
     pub wait: bool,
     /// Skip partitions whose committed footer shows the same config and input objects.
     pub skip_unchanged: bool,
+    /// Recompute in memory and compare with what is committed; write nothing.
+    pub verify: bool,
 }
 
 impl Default for RunOptions {
@@ -92,9 +96,11 @@ impl Default for RunOptions {
             allow_empty: false,
             dry_run: false,
             progress: ProgressBar::hidden(),
+            plain_progress: false,
             lease_ttl: DEFAULT_LEASE_TTL,
             wait: false,
             skip_unchanged: false,
+            verify: false,
         }
     }
 }
@@ -121,6 +127,42 @@ pub struct RunSummary {
 impl RunSummary {
     pub fn failed(&self) -> impl Iterator<Item = &PartitionReport> {
         self.partitions.iter().filter(|p| p.action == Action::Failed)
+    }
+}
+
+/// Progress of a run: a bar on a terminal, a plain line per partition otherwise.
+struct Progress<'a> {
+    bar: &'a ProgressBar,
+    plain: bool,
+    total: usize,
+    done: std::sync::atomic::AtomicUsize,
+    rows: std::sync::atomic::AtomicU64,
+    started: Instant,
+}
+
+impl<'a> Progress<'a> {
+    fn new(opts: &'a RunOptions, total: usize) -> Self {
+        opts.progress.set_length(total as u64);
+        Progress {
+            bar: &opts.progress,
+            plain: opts.plain_progress,
+            total,
+            done: Default::default(),
+            rows: Default::default(),
+            started: Instant::now(),
+        }
+    }
+
+    fn done(&self, r: &PartitionReport) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.done.fetch_add(1, Relaxed) + 1;
+        let rows = self.rows.fetch_add(r.counts.input_rows, Relaxed) + r.counts.input_rows;
+        let rate = rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3) / 1e6;
+        self.bar.set_message(format!("{rate:.1} M rows/s"));
+        self.bar.inc(1);
+        if self.plain {
+            eprintln!("progress: {n}/{} partitions done ({}: {}), {rate:.1} M rows/s", self.total, r.date, r.action);
+        }
     }
 }
 
@@ -152,6 +194,11 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     if opts.dates.is_none() && !merging {
         return Err(Error::Usage("an aggregate job needs --date or --from/--to".into()));
     }
+    if opts.verify && merging {
+        return Err(Error::Usage(
+            "verify recomputes aggregate partitions from their input; a merged table is its own history".into(),
+        ));
+    }
     let mut plan = plan::plan(cfg, &job.input, &job.output, opts.dates.as_deref()).await?;
     // A merge without a range takes every date of a flat batch: known only once it is read.
     let mut flat_first: Option<Arc<FlatInput>> = None;
@@ -180,15 +227,19 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     }
 
     let mut journal = Journal::start(&run_id, &cfg.job.name, dates.to_vec(), now);
-    journal.write(&job.output).await?;
-    opts.progress.set_length(plan.partitions.len() as u64 * 2);
+    if !opts.verify {
+        journal.write(&job.output).await?;
+    }
+    let progress = Progress::new(opts, plan.partitions.len());
 
     // Leases first, then the committed state as seen under them (the swap compares with it).
     let leases = Arc::new(Leases::new(job.output.clone(), &run_id, opts.lease_ttl, opts.wait));
     let mut reports: Vec<PartitionReport> = Vec::new();
     let mut held: Vec<PartitionPlan> = Vec::new();
     for p in &plan.partitions {
-        let seen = match leases.acquire(&p.dir).await {
+        // `verify` writes nothing, so it takes no lease.
+        let leased = if opts.verify { Ok(()) } else { leases.acquire(&p.dir).await };
+        let seen = match leased {
             Ok(()) => commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await,
             Err(e) => Err(e),
         };
@@ -196,16 +247,19 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
             Ok(meta) => held.push(PartitionPlan { seen: commit::Seen { meta }, ..p.clone() }),
             Err(e) => {
                 leases.release(&p.dir).await;
-                opts.progress.inc(2);
-                reports.push(report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e)));
+                let r = report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e));
+                progress.done(&r);
+                reports.push(r);
             }
         }
     }
     let _renewer = leases.spawn_renewer();
     let dirs: Vec<String> = held.iter().map(|p| p.dir.clone()).collect();
-    dirs.iter().for_each(|d| leases.remove_leftovers(d));
-    if let Err(e) = gc::remove_stale_staging(&job.output, &run_id, Some(&dirs)).await {
-        tracing::warn!(error = %e, "could not remove stale staging");
+    if !opts.verify {
+        dirs.iter().for_each(|d| leases.remove_leftovers(d));
+        if let Err(e) = gc::remove_stale_staging(&job.output, &run_id, Some(&dirs)).await {
+            tracing::warn!(error = %e, "could not remove stale staging");
+        }
     }
     // --skip-unchanged: a committed partition whose footer names the same config and the same
     // input objects (paths, sizes, e-tags) is skipped without reading its input.
@@ -213,8 +267,9 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     for p in held {
         if opts.skip_unchanged && !merging && p.seen.meta.is_some() && unchanged_inputs(job, &p).await {
             leases.release(&p.dir).await;
-            opts.progress.inc(2);
-            reports.push(report(p.date, Action::Skipped, PrepareStats::default(), 0, 0.0, None));
+            let r = report(p.date, Action::Skipped, PrepareStats::default(), 0, 0.0, None);
+            progress.done(&r);
+            reports.push(r);
         } else {
             todo.push(p);
         }
@@ -238,7 +293,6 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
             async move {
                 let t = Instant::now();
                 let result = compute_partition(job, &plan, &p, &id, flat.as_deref(), opts.allow_empty).await;
-                opts.progress.inc(1);
                 Outcome { date: p.date, result, seconds: t.elapsed().as_secs_f64() }
             }
         })
@@ -259,13 +313,14 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     let committed: Vec<PartitionReport> = futures::stream::iter(outcomes)
         .map(|o| {
             let p = by_date[&o.date];
-            let (run_id, schema, leases) = (run_id.as_str(), schema.clone(), leases.clone());
+            let (run_id, schema, leases, progress) = (run_id.as_str(), schema.clone(), leases.clone(), &progress);
             async move {
                 let t = Instant::now();
                 let r = match o.result {
                     Err(e) => report(o.date, Action::Failed, PrepareStats::default(), 0, o.seconds, Some(e)),
                     Ok(c) => {
                         let res = match leases.check(&p.dir) {
+                            _ if opts.verify => verify_partition(job, p, &c).await,
                             Ok(()) if c.skip => Ok(Action::Skipped),
                             Ok(()) => commit_partition(job, run_id, p, &c, schema).await,
                             Err(e) => Err(e),
@@ -281,7 +336,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
                     }
                 };
                 leases.release(&p.dir).await;
-                opts.progress.inc(1);
+                progress.done(&r);
                 r
             }
         })
@@ -298,7 +353,9 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     job.output.tidy(&staging_root);
     let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
     journal.finish(reports.clone(), exit);
-    journal.write(&job.output).await?;
+    if !opts.verify {
+        journal.write(&job.output).await?;
+    }
     Ok(RunSummary {
         run_id,
         partitions: reports,
@@ -336,6 +393,19 @@ fn report(
         seconds,
         error: error.map(|e| e.to_string()),
         exit_code,
+    }
+}
+
+/// Compares a recomputed partition with the committed file.
+async fn verify_partition(job: &Job, p: &PartitionPlan, c: &Computed) -> std::result::Result<Action, PartitionError> {
+    let path = commit::target_path(&job.output, &p.dir);
+    match commit::get(&job.output, &path).await? {
+        Some(b) if b == c.bytes => Ok(Action::Verified),
+        Some(_) => Err(PartitionError::Differs {
+            path: job.output.display(&path),
+            why: "its bytes differ from a recomputation".into(),
+        }),
+        None => Err(PartitionError::Differs { path: job.output.display(&path), why: "it is missing".into() }),
     }
 }
 

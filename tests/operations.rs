@@ -192,3 +192,57 @@ async fn dates_from_timestamps_follow_the_time_zone_across_dst() {
     let today = chrono::Utc::now().with_timezone(&chrono_tz::Pacific::Kiritimati).date_naive();
     assert_eq!(lakeswap::dates::resolve("today", chrono_tz::Pacific::Kiritimati).unwrap(), today);
 }
+
+#[test]
+fn status_shows_committed_failed_and_missing_days() {
+    let lake = Lake::new();
+    let rows = random_orders(115, 3, 40);
+    lake.write_hive(&rows, 1);
+    let cfg = lake.config();
+    let c = cfg.to_str().unwrap();
+    cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], lake.dir.path());
+    // The 3rd goes bad in a second run; the 5th never had input.
+    let mut bad: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-03")).cloned().collect();
+    let mut x = bad[0].clone();
+    x.cents += 1;
+    bad.push(x);
+    write_parquet(&lake.input().join("event_date=2026-11-03/part-00000.parquet"), &batch(&bad));
+    cli(&["run", "--config", c, "--from", "2026-11-03", "--to", "2026-11-03"], lake.dir.path());
+    let o = cli(&["status", "--config", c, "--from", "2026-11-01", "--to", "2026-11-05"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("recent runs:") && out.matches("finished").count() == 2, "{out}");
+    let line = |date: &str| out.lines().find(|l| l.trim_start().starts_with(date)).unwrap_or("").to_string();
+    assert!(line("2026-11-01").contains("committed") && line("2026-11-01").contains("█"), "{out}");
+    assert!(line("2026-11-03").contains("failed"), "{out}");
+    assert!(out.contains("conflicting key"), "the failure is shown: {out}");
+    assert!(line("2026-11-05").contains("missing") && line("2026-11-05").contains("····"), "{out}");
+    let o = cli(&["status", "--config", c, "--json"], lake.dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let states: Vec<&str> = v["partitions"].as_array().unwrap().iter().map(|p| p["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["committed", "committed", "failed"]);
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn verify_finds_a_file_that_does_not_match_its_input() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(116, 2, 40), 1);
+    let c = lake.config();
+    let c = c.to_str().unwrap();
+    cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], lake.dir.path());
+    let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(text(&o).matches(" verified ").count(), 2, "{}", text(&o));
+    // A hand-edited partition: another day's (valid) file copied over it.
+    std::fs::copy(lake.partition_file("2026-11-01"), lake.partition_file("2026-11-02")).unwrap();
+    let before = lake.snapshot();
+    let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("event_date=2026-11-02/part-00000.parquet does not match its input"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), before, "verify writes nothing");
+    assert!(
+        !lake.output().join("_lakeswap/leases").exists()
+            || lake.output().join("_lakeswap/leases").read_dir().unwrap().next().is_none()
+    );
+}

@@ -1,0 +1,140 @@
+//! `lakeswap status`: what the run journal and the committed files say — recent runs, and per
+//! partition whether it is committed, failed or missing, with its rows, lineage and the last
+//! run that touched it, and a bar per date so a missing or odd day stands out.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use chrono::NaiveDate;
+use serde::Serialize;
+
+use crate::commit::{self, Action};
+use crate::error::{Error, Result};
+use crate::journal::{self, Journal};
+use crate::lineage::Lineage;
+use crate::run::Job;
+
+/// One partition's state.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionStatus {
+    pub date: NaiveDate,
+    /// `committed`, `failed` (the last run that touched it failed it; an older file may stay),
+    /// or `missing`.
+    pub state: &'static str,
+    pub committed: bool,
+    pub lineage: Option<Lineage>,
+    /// The last run that touched the partition, and what it did.
+    pub last_run: Option<(String, Action)>,
+    pub error: Option<String>,
+}
+
+/// The journals (oldest first) and the state of each partition of `dates` (default: every
+/// date that is committed or appears in a journal).
+pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Journal>, Vec<PartitionStatus>)> {
+    let out = &job.output;
+    let journals = journal::read_all(out).await?;
+    let column = &job.config.partition.column;
+    let listing =
+        out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;
+    let prefix = format!("{column}=");
+    let committed: Vec<NaiveDate> = listing
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename()?.strip_prefix(&prefix).and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()))
+        .collect();
+    let mut last: BTreeMap<NaiveDate, (String, Action, Option<String>)> = BTreeMap::new();
+    for j in &journals {
+        for p in &j.partitions {
+            last.insert(p.date, (j.run_id.clone(), p.action, p.error.clone()));
+        }
+    }
+    let dates = dates.unwrap_or_else(|| {
+        let mut d: Vec<NaiveDate> = committed.iter().copied().chain(last.keys().copied()).collect();
+        d.sort();
+        d.dedup();
+        d
+    });
+    let mut parts = Vec::with_capacity(dates.len());
+    for date in dates {
+        let dir = commit::partition_dir(column, date);
+        let bytes = commit::get(out, &commit::target_path(out, &dir)).await.map_err(|e| Error::Usage(e.to_string()))?;
+        let lineage = bytes.as_ref().and_then(commit::read_lineage);
+        let run = last.get(&date);
+        let failed = run.is_some_and(|(_, a, _)| *a == Action::Failed);
+        let state = match (failed, bytes.is_some()) {
+            (true, _) => "failed",
+            (false, true) => "committed",
+            (false, false) => "missing",
+        };
+        parts.push(PartitionStatus {
+            date,
+            state,
+            committed: bytes.is_some(),
+            lineage,
+            last_run: run.map(|(id, a, _)| (id.clone(), *a)),
+            error: run.and_then(|(_, _, e)| e.clone()),
+        });
+    }
+    Ok((journals, parts))
+}
+
+/// The status as text: recent runs, then a line and a bar per partition.
+pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "recent runs:");
+    if journals.is_empty() {
+        let _ = writeln!(s, "  (none)");
+    }
+    for j in journals.iter().rev().take(recent) {
+        let failed = j.partitions.iter().filter(|p| p.action == Action::Failed).count();
+        let secs = j.finished_at.map(|f| (f - j.started_at).num_milliseconds() as f64 / 1000.0);
+        let _ = writeln!(
+            s,
+            "  {}  {:<8}  exit {:<2}  {} partition(s), {} failed  {}  on {}",
+            j.run_id,
+            j.status,
+            j.exit_code.map_or("-".into(), |c| c.to_string()),
+            j.partitions.len().max(j.dates.len()),
+            failed,
+            secs.map_or("still running or killed".into(), |t| format!("{t:.2}s")),
+            j.host
+        );
+    }
+    let max_rows =
+        parts.iter().filter_map(|p| p.lineage.as_ref().map(|l| l.counts.input_rows)).max().unwrap_or(0).max(1);
+    let _ = writeln!(s, "\npartitions:");
+    let _ = writeln!(
+        s,
+        "  {:<10}  {:<9}  {:>10}  {:>8}  {:<20}  {:<32}  last run",
+        "date", "state", "input rows", "rows", "", "lineage (config/input)"
+    );
+    for p in parts {
+        let (input, rows, lin) = match &p.lineage {
+            Some(l) => (
+                l.counts.input_rows.to_string(),
+                l.output_rows.to_string(),
+                format!(
+                    "{}/{}",
+                    &l.config_fingerprint[..8.min(l.config_fingerprint.len())],
+                    &l.input_fingerprint[..8.min(l.input_fingerprint.len())]
+                ),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        let width = p.lineage.as_ref().map_or(0, |l| (l.counts.input_rows * 20).div_ceil(max_rows) as usize);
+        let bar: String = match p.state {
+            "missing" => "·".repeat(20),
+            _ => "█".repeat(width.min(20)),
+        };
+        let last = p.last_run.as_ref().map_or("-".to_string(), |(id, a)| format!("{id} ({a})"));
+        let _ = writeln!(
+            s,
+            "  {:<10}  {:<9}  {:>10}  {:>8}  {:<20}  {:<32}  {}",
+            p.date, p.state, input, rows, bar, lin, last
+        );
+        if let (Some(e), "failed") = (&p.error, p.state) {
+            let _ = writeln!(s, "              {e}");
+        }
+    }
+    s
+}
