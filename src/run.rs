@@ -153,15 +153,16 @@ impl<'a> Progress<'a> {
         }
     }
 
-    fn done(&self, r: &PartitionReport) {
+    /// A partition is through its expensive part (computed, skipped, or refused).
+    fn done(&self, date: NaiveDate, what: &str, input_rows: u64) {
         use std::sync::atomic::Ordering::Relaxed;
         let n = self.done.fetch_add(1, Relaxed) + 1;
-        let rows = self.rows.fetch_add(r.counts.input_rows, Relaxed) + r.counts.input_rows;
+        let rows = self.rows.fetch_add(input_rows, Relaxed) + input_rows;
         let rate = rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3) / 1e6;
         self.bar.set_message(format!("{rate:.1} M rows/s"));
         self.bar.inc(1);
         if self.plain {
-            eprintln!("progress: {n}/{} partitions done ({}: {}), {rate:.1} M rows/s", self.total, r.date, r.action);
+            eprintln!("progress: {n}/{} partitions ({date} {what}), {rate:.1} M rows/s", self.total);
         }
     }
 }
@@ -247,9 +248,8 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
             Ok(meta) => held.push(PartitionPlan { seen: commit::Seen { meta }, ..p.clone() }),
             Err(e) => {
                 leases.release(&p.dir).await;
-                let r = report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e));
-                progress.done(&r);
-                reports.push(r);
+                progress.done(p.date, "refused", 0);
+                reports.push(report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e)));
             }
         }
     }
@@ -267,9 +267,8 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     for p in held {
         if opts.skip_unchanged && !merging && p.seen.meta.is_some() && unchanged_inputs(job, &p).await {
             leases.release(&p.dir).await;
-            let r = report(p.date, Action::Skipped, PrepareStats::default(), 0, 0.0, None);
-            progress.done(&r);
-            reports.push(r);
+            progress.done(p.date, "skipped", 0);
+            reports.push(report(p.date, Action::Skipped, PrepareStats::default(), 0, 0.0, None));
         } else {
             todo.push(p);
         }
@@ -289,10 +288,14 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     let id = Arc::new(id);
     let mut outcomes: Vec<Outcome> = futures::stream::iter(plan.partitions.iter().cloned())
         .map(|p| {
-            let (plan, id, flat) = (plan.clone(), id.clone(), flat.clone());
+            let (plan, id, flat, progress) = (plan.clone(), id.clone(), flat.clone(), &progress);
             async move {
                 let t = Instant::now();
                 let result = compute_partition(job, &plan, &p, &id, flat.as_deref(), opts.allow_empty).await;
+                match &result {
+                    Ok(c) => progress.done(p.date, "computed", c.stats.input_rows),
+                    Err(_) => progress.done(p.date, "failed", 0),
+                }
                 Outcome { date: p.date, result, seconds: t.elapsed().as_secs_f64() }
             }
         })
@@ -313,7 +316,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     let committed: Vec<PartitionReport> = futures::stream::iter(outcomes)
         .map(|o| {
             let p = by_date[&o.date];
-            let (run_id, schema, leases, progress) = (run_id.as_str(), schema.clone(), leases.clone(), &progress);
+            let (run_id, schema, leases) = (run_id.as_str(), schema.clone(), leases.clone());
             async move {
                 let t = Instant::now();
                 let r = match o.result {
@@ -336,7 +339,6 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
                     }
                 };
                 leases.release(&p.dir).await;
-                progress.done(&r);
                 r
             }
         })
