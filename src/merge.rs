@@ -153,6 +153,30 @@ enum Slot {
     Tomb(u32),
 }
 
+/// What the incoming rows change: rows and tombstones to add, and the counts.
+#[derive(Default)]
+struct Changes {
+    stats: MergeStats,
+    rows: Vec<usize>,
+    tombs: Vec<usize>,
+}
+
+/// Takes incoming row `r` as the key's new state: a tombstone when it is a delete, else a row
+/// (an update when it replaces a stored row, an insert otherwise).
+fn adopt(c: &mut Changes, r: usize, delete: bool, replaces_row: bool) {
+    if delete {
+        c.tombs.push(r);
+        c.stats.deleted += 1;
+    } else {
+        c.rows.push(r);
+        if replaces_row {
+            c.stats.updated += 1;
+        } else {
+            c.stats.inserted += 1;
+        }
+    }
+}
+
 /// Where an output row or tombstone comes from: 0 = stored, 1 = incoming.
 type Src = (usize, usize);
 
@@ -236,84 +260,46 @@ pub fn merge(
         Ok(cmps.as_ref().is_some_and(|c| c.iter().all(|f| f(r, s) == Ordering::Equal)))
     };
 
-    let mut stats = MergeStats::default();
+    let mut changes = Changes::default();
     let mut dropped_rows = vec![false; stored_rows.num_rows()];
     let mut dropped_tombs = vec![false; stored_tombs.num_rows()];
-    let mut new_rows: Vec<usize> = Vec::new();
-    let mut new_tombs: Vec<usize> = Vec::new();
-    let mut conflicts: Vec<ConflictKey> = Vec::new();
-    let mut conflict_rows: Vec<u32> = Vec::new();
+    let mut conflicts: Vec<(u32, ConflictKey)> = Vec::new();
+    let conflict = |list: &mut Vec<(u32, ConflictKey)>, w: u32, other: String| {
+        let r = w as usize;
+        let key = ConflictKey {
+            key: render_key(&inc_keys, r),
+            version: Some(inc_v[r].to_string()),
+            at: vec![p.table.locate(r, None), Location::object(other)],
+        };
+        list.push((w, key));
+    };
     for &w in &p.winners {
         let r = w as usize;
         let (v, del) = (inc_v[r], is_delete.as_ref().is_some_and(|m| m.value(r)));
         match state.get(inc_k.row(r).data()).copied() {
-            None => {
-                if del {
-                    new_tombs.push(r);
-                    stats.deleted += 1;
-                } else {
-                    new_rows.push(r);
-                    stats.inserted += 1;
+            None => adopt(&mut changes, r, del, false),
+            Some(Slot::Row(s)) => match v.cmp(&stored_v[s as usize]) {
+                Ordering::Greater => {
+                    dropped_rows[s as usize] = true;
+                    adopt(&mut changes, r, del, true);
                 }
-            }
-            Some(Slot::Row(s)) => {
-                let sv = stored_v[s as usize];
-                match v.cmp(&sv) {
-                    Ordering::Greater => {
-                        dropped_rows[s as usize] = true;
-                        if del {
-                            new_tombs.push(r);
-                            stats.deleted += 1;
-                        } else {
-                            new_rows.push(r);
-                            stats.updated += 1;
-                        }
-                    }
-                    Ordering::Equal if !del && payload_eq(r, s as usize)? => stats.unchanged += 1,
-                    Ordering::Equal => {
-                        conflict_rows.push(w);
-                        conflicts.push(ConflictKey {
-                            key: render_key(&inc_keys, r),
-                            version: Some(v.to_string()),
-                            at: vec![
-                                p.table.locate(r, None),
-                                Location::object(format!("the stored partition, row {s}")),
-                            ],
-                        })
-                    }
-                    Ordering::Less => stats.ignored_older += 1,
+                Ordering::Equal if !del && payload_eq(r, s as usize)? => changes.stats.unchanged += 1,
+                Ordering::Equal => conflict(&mut conflicts, w, format!("the stored partition, row {s}")),
+                Ordering::Less => changes.stats.ignored_older += 1,
+            },
+            Some(Slot::Tomb(t)) => match v.cmp(&tomb_v.get(t as usize).copied().unwrap_or(i64::MIN)) {
+                Ordering::Greater => {
+                    dropped_tombs[t as usize] = true;
+                    adopt(&mut changes, r, del, false);
                 }
-            }
-            Some(Slot::Tomb(t)) => {
-                let tv = tomb_v.get(t as usize).copied().unwrap_or(i64::MIN);
-                match v.cmp(&tv) {
-                    Ordering::Greater => {
-                        dropped_tombs[t as usize] = true;
-                        if del {
-                            new_tombs.push(r);
-                            stats.deleted += 1;
-                        } else {
-                            new_rows.push(r);
-                            stats.inserted += 1;
-                        }
-                    }
-                    Ordering::Equal if del => stats.unchanged += 1,
-                    Ordering::Equal => {
-                        conflict_rows.push(w);
-                        conflicts.push(ConflictKey {
-                            key: render_key(&inc_keys, r),
-                            version: Some(v.to_string()),
-                            at: vec![
-                                p.table.locate(r, None),
-                                Location::object("a delete of the same version".to_string()),
-                            ],
-                        })
-                    }
-                    Ordering::Less => stats.ignored_older += 1,
-                }
-            }
+                Ordering::Equal if del => changes.stats.unchanged += 1,
+                Ordering::Equal => conflict(&mut conflicts, w, "a delete of the same version".to_string()),
+                Ordering::Less => changes.stats.ignored_older += 1,
+            },
         }
     }
+    let Changes { mut stats, rows: new_rows, tombs: new_tombs } = changes;
+    let (conflict_rows, mut conflicts): (Vec<u32>, Vec<ConflictKey>) = conflicts.into_iter().unzip();
     let mut quarantined = Vec::new();
     if !conflicts.is_empty() && id.on_conflict == crate::config::OnConflict::Quarantine {
         // The stored state of those keys stays; the incoming rows are set aside.

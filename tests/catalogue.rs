@@ -12,35 +12,6 @@ use std::path::Path;
 
 const BAD: &str = "2026-11-02";
 
-fn csv(rows: &[Order]) -> Vec<u8> {
-    let mut s = String::from("order_id,source_version,event_date,customer_id,currency,amount,status\n");
-    for r in rows {
-        s += &format!(
-            "{},{},{},{},{},{}.{:02},{}\n",
-            r.order_id,
-            r.version,
-            r.date,
-            r.customer,
-            r.currency,
-            r.cents / 100,
-            r.cents % 100,
-            r.status
-        );
-    }
-    s.into_bytes()
-}
-
-fn ndjson(rows: &[Order]) -> Vec<u8> {
-    let mut s = String::new();
-    for r in rows {
-        s += &format!(
-            "{{\"order_id\":\"{}\",\"source_version\":{},\"event_date\":\"{}\",\"customer_id\":\"{}\",\"currency\":\"{}\",\"amount\":\"{}.{:02}\",\"status\":\"{}\"}}\n",
-            r.order_id, r.version, r.date, r.customer, r.currency, r.cents / 100, r.cents % 100, r.status
-        );
-    }
-    s.into_bytes()
-}
-
 #[derive(Clone, Copy)]
 enum Fmt {
     Parquet,
@@ -51,8 +22,8 @@ enum Fmt {
 fn encode(f: Fmt, rows: &[Order]) -> Vec<u8> {
     match f {
         Fmt::Parquet => parquet_bytes(&batch(rows)),
-        Fmt::Csv => csv(rows),
-        Fmt::Ndjson => ndjson(rows),
+        Fmt::Csv => csv_bytes(rows),
+        Fmt::Ndjson => ndjson_bytes(rows),
     }
 }
 
@@ -246,7 +217,7 @@ async fn null_date() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unparseable_date_in_csv() {
     let corrupt = |l: &Lake| {
-        let mut b = csv(&bad_rows());
+        let mut b = csv_bytes(&bad_rows());
         b.extend_from_slice(b"c,1,2026-11-3x,cus,USD,1.00,placed\n");
         write(l, &format!("event_date={BAD}/part-00001.csv"), &b);
     };
@@ -257,7 +228,7 @@ async fn unparseable_date_in_csv() {
 #[tokio::test(flavor = "multi_thread")]
 async fn non_utf8_csv() {
     let corrupt = |l: &Lake| {
-        let mut b = csv(&bad_rows());
+        let mut b = csv_bytes(&bad_rows());
         b.extend_from_slice(b"c\xff\xfe,1,2026-11-02,cus,USD,1.00,placed\n");
         write(l, &format!("event_date={BAD}/part-00001.csv"), &b);
     };
@@ -267,7 +238,7 @@ async fn non_utf8_csv() {
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_ndjson_line() {
     let corrupt = |l: &Lake| {
-        let mut b = ndjson(&bad_rows());
+        let mut b = ndjson_bytes(&bad_rows());
         b.extend_from_slice(b"{\"order_id\": \"c\", \"source_version\": \n");
         write(l, &format!("event_date={BAD}/part-00001.json"), &b);
     };

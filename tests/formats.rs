@@ -4,29 +4,6 @@
 mod common;
 use common::*;
 
-fn csv_line(r: &Order) -> String {
-    format!(
-        "{},{},{},{},{},{}.{:02},{}\n",
-        r.order_id,
-        r.source_version(),
-        r.date,
-        r.customer,
-        r.currency,
-        r.cents / 100,
-        r.cents % 100,
-        r.status
-    )
-}
-
-trait V {
-    fn source_version(&self) -> i64;
-}
-impl V for Order {
-    fn source_version(&self) -> i64 {
-        self.version
-    }
-}
-
 const SCHEMA: &str = "schema = { amount = \"decimal(12,2)\", event_date = \"date\" }\n";
 
 fn config(lake: &Lake, format: &str, extra_input: &str) -> std::path::PathBuf {
@@ -43,13 +20,10 @@ async fn csv_hive_equals_the_model() {
     let lake = Lake::new();
     let rows = random_orders(41, 2, 200);
     for day in ["2026-11-01", "2026-11-02"] {
-        let mut body = String::from("order_id,source_version,event_date,customer_id,currency,amount,status\n");
-        for r in rows.iter().filter(|r| r.date == d(day)) {
-            body.push_str(&csv_line(r));
-        }
+        let day_rows: Vec<Order> = rows.iter().filter(|r| r.date == d(day)).cloned().collect();
         let p = lake.input().join(format!("event_date={day}/events.csv"));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, body).unwrap();
+        std::fs::write(p, csv_bytes(&day_rows)).unwrap();
     }
     // Marker files beside the data are ignored.
     std::fs::write(lake.input().join("event_date=2026-11-01/_SUCCESS"), "").unwrap();
@@ -66,13 +40,7 @@ async fn ndjson_flat_equals_the_model() {
     let lake = Lake::new();
     let rows = random_orders(42, 3, 150);
     for (i, chunk) in rows.chunks(rows.len() / 3 + 1).enumerate() {
-        let mut body = String::new();
-        for r in chunk {
-            body.push_str(&format!(
-                "{{\"order_id\":\"{}\",\"source_version\":{},\"event_date\":\"{}\",\"customer_id\":\"{}\",\"currency\":\"{}\",\"amount\":\"{}.{:02}\",\"status\":\"{}\"}}\n",
-                r.order_id, r.version, r.date, r.customer, r.currency, r.cents / 100, r.cents % 100, r.status
-            ));
-        }
+        let body = ndjson_bytes(chunk);
         std::fs::write(lake.input().join(format!("batch-{i}.json")), body).unwrap();
     }
     let s = run_range(&config(&lake, "ndjson", SCHEMA), "2026-11-01", "2026-11-03").await;

@@ -39,32 +39,11 @@ fn decoder(format: Format) -> Decoder {
 }
 
 fn csv_sample() -> Vec<u8> {
-    let mut s = String::from("order_id,source_version,event_date,customer_id,currency,amount,status\n");
-    for r in random_orders(7, 1, 5) {
-        s += &format!(
-            "{},{},{},{},{},{}.{:02},{}\n",
-            r.order_id,
-            r.version,
-            r.date,
-            r.customer,
-            r.currency,
-            r.cents / 100,
-            r.cents % 100,
-            r.status
-        );
-    }
-    s.into_bytes()
+    csv_bytes(&random_orders(7, 1, 5))
 }
 
 fn ndjson_sample() -> Vec<u8> {
-    let mut s = String::new();
-    for r in random_orders(8, 1, 5) {
-        s += &format!(
-            "{{\"order_id\":\"{}\",\"source_version\":{},\"event_date\":\"{}\",\"customer_id\":\"{}\",\"currency\":\"{}\",\"amount\":\"{}.{:02}\",\"status\":\"{}\"}}\n",
-            r.order_id, r.version, r.date, r.customer, r.currency, r.cents / 100, r.cents % 100, r.status
-        );
-    }
-    s.into_bytes()
+    ndjson_bytes(&random_orders(8, 1, 5))
 }
 
 /// Decodes, then runs prepare and aggregate on whatever decoded: errors are fine, panics not.

@@ -29,20 +29,6 @@ async fn rerun_is_byte_identical_and_unchanged() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.path().is_dir() {
-                out.extend(walk(&e.path()));
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_range_equals_each_day_alone() {
     let lake = Lake::new();

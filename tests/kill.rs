@@ -139,17 +139,3 @@ fn sigkill_at_random_instants_never_exposes_a_partial_partition() {
         .collect();
     assert!(leases.is_empty(), "{leases:?}");
 }
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.path().is_dir() {
-                out.extend(walk(&e.path()));
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out
-}

@@ -305,3 +305,49 @@ pub fn random_orders(seed: u64, days: u32, orders_per_day: u32) -> Vec<Order> {
     rows.shuffle(&mut rng);
     rows
 }
+
+/// Orders as CSV with a header.
+pub fn csv_bytes(rows: &[Order]) -> Vec<u8> {
+    let mut s = String::from("order_id,source_version,event_date,customer_id,currency,amount,status\n");
+    for r in rows {
+        s += &format!(
+            "{},{},{},{},{},{}.{:02},{}\n",
+            r.order_id,
+            r.version,
+            r.date,
+            r.customer,
+            r.currency,
+            r.cents / 100,
+            r.cents % 100,
+            r.status
+        );
+    }
+    s.into_bytes()
+}
+
+/// Orders as NDJSON, amounts as strings.
+pub fn ndjson_bytes(rows: &[Order]) -> Vec<u8> {
+    let mut s = String::new();
+    for r in rows {
+        s += &format!(
+            "{{\"order_id\":\"{}\",\"source_version\":{},\"event_date\":\"{}\",\"customer_id\":\"{}\",\"currency\":\"{}\",\"amount\":\"{}.{:02}\",\"status\":\"{}\"}}\n",
+            r.order_id, r.version, r.date, r.customer, r.currency, r.cents / 100, r.cents % 100, r.status
+        );
+    }
+    s.into_bytes()
+}
+
+/// Every file below `dir`.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.path().is_dir() {
+                out.extend(walk(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
