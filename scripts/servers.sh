@@ -50,8 +50,11 @@ servers_start() {
   SERVERS_DIR=$(mktemp -d -t lakeswap-servers.XXXXXX)
   export SERVERS_DIR
 
-  # SeaweedFS: one process with master, volume, filer and S3 gateway.
+  # SeaweedFS: one process with master, volume, filer and S3 gateway, every port chosen free
+  # (the defaults, 9333/8080/8888, may be taken on a shared machine).
   local s3_port; s3_port=$(free_port)
+  local ports=()
+  for _ in 1 2 3 4 5 6 7; do ports+=("$(free_port)"); done
   cat > "$SERVERS_DIR/s3.json" <<JSON
 {"identities": [{"name": "lakeswap", "credentials": [{"accessKey": "lakeswap", "secretKey": "lakeswap-secret"}],
   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
@@ -59,7 +62,10 @@ JSON
   mkdir -p "$SERVERS_DIR/seaweed"
   (cd "$SERVERS_DIR" && exec weed mini -dir="$SERVERS_DIR/seaweed" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
       -s3.port="$s3_port" -s3.config="$SERVERS_DIR/s3.json" -bucket=lakeswap -webdav=false -admin.ui=false \
-      -s3.port.iceberg=0 -s3.port.lance=0 >"$SERVERS_DIR/seaweed.log" 2>&1) &
+      -s3.port.iceberg=0 -s3.port.lance=0 \
+      -master.port="${ports[0]}" -master.port.grpc="${ports[1]}" -volume.port="${ports[2]}" \
+      -volume.port.grpc="${ports[3]}" -filer.port="${ports[4]}" -filer.port.grpc="${ports[5]}" \
+      -s3.port.grpc="${ports[6]}" >"$SERVERS_DIR/seaweed.log" 2>&1) &
   echo $! > "$SERVERS_DIR/seaweed.pid"
 
   # Azurite: the Blob service only.
@@ -85,12 +91,20 @@ JSON
 
 servers_stop() {
   [ -n "${SERVERS_DIR:-}" ] || return 0
+  local pids=()
   for f in seaweed azurite; do
-    if [ -f "$SERVERS_DIR/$f.pid" ]; then
-      kill "$(cat "$SERVERS_DIR/$f.pid")" 2>/dev/null || true
-    fi
+    [ -f "$SERVERS_DIR/$f.pid" ] && pids+=("$(cat "$SERVERS_DIR/$f.pid")")
   done
-  pkill -f "weed mini -dir=$SERVERS_DIR" 2>/dev/null || true
-  sleep 0.5
+  pids+=($(pgrep -f -- "-dir=$SERVERS_DIR/seaweed" || true) $(pgrep -f -- "--location $SERVERS_DIR/azurite" || true))
+  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
+  # SeaweedFS shuts down its services one by one; give it a few seconds, then insist.
+  for _ in $(seq 1 25); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.2
+  done
+  [ ${#pids[@]} -gt 0 ] && kill -9 "${pids[@]}" 2>/dev/null
   rm -rf "$SERVERS_DIR"
+  return 0
 }
