@@ -93,10 +93,10 @@ servers_stop() {
   [ -n "${SERVERS_DIR:-}" ] || return 0
   local pids=()
   for f in seaweed azurite; do
-    [ -f "$SERVERS_DIR/$f.pid" ] && pids+=("$(cat "$SERVERS_DIR/$f.pid")")
+    if [ -f "$SERVERS_DIR/$f.pid" ]; then pids+=("$(cat "$SERVERS_DIR/$f.pid")"); fi
   done
   pids+=($(pgrep -f -- "-dir=$SERVERS_DIR/seaweed" || true) $(pgrep -f -- "--location $SERVERS_DIR/azurite" || true))
-  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
+  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null || true
   # SeaweedFS shuts down its services one by one; give it a few seconds, then insist.
   for _ in $(seq 1 25); do
     local alive=0
@@ -104,7 +104,7 @@ servers_stop() {
     [ $alive = 0 ] && break
     sleep 0.2
   done
-  [ ${#pids[@]} -gt 0 ] && kill -9 "${pids[@]}" 2>/dev/null
+  [ ${#pids[@]} -gt 0 ] && kill -9 "${pids[@]}" 2>/dev/null || true
   rm -rf "$SERVERS_DIR"
   return 0
 }
