@@ -23,6 +23,7 @@
 pub mod aggregate;
 pub mod commit;
 pub mod config;
+pub mod crossdate;
 pub mod dates;
 pub mod error;
 pub mod gc;

@@ -22,6 +22,7 @@ use indicatif::ProgressBar;
 use crate::aggregate;
 use crate::commit::{self, Action};
 use crate::config::{ConfigError, JobConfig, JobKind};
+use crate::crossdate;
 use crate::error::{ConflictKey, Error, ExitCode, PartitionError, Result};
 use crate::gc;
 use crate::journal::{self, Journal, PartitionReport};
@@ -524,72 +525,6 @@ async fn commit_partition(
     commit::commit(&job.output, run_id, &p.dir, c.bytes.clone(), &schema, c.rows, &p.seen).await
 }
 
-/// The hashes found in more than one of the sorted, duplicate-free `lists`.
-fn shared_hashes(lists: &[&[u64]]) -> Vec<u64> {
-    fn merge(a: &[u64], b: &[u64], shared: &mut Vec<u64>) -> Vec<u64> {
-        let mut out = Vec::with_capacity(a.len() + b.len());
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() && j < b.len() {
-            match a[i].cmp(&b[j]) {
-                std::cmp::Ordering::Less => {
-                    out.push(a[i]);
-                    i += 1;
-                }
-                std::cmp::Ordering::Greater => {
-                    out.push(b[j]);
-                    j += 1;
-                }
-                std::cmp::Ordering::Equal => {
-                    shared.push(a[i]);
-                    out.push(a[i]);
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
-        out.extend_from_slice(&a[i..]);
-        out.extend_from_slice(&b[j..]);
-        out
-    }
-    fn all(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
-        match lists {
-            [] => Vec::new(),
-            [one] => one.to_vec(),
-            _ => {
-                let (l, r) = lists.split_at(lists.len() / 2);
-                let (a, b) = (all(l, shared), all(r, shared));
-                merge(&a, &b, shared)
-            }
-        }
-    }
-    if lists.len() < 2 {
-        return Vec::new();
-    }
-    let (l, r) = lists.split_at(lists.len() / 2);
-    let (mut left_shared, mut right_shared, mut shared) = (Vec::new(), Vec::new(), Vec::new());
-    let (a, b) = std::thread::scope(|s| {
-        let left = s.spawn(|| all(l, &mut left_shared));
-        let b = all(r, &mut right_shared);
-        (left.join().unwrap_or_default(), b)
-    });
-    // Only the shared hashes matter, not the merged list itself.
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                shared.push(a[i]);
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    shared.extend(left_shared);
-    shared.extend(right_shared);
-    shared
-}
-
 /// A key's bytes, its text, and where it was found.
 type NamedKey = (Vec<u8>, String, crate::error::Location);
 
@@ -604,7 +539,7 @@ async fn cross_date_check(job: &Job, plan: &Plan, id: &Identity, flat: Option<&F
     // (log2(partitions) passes over the hashes, the two halves on two threads).
     let lists: Vec<&[u64]> =
         ok.iter().map(|&i| outcomes[i].result.as_ref().map(|c| c.key_hashes.as_slice()).unwrap_or(&[])).collect();
-    let mut shared = shared_hashes(&lists);
+    let mut shared = crossdate::shared_hashes(&lists);
     if shared.is_empty() {
         return;
     }
