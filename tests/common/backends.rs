@@ -113,21 +113,8 @@ impl Backend {
 
     /// Writes rows as Hive-partitioned Parquet under `in`, `files` objects per date.
     pub async fn write_input(&self, rows: &[super::Order], files: usize) {
-        let mut by_date: BTreeMap<chrono::NaiveDate, Vec<super::Order>> = BTreeMap::new();
-        for r in rows {
-            by_date.entry(r.date).or_default().push(r.clone());
-        }
-        for (date, rows) in by_date {
-            let n = rows.len();
-            for f in 0..files {
-                let part = &rows[n * f / files..n * (f + 1) / files];
-                self.put(
-                    "in",
-                    &format!("event_date={date}/part-{f:05}.parquet"),
-                    super::parquet_bytes(&super::batch(part)),
-                )
-                .await;
-            }
+        for (rel, b) in super::hive_parts(rows, files) {
+            self.put("in", &rel, super::parquet_bytes(&b)).await;
         }
     }
 

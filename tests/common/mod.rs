@@ -93,6 +93,25 @@ pub fn write_parquet(path: &Path, b: &RecordBatch) {
     w.close().unwrap();
 }
 
+/// Rows split into Hive-partitioned objects, `files` per date: relative path and rows.
+pub fn hive_parts(rows: &[Order], files: usize) -> Vec<(String, RecordBatch)> {
+    let mut by_date: BTreeMap<NaiveDate, Vec<Order>> = BTreeMap::new();
+    for r in rows {
+        by_date.entry(r.date).or_default().push(r.clone());
+    }
+    let mut out = Vec::new();
+    for (date, rows) in by_date {
+        let n = rows.len();
+        for f in 0..files {
+            out.push((
+                format!("event_date={date}/part-{f:05}.parquet"),
+                batch(&rows[n * f / files..n * (f + 1) / files]),
+            ));
+        }
+    }
+    out
+}
+
 /// A temporary folder with `in/` (raw events) and `out/` (the table).
 pub struct Lake {
     pub dir: tempfile::TempDir,
@@ -124,17 +143,8 @@ impl Lake {
     }
     /// Writes rows as Hive-partitioned Parquet, `files` objects per date.
     pub fn write_hive(&self, rows: &[Order], files: usize) {
-        let mut by_date: BTreeMap<NaiveDate, Vec<Order>> = BTreeMap::new();
-        for r in rows {
-            by_date.entry(r.date).or_default().push(r.clone());
-        }
-        for (date, rows) in by_date {
-            let n = rows.len();
-            for f in 0..files {
-                let part = &rows[n * f / files..n * (f + 1) / files];
-                let p = self.input().join(format!("event_date={date}/part-{f:05}.parquet"));
-                write_parquet(&p, &batch(part));
-            }
+        for (rel, b) in hive_parts(rows, files) {
+            write_parquet(&self.input().join(rel), &b);
         }
     }
     /// The standard revenue config, with `extra` TOML appended to `[identity]`-level choices.
