@@ -4,8 +4,8 @@
 //! wanted dates when the input is Hive partitioned, every object otherwise (row-group
 //! statistics prune later); the record schema is read from the first input object and every
 //! column the config names is checked against it (a config error, exit 2, still before
-//! anything runs); and the committed state of each target partition is recorded, so the swap
-//! can later be a compare-and-swap against it. `--dry-run` prints the plan and stops.
+//! anything runs). The committed state of each target is read later, under the partition's
+//! lease, so the swap can be a compare-and-swap against it. `--dry-run` prints the plan and stops.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -111,12 +111,7 @@ fn config_err(key: &str, message: String) -> Error {
 }
 
 /// Builds the plan for `dates` (None: every date found in the input — merge jobs).
-pub async fn plan(
-    cfg: &JobConfig,
-    input: &StoreLocation,
-    output: &StoreLocation,
-    dates: Option<&[NaiveDate]>,
-) -> Result<Plan> {
+pub async fn plan(cfg: &JobConfig, input: &StoreLocation, dates: Option<&[NaiveDate]>) -> Result<Plan> {
     let column = &cfg.partition.column;
     let folders =
         if cfg.partition.from_timestamp.is_none() { hive_folders(input, column).await? } else { BTreeMap::new() };
@@ -197,9 +192,7 @@ pub async fn plan(
     let mut partitions = Vec::with_capacity(inputs.len());
     for (date, objs) in inputs {
         let dir = commit::partition_dir(column, date);
-        let meta =
-            commit::head(output, &commit::target_path(output, &dir)).await.map_err(|e| Error::Usage(e.to_string()))?;
-        partitions.push(PartitionPlan { date, dir, inputs: objs, seen: Seen { meta } });
+        partitions.push(PartitionPlan { date, dir, inputs: objs, seen: Seen::default() });
     }
     Ok(Plan { layout, partitions, objects, decoder, output_schema })
 }
@@ -263,13 +256,20 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
 
 impl Plan {
     /// Adds partitions for dates found in a flat input (a merge without a range).
-    pub async fn add_partitions(&mut self, cfg: &JobConfig, output: &StoreLocation, dates: &[NaiveDate]) -> Result<()> {
+    pub fn add_partitions(&mut self, cfg: &JobConfig, dates: &[NaiveDate]) {
         for &date in dates {
             let dir = commit::partition_dir(&cfg.partition.column, date);
-            let meta = commit::head(output, &commit::target_path(output, &dir))
+            self.partitions.push(PartitionPlan { date, dir, inputs: self.objects.clone(), seen: Seen::default() });
+        }
+    }
+
+    /// Looks up the committed object of every partition (for `--dry-run`; a run reads it again
+    /// under the partition's lease, which is the state its swap compares with).
+    pub async fn look_up_targets(&mut self, output: &StoreLocation) -> Result<()> {
+        for p in &mut self.partitions {
+            p.seen.meta = commit::head(output, &commit::target_path(output, &p.dir))
                 .await
                 .map_err(|e| Error::Usage(e.to_string()))?;
-            self.partitions.push(PartitionPlan { date, dir, inputs: self.objects.clone(), seen: Seen { meta } });
         }
         Ok(())
     }

@@ -201,19 +201,20 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
             "verify recomputes aggregate partitions from their input; a merged table is its own history".into(),
         ));
     }
-    let mut plan = plan::plan(cfg, &job.input, &job.output, opts.dates.as_deref()).await?;
+    let mut plan = plan::plan(cfg, &job.input, opts.dates.as_deref()).await?;
     // A merge without a range takes every date of a flat batch: known only once it is read.
     let mut flat_first: Option<Arc<FlatInput>> = None;
     if opts.dates.is_none() && plan.layout == Layout::Flat {
         let read = read::read_flat(&job.input, &plan.decoder, &plan.objects, &[]).await;
         let found: Vec<NaiveDate> = read.as_ref().map(|m| m.keys().copied().collect()).unwrap_or_default();
-        plan.add_partitions(cfg, &job.output, &found).await?;
+        plan.add_partitions(cfg, &found);
         flat_first = Some(Arc::new(read));
     }
     let dates_owned: Vec<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
     let dates = dates_owned.as_slice();
     tracing::info!(run_id = %run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = started.elapsed().as_secs_f64(), "planned");
     if opts.dry_run {
+        plan.look_up_targets(&job.output).await?;
         let partitions = plan
             .partitions
             .iter()

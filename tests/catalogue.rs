@@ -139,13 +139,7 @@ async fn non_data_files_are_ignored() {
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_column_type() {
     let corrupt = |l: &Lake| {
-        let b = batch(&bad_rows());
-        let mut cols = b.columns().to_vec();
-        cols[5] = arrow::compute::cast(&cols[5], &arrow::datatypes::DataType::Utf8).unwrap();
-        let mut fields: Vec<arrow::datatypes::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields[5] = arrow::datatypes::Field::new("amount", arrow::datatypes::DataType::Utf8, true);
-        let b = arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), cols)
-            .unwrap();
+        let b = recast(&batch(&bad_rows()), 5, arrow::datatypes::DataType::Utf8);
         write(l, &format!("event_date={BAD}/part-00001.parquet"), &parquet_bytes(&b));
     };
     case(
@@ -170,13 +164,7 @@ async fn missing_column() {
 
 fn with_null(col: usize, row: usize) -> impl FnOnce(&Lake) {
     move |l: &Lake| {
-        let b = batch(&bad_rows());
-        let c = b.column(col);
-        let mask = arrow::array::BooleanArray::from((0..c.len()).map(|i| i == row).collect::<Vec<_>>());
-        let nulls = arrow::array::new_null_array(c.data_type(), c.len());
-        let mut cols = b.columns().to_vec();
-        cols[col] = arrow::compute::kernels::zip::zip(&mask, &nulls, c).unwrap();
-        let b = arrow::array::RecordBatch::try_new(b.schema(), cols).unwrap();
+        let b = with_null_at(&batch(&bad_rows()), col, row);
         write(l, &format!("event_date={BAD}/part-00001.parquet"), &parquet_bytes(&b));
     }
 }
@@ -250,14 +238,7 @@ async fn schema_drift_in_one_object() {
     let corrupt = |l: &Lake| {
         let rows: Vec<Order> =
             (0..20).map(|i| order(&format!("o{i}"), 1, BAD, "USD", 10i128.pow(37), "placed")).collect();
-        let b = batch(&rows);
-        let wide = arrow::compute::cast(b.column(5), &arrow::datatypes::DataType::Decimal128(38, 2)).unwrap();
-        let mut cols = b.columns().to_vec();
-        cols[5] = wide;
-        let mut fields: Vec<arrow::datatypes::Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields[5] = arrow::datatypes::Field::new("amount", arrow::datatypes::DataType::Decimal128(38, 2), true);
-        let b = arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), cols)
-            .unwrap();
+        let b = recast(&batch(&rows), 5, arrow::datatypes::DataType::Decimal128(38, 2));
         // The whole date is wider: replace its only object.
         write(l, &format!("event_date={BAD}/part-00000.parquet"), &parquet_bytes(&b));
     };

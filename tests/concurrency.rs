@@ -27,7 +27,6 @@ fn racing_processes_end_in_the_expected_bytes() {
             .unwrap()
     };
     let children: Vec<_> = (0..4).map(|_| spawn(&[])).collect();
-    let mut codes = Vec::new();
     for c in children {
         let o = c.wait_with_output().unwrap();
         let code = o.status.code().unwrap();
@@ -36,9 +35,7 @@ fn racing_processes_end_in_the_expected_bytes() {
             let t = text(&o);
             assert!(t.contains("leased by run") && t.contains("pid") && t.contains("until"), "{t}");
         }
-        codes.push(code);
     }
-    assert!(codes.contains(&0) || codes.contains(&4));
     let expected = model(&rows);
     for (date, want) in &expected {
         assert_eq!(&read_partition(&lake.partition_file(&date.to_string())), want, "{date}");

@@ -35,6 +35,13 @@ async fn put_batch(b: &Backend, name: &str, rows: &[Order]) {
     b.put(name, "batch.parquet", parquet_bytes(&batch(rows))).await;
 }
 
+/// Merges keys `a` (100, placed) and `b` (5, placed), version 1, on 2026-11-01.
+async fn seed_a_and_b(b: &Backend) {
+    let rows = [order("a", 1, "2026-11-01", "USD", 100, "placed"), order("b", 1, "2026-11-01", "USD", 5, "placed")];
+    put_batch(b, "b1", &rows).await;
+    merge(b, "b1", None).await;
+}
+
 async fn merge(b: &Backend, batch: &str, dates: Option<(&str, &str)>) -> lakeswap::RunSummary {
     let opts =
         RunOptions { dates: dates.map(|(f, t)| lakeswap::dates::range(d(f), d(t)).unwrap()), ..Default::default() };
@@ -114,13 +121,7 @@ async fn upserts_replays_older_versions_and_conflicts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn deletes_stick_and_older_versions_never_resurrect() {
     let b = Backend::new(Kind::Local);
-    put_batch(
-        &b,
-        "b1",
-        &[order("a", 1, "2026-11-01", "USD", 100, "placed"), order("b", 1, "2026-11-01", "USD", 5, "placed")],
-    )
-    .await;
-    merge(&b, "b1", None).await;
+    seed_a_and_b(&b).await;
     put_batch(&b, "b2", &[order("a", 3, "2026-11-01", "USD", 100, "deleted")]).await;
     let s = merge(&b, "b2", None).await;
     assert_eq!(s.partitions[0].merge.unwrap().deleted, 1);
@@ -272,13 +273,7 @@ async fn a_crash_mid_merge_leaves_old_or_new_and_a_rerun_converges() {
 #[tokio::test(flavor = "multi_thread")]
 async fn quarantine_sets_a_stored_conflict_aside_and_keeps_the_stored_row() {
     let b = Backend::new(Kind::Local);
-    put_batch(
-        &b,
-        "b1",
-        &[order("a", 1, "2026-11-01", "USD", 100, "placed"), order("b", 1, "2026-11-01", "USD", 5, "placed")],
-    )
-    .await;
-    merge(&b, "b1", None).await;
+    seed_a_and_b(&b).await;
     put_batch(
         &b,
         "b2",

@@ -42,6 +42,35 @@ pub enum DateSource {
     Path,
 }
 
+/// An object and column, no row.
+fn column_at(object: &str, column: &str) -> Location {
+    Location { object: object.into(), row: None, column: Some(column.into()) }
+}
+
+/// Parses `YYYY-MM-DD` text strictly (nulls stay null): `2026-11-3x` is an error naming the
+/// object, row and column, never the 3rd.
+fn parse_dates(
+    object: &str,
+    column: &str,
+    text: &arrow::array::StringArray,
+    first_row: u64,
+) -> Result<Vec<Option<i32>>, InputError> {
+    (0..text.len())
+        .map(|r| {
+            if text.is_null(r) {
+                return Ok(None);
+            }
+            let v = text.value(r);
+            NaiveDate::parse_from_str(v, "%Y-%m-%d").map(|d| Some(dates::to_days(d))).map_err(|_| {
+                InputError::bad(
+                    Location { object: object.into(), row: Some(first_row + r as u64), column: Some(column.into()) },
+                    format!("`{v}` is not a date (YYYY-MM-DD)"),
+                )
+            })
+        })
+        .collect()
+}
+
 /// Parses a type name of `[input.schema]`.
 pub fn parse_type(name: &str) -> Result<DataType, String> {
     let n = name.trim().to_ascii_lowercase();
@@ -316,26 +345,7 @@ impl Decoder {
             if f.data_type() != &DataType::Date32 {
                 continue;
             }
-            let text = cols[i].as_string::<i32>();
-            let mut days = Vec::with_capacity(text.len());
-            for r in 0..text.len() {
-                if text.is_null(r) {
-                    days.push(None);
-                    continue;
-                }
-                let v = text.value(r);
-                let d = NaiveDate::parse_from_str(v, "%Y-%m-%d").map_err(|_| {
-                    InputError::bad(
-                        Location {
-                            object: object.into(),
-                            row: Some(first_row + r as u64),
-                            column: Some(f.name().clone()),
-                        },
-                        format!("`{v}` is not a date (YYYY-MM-DD)"),
-                    )
-                })?;
-                days.push(Some(dates::to_days(d)));
-            }
+            let days = parse_dates(object, f.name(), cols[i].as_string::<i32>(), first_row)?;
             cols[i] = Arc::new(arrow::array::Date32Array::from(days));
         }
         RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| {
@@ -365,35 +375,20 @@ impl Decoder {
         match &self.date_source {
             DateSource::Path => Ok(None),
             DateSource::Column(c) => {
-                let arr = batch.column_by_name(c).ok_or_else(|| {
-                    InputError::bad(
-                        Location { object: object.into(), row: None, column: Some(c.clone()) },
-                        "missing partition column",
-                    )
-                })?;
+                let arr = batch
+                    .column_by_name(c)
+                    .ok_or_else(|| InputError::bad(column_at(object, c), "missing partition column"))?;
                 null_at(c, arr.as_ref())?;
                 let days = match arr.data_type() {
                     DataType::Date32 => arr.as_primitive::<Date32Type>().reinterpret_cast::<arrow::datatypes::Int32Type>(),
                     DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-                        let s = arrow::compute::cast(arr, &DataType::Utf8).map_err(|e| {
-                            InputError::bad(Location { object: object.into(), row: None, column: Some(c.clone()) }, e.to_string())
-                        })?;
-                        let s = s.as_string::<i32>();
-                        let mut v = Vec::with_capacity(s.len());
-                        for i in 0..s.len() {
-                            let d = NaiveDate::parse_from_str(s.value(i), "%Y-%m-%d").map_err(|_| {
-                                InputError::bad(
-                                    Location { object: object.into(), row: Some(first_row + i as u64), column: Some(c.clone()) },
-                                    format!("`{}` is not a date (YYYY-MM-DD)", s.value(i)),
-                                )
-                            })?;
-                            v.push(dates::to_days(d));
-                        }
-                        Int32Array::from(v)
+                        let s = arrow::compute::cast(arr, &DataType::Utf8)
+                            .map_err(|e| InputError::bad(column_at(object, c), e.to_string()))?;
+                        Int32Array::from(parse_dates(object, c, s.as_string::<i32>(), first_row)?)
                     }
                     other => {
                         return Err(InputError::bad(
-                            Location { object: object.into(), row: None, column: Some(c.clone()) },
+                            column_at(object, c),
                             format!("the partition column has type {other}; it must be a date (or set [partition] from_timestamp)"),
                         ))
                     }
@@ -401,12 +396,9 @@ impl Decoder {
                 Ok(Some(days))
             }
             DateSource::Timestamp(c) => {
-                let arr = batch.column_by_name(c).ok_or_else(|| {
-                    InputError::bad(
-                        Location { object: object.into(), row: None, column: Some(c.clone()) },
-                        "missing timestamp column",
-                    )
-                })?;
+                let arr = batch
+                    .column_by_name(c)
+                    .ok_or_else(|| InputError::bad(column_at(object, c), "missing timestamp column"))?;
                 null_at(c, arr.as_ref())?;
                 let per_sec = match arr.data_type() {
                     DataType::Timestamp(u, _) => match u {
@@ -417,17 +409,13 @@ impl Decoder {
                     },
                     other => {
                         return Err(InputError::bad(
-                            Location { object: object.into(), row: None, column: Some(c.clone()) },
+                            column_at(object, c),
                             format!("from_timestamp column has type {other}; it must be a timestamp"),
                         ))
                     }
                 };
-                let ints = arrow::compute::cast(arr, &DataType::Int64).map_err(|e| {
-                    InputError::bad(
-                        Location { object: object.into(), row: None, column: Some(c.clone()) },
-                        e.to_string(),
-                    )
-                })?;
+                let ints = arrow::compute::cast(arr, &DataType::Int64)
+                    .map_err(|e| InputError::bad(column_at(object, c), e.to_string()))?;
                 let ints = ints.as_primitive::<arrow::datatypes::Int64Type>();
                 let mut v = Vec::with_capacity(ints.len());
                 for i in 0..ints.len() {

@@ -76,6 +76,25 @@ pub fn batch(rows: &[Order]) -> RecordBatch {
 pub mod backends;
 pub mod faults;
 
+/// `b` with column `col` cast to `to` (its field's type too).
+pub fn recast(b: &RecordBatch, col: usize, to: DataType) -> RecordBatch {
+    let mut cols = b.columns().to_vec();
+    cols[col] = arrow::compute::cast(&cols[col], &to).unwrap();
+    let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields[col] = Field::new(fields[col].name(), to, true);
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap()
+}
+
+/// `b` with column `col` null at `row`.
+pub fn with_null_at(b: &RecordBatch, col: usize, row: usize) -> RecordBatch {
+    let c = b.column(col);
+    let mask = arrow::array::BooleanArray::from((0..c.len()).map(|i| i == row).collect::<Vec<_>>());
+    let nulls = arrow::array::new_null_array(c.data_type(), c.len());
+    let mut cols = b.columns().to_vec();
+    cols[col] = arrow::compute::kernels::zip::zip(&mask, &nulls, c).unwrap();
+    RecordBatch::try_new(b.schema(), cols).unwrap()
+}
+
 /// A batch as Parquet bytes.
 pub fn parquet_bytes(b: &RecordBatch) -> Vec<u8> {
     let mut buf = Vec::new();
