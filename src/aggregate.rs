@@ -6,18 +6,19 @@
 //! is 0, not null; rows come out sorted by the group-by columns, so the same rows always give
 //! the same batch.
 
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{take, SortOptions};
 use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
-use hashbrown::{HashMap, HashSet};
+use hashbrown::{HashMap, HashTable};
 
 use crate::config::{AggregateSection, Measure, MeasureFn};
 use crate::error::PartitionError;
 use crate::predicate;
-use crate::prepare::{key_bytes, Prepared};
+use crate::prepare::{key_bytes, with_keys, Keys, Prepared};
 
 const MAX_DECIMAL38: i128 = 99_999_999_999_999_999_999_999_999_999_999_999_999;
 
@@ -58,7 +59,13 @@ pub fn output_schema(agg: &AggregateSection, input: &Schema) -> Result<SchemaRef
 }
 
 /// Aggregates the winning rows of one partition, reading the columns in place (no copies).
-pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Result<RecordBatch, PartitionError> {
+/// With `threads > 1`, measures are computed side by side.
+pub fn aggregate(
+    p: &Prepared,
+    agg: &AggregateSection,
+    schema: &SchemaRef,
+    threads: usize,
+) -> Result<RecordBatch, PartitionError> {
     let other = |m: String| PartitionError::Other(format!("aggregate: {m}"));
     let batch = &p.table.batch;
     let col_of = |name: &str| -> Result<ArrayRef, PartitionError> {
@@ -77,18 +84,7 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
         }
     } else {
         let keys = key_bytes(&group_cols).map_err(other)?;
-        let mut ids: HashMap<&[u8], u32> = HashMap::new();
-        let mut group_of = Vec::with_capacity(n);
-        let mut firsts = Vec::new();
-        for &r in rows {
-            let next = ids.len() as u32;
-            let g = *ids.entry(keys.get(r as usize)).or_insert_with(|| {
-                firsts.push(r);
-                next
-            });
-            group_of.push(g);
-        }
-        (group_of, firsts)
+        with_keys!(&keys, |k| group_ids(k, rows))
     };
     let groups = firsts.len();
     // Output order: by the group-by values (Arrow's row format sorts like the values).
@@ -112,7 +108,140 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
         columns.push(take(c.as_ref(), &sorted_firsts, None).map_err(|e| other(e.to_string()))?);
     }
 
-    for m in &agg.measures {
+    let ctx = Ctx { batch, rows, groups, group_of: &group_of, order: &order };
+    // Work items: each measure once, a distinct count once per shard of its values (the
+    // longest work, so it goes first); with several threads, each takes the next item.
+    let parallel = threads > 1 && n >= 65_536;
+    let shards = if parallel { threads } else { 1 };
+    let mut items: Vec<(usize, usize)> = Vec::new();
+    for (i, m) in agg.measures.iter().enumerate() {
+        if m.func == MeasureFn::CountDistinct {
+            items.extend((0..shards).map(|s| (i, s)));
+        }
+    }
+    for (i, m) in agg.measures.iter().enumerate() {
+        if m.func != MeasureFn::CountDistinct {
+            items.push((i, 0));
+        }
+    }
+    let run = |&(i, shard): &(usize, usize)| ctx.measure(&agg.measures[i], shard, shards);
+    let done: Vec<Result<Partial, PartitionError>> = if !parallel {
+        items.iter().map(run).collect()
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || {
+            let mut mine = Vec::new();
+            loop {
+                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(at) else { break };
+                mine.push((at, run(item)));
+            }
+            mine
+        };
+        let mut all: Vec<(usize, Result<Partial, PartitionError>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (1..threads.min(items.len())).map(|_| s.spawn(work)).collect();
+            let mut all = work();
+            for h in handles {
+                all.extend(h.join().map_err(|_| other("an aggregate thread panicked".into()))?);
+            }
+            Ok::<_, PartitionError>(all)
+        })?;
+        all.sort_by_key(|(at, _)| *at);
+        all.into_iter().map(|(_, r)| r).collect()
+    };
+    // Back in measure order; a distinct count's shards add up.
+    let mut by_measure: Vec<Option<ArrayRef>> = vec![None; agg.measures.len()];
+    let mut counts: Vec<Vec<i64>> = vec![Vec::new(); agg.measures.len()];
+    for (&(i, _), r) in items.iter().zip(done) {
+        match r? {
+            Partial::Done(a) => by_measure[i] = Some(a),
+            Partial::Counts(c) => {
+                let acc = &mut counts[i];
+                acc.resize(c.len(), 0);
+                acc.iter_mut().zip(c).for_each(|(a, b)| *a += b);
+            }
+        }
+    }
+    for (i, col) in by_measure.into_iter().enumerate() {
+        columns.push(match col {
+            Some(a) => a,
+            None => Arc::new(Int64Array::from(reorder(&counts[i], &order))),
+        });
+    }
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| other(e.to_string()))
+}
+
+/// The group of each winning row (ids in order of first appearance), and each group's first row.
+fn group_ids<K: Keys + ?Sized>(keys: &K, rows: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let mut ids: HashMap<&[u8], u32> = HashMap::new();
+    let mut group_of = Vec::with_capacity(rows.len());
+    let mut firsts = Vec::new();
+    for &r in rows {
+        let next = ids.len() as u32;
+        let g = *ids.entry(keys.key(r as usize)).or_insert_with(|| {
+            firsts.push(r);
+            next
+        });
+        group_of.push(g);
+    }
+    (group_of, firsts)
+}
+
+/// The number of distinct values per group, over the values whose hash is in shard `shard`
+/// of `shards`: one table for all groups, of (group, row) pairs, 8 bytes a value.
+fn count_distinct<K: Keys + ?Sized>(
+    keys: &K,
+    ctx: &Ctx,
+    keep: &dyn Fn(usize) -> bool,
+    valid: &dyn Fn(usize) -> bool,
+    shard: usize,
+    shards: usize,
+) -> Vec<i64> {
+    let (rows, group_of) = (ctx.rows, ctx.group_of);
+    let hasher = crate::prepare::key_hasher();
+    let hash = |g: u32, k: &[u8]| hasher.hash_one((g, k));
+    let value = |e: u64| ((e >> 32) as u32, keys.key(e as u32 as usize));
+    let mut seen: HashTable<u64> = HashTable::with_capacity(rows.len() / shards / 2);
+    let mut acc = vec![0i64; ctx.groups];
+    for (i, &r) in rows.iter().enumerate() {
+        let r = r as usize;
+        if keep(r) && valid(r) {
+            let (g, k) = (group_of[i], keys.key(r));
+            let h = hash(g, k);
+            if shards > 1 && crate::prepare::shard_of(h, shards) != shard {
+                continue;
+            }
+            let eq = |&e: &u64| value(e) == (g, k);
+            let rehash = |&e: &u64| {
+                let (g, k) = value(e);
+                hash(g, k)
+            };
+            if let hashbrown::hash_table::Entry::Vacant(slot) = seen.entry(h, eq, rehash) {
+                slot.insert((u64::from(g) << 32) | r as u64);
+                acc[g as usize] += 1;
+            }
+        }
+    }
+    acc
+}
+
+/// What every measure reads: the winning rows and their groups.
+struct Ctx<'a> {
+    batch: &'a RecordBatch,
+    rows: &'a [u32],
+    groups: usize,
+    group_of: &'a [u32],
+    order: &'a [usize],
+}
+
+impl Ctx<'_> {
+    /// One measure (of a distinct count: the counts of values in hash shard `shard` of `shards`).
+    fn measure(&self, m: &Measure, shard: usize, shards: usize) -> Result<Partial, PartitionError> {
+        let other = |m: String| PartitionError::Other(format!("aggregate: {m}"));
+        let col_of = |name: &str| -> Result<ArrayRef, PartitionError> {
+            self.batch.column_by_name(name).cloned().ok_or_else(|| other(format!("no column `{name}`")))
+        };
+        let (rows, groups, group_of, order) = (self.rows, self.groups, self.group_of, self.order);
         let matchers: Vec<predicate::Matcher> = m
             .filter
             .iter()
@@ -123,7 +252,7 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
             Some(c) => Some(col_of(c)?),
             None => None,
         };
-        let out: ArrayRef = match m.func {
+        Ok(Partial::Done(match m.func {
             MeasureFn::Count => {
                 let mut acc = vec![0i64; groups];
                 for (i, &r) in rows.iter().enumerate() {
@@ -132,25 +261,18 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
                         acc[group_of[i] as usize] += 1;
                     }
                 }
-                Arc::new(Int64Array::from(reorder(&acc, &order)))
+                Arc::new(Int64Array::from(reorder(&acc, order)))
             }
             MeasureFn::CountDistinct => {
                 let col = col.ok_or_else(|| other("count_distinct needs a column".into()))?;
                 let keys = key_bytes(std::slice::from_ref(&col)).map_err(other)?;
-                let cap = n / groups.max(1);
-                let mut sets: Vec<HashSet<&[u8]>> = (0..groups).map(|_| HashSet::with_capacity(cap)).collect();
-                for (i, &r) in rows.iter().enumerate() {
-                    let r = r as usize;
-                    if keep(r) && col.is_valid(r) {
-                        sets[group_of[i] as usize].insert(keys.get(r));
-                    }
-                }
-                let acc: Vec<i64> = sets.iter().map(|s| s.len() as i64).collect();
-                Arc::new(Int64Array::from(reorder(&acc, &order)))
+                let valid = |r: usize| col.is_valid(r);
+                let acc = with_keys!(&keys, |k| count_distinct(k, self, &keep, &valid, shard, shards));
+                return Ok(Partial::Counts(acc));
             }
             MeasureFn::Sum => {
                 let col = col.ok_or_else(|| other("sum needs a column".into()))?;
-                sum(m, &col, rows, groups, &group_of, &keep, &order)?
+                sum(m, &col, rows, groups, group_of, &keep, order)?
             }
             MeasureFn::Min | MeasureFn::Max => {
                 let col = col.ok_or_else(|| other("min/max needs a column".into()))?;
@@ -170,10 +292,14 @@ pub fn aggregate(p: &Prepared, agg: &AggregateSection, schema: &SchemaRef) -> Re
                 let idx = UInt32Array::from(order.iter().map(|&g| best[g]).collect::<Vec<_>>());
                 take(col.as_ref(), &idx, None).map_err(|e| other(e.to_string()))?
             }
-        };
-        columns.push(out);
+        }))
     }
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| other(e.to_string()))
+}
+
+/// A measure's result, or a distinct count's counts per group over one shard of the values.
+enum Partial {
+    Done(ArrayRef),
+    Counts(Vec<i64>),
 }
 
 fn reorder<T: Copy>(acc: &[T], order: &[usize]) -> Vec<T> {

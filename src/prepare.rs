@@ -15,6 +15,7 @@ use std::cmp::Ordering;
 use std::hash::BuildHasher;
 
 use arrow::array::{Array, ArrayRef, AsArray, DynComparator, RecordBatch};
+use arrow::buffer::ScalarBuffer;
 use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::{RowConverter, Rows, SortField};
@@ -72,6 +73,8 @@ pub struct Identity {
     /// Keep the sorted key hashes, for the run-wide check of keys under two dates (only
     /// needed when a run has more than one partition).
     pub key_hashes: bool,
+    /// Threads for the hash pass of one partition (keys are split among them by hash).
+    pub threads: usize,
 }
 
 impl Identity {
@@ -84,6 +87,7 @@ impl Identity {
             on_conflict: cfg.prepare.on_conflict,
             keep_deletes: cfg.job.kind == crate::config::JobKind::Merge,
             key_hashes: true,
+            threads: 1,
         }
     }
 }
@@ -110,6 +114,66 @@ impl KeyBytes<'_> {
     }
 }
 
+/// Key bytes by row, for the hot loops: one implementation per kind of key column, chosen once
+/// per partition (`with_keys!`), so no row pays for the choice.
+pub(crate) trait Keys: Sync {
+    fn key(&self, i: usize) -> &[u8];
+}
+
+impl<O: arrow::array::OffsetSizeTrait> Keys for arrow::array::GenericStringArray<O> {
+    #[inline(always)]
+    fn key(&self, i: usize) -> &[u8] {
+        self.value(i).as_bytes()
+    }
+}
+
+impl Keys for arrow::array::StringViewArray {
+    #[inline(always)]
+    fn key(&self, i: usize) -> &[u8] {
+        self.value(i).as_bytes()
+    }
+}
+
+impl Keys for arrow::array::BinaryArray {
+    #[inline(always)]
+    fn key(&self, i: usize) -> &[u8] {
+        self.value(i)
+    }
+}
+
+impl Keys for Rows {
+    #[inline(always)]
+    fn key(&self, i: usize) -> &[u8] {
+        self.row(i).data()
+    }
+}
+
+/// Runs `$body` with `$k` bound to the concrete [`Keys`] behind a `&KeyBytes`.
+macro_rules! with_keys {
+    ($keys:expr, |$k:ident| $body:expr) => {
+        match $keys {
+            $crate::prepare::KeyBytes::Utf8(a) => {
+                let $k = *a;
+                $body
+            }
+            $crate::prepare::KeyBytes::LargeUtf8(a) => {
+                let $k = *a;
+                $body
+            }
+            $crate::prepare::KeyBytes::View(a) => {
+                let $k = *a;
+                $body
+            }
+            $crate::prepare::KeyBytes::Binary(a) => {
+                let $k = *a;
+                $body
+            }
+            $crate::prepare::KeyBytes::Rows($k) => $body,
+        }
+    };
+}
+pub(crate) use with_keys;
+
 pub(crate) fn key_bytes(cols: &[ArrayRef]) -> Result<KeyBytes<'_>, String> {
     if let [c] = cols {
         match c.data_type() {
@@ -126,7 +190,7 @@ pub(crate) fn key_bytes(cols: &[ArrayRef]) -> Result<KeyBytes<'_>, String> {
 }
 
 /// Versions as `i64`: integers, dates and timestamps order as their integer value.
-pub fn version_values(arr: &ArrayRef) -> Result<Vec<i64>, String> {
+pub fn version_values(arr: &ArrayRef) -> Result<ScalarBuffer<i64>, String> {
     match arr.data_type() {
         DataType::Int8
         | DataType::Int16
@@ -139,7 +203,7 @@ pub fn version_values(arr: &ArrayRef) -> Result<Vec<i64>, String> {
         | DataType::Date64
         | DataType::Timestamp(_, _) => {
             let ints = arrow::compute::cast(arr, &DataType::Int64).map_err(|e| e.to_string())?;
-            Ok(ints.as_primitive::<Int64Type>().values().to_vec())
+            Ok(ints.as_primitive::<Int64Type>().values().clone())
         }
         other => Err(format!("has type {other}; a version must be an integer, a date or a timestamp")),
     }
@@ -157,13 +221,12 @@ pub fn render_key(cols: &[ArrayRef], row: usize) -> String {
         .join("|")
 }
 
-/// A key's entry: its winning row and version, and the chain of its other versions. 16 bytes,
-/// so the table of a million keys stays small; the conflict flag lives in `next`'s top bit.
+/// A key's entry: its winning row and the chain of its other versions. 8 bytes, so the table
+/// of a million keys stays small and dense; versions are looked up by row (only on a repeat).
 struct Head {
     row: u32,
     /// The index of the next version in `others` (low 31 bits), and the conflict flag.
     link: u32,
-    version: i64,
 }
 
 const CONFLICTED: u32 = 1 << 31;
@@ -180,9 +243,9 @@ impl Head {
     }
 }
 
+/// A superseded version of a key, chained from its head.
 struct Other {
     row: u32,
-    version: i64,
     next: u32,
 }
 
@@ -213,8 +276,126 @@ fn first_null(arr: &dyn Array) -> Option<usize> {
     (0..arr.len()).find(|&i| arr.is_null(i))
 }
 
+/// The shard of a key hash among `shards`: by the hash's top bits, so shard order is hash
+/// order and the shards' sorted hashes, concatenated, are sorted.
+#[inline]
+pub(crate) fn shard_of(h: u64, shards: usize) -> usize {
+    (((h >> 32) * shards as u64) >> 32) as usize
+}
+
+/// What the hash pass found for the keys of one shard.
+struct Shard {
+    heads: HashTable<Head>,
+    others: Vec<Other>,
+    duplicates: u64,
+    /// (first row, other row) of each conflicting pair.
+    conflicts: Vec<(u32, u32)>,
+    /// Hashes of the shard's keys, sorted (when asked for).
+    key_hashes: Vec<u64>,
+}
+
+/// The rows of a partition, as the hash pass sees them.
+struct Input<'a, K: ?Sized> {
+    batch: &'a RecordBatch,
+    keys: &'a K,
+    versions: Option<&'a [i64]>,
+    hasher: foldhash::fast::FixedState,
+}
+
+impl<K: Keys + ?Sized> Input<'_, K> {
+    #[inline]
+    fn version(&self, row: u32) -> i64 {
+        self.versions.map_or(0, |v| v[row as usize])
+    }
+    #[inline]
+    fn hash(&self, row: usize) -> u64 {
+        self.hasher.hash_one(self.keys.key(row))
+    }
+
+    /// The hash pass, its shards on as many threads.
+    fn hash_pass(&self, shards: usize, want_hashes: bool) -> Result<Vec<Shard>, String> {
+        if shards == 1 {
+            return Ok(vec![self.scan(0, 1, want_hashes)?]);
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (1..shards).map(|i| s.spawn(move || self.scan(i, shards, want_hashes))).collect();
+            let mut out = vec![self.scan(0, shards, want_hashes)];
+            out.extend(
+                handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a prepare thread panicked".into()))),
+            );
+            out.into_iter().collect()
+        })
+    }
+
+    /// The hash pass over the keys of shard `shard` of `shards`: every row is looked at, the
+    /// shard's rows in row order, so the outcome per key is the same however many shards.
+    fn scan(&self, shard: usize, shards: usize, want_hashes: bool) -> Result<Shard, String> {
+        let n = self.batch.num_rows();
+        let keys = self.keys;
+        let mut heads: HashTable<Head> = HashTable::with_capacity(n / 8 * 7 / shards);
+        let mut key_hashes: Vec<u64> = Vec::new();
+        let mut others: Vec<Other> = Vec::new();
+        let mut row_eq: Option<RowEq> = None;
+        let mut duplicates = 0u64;
+        let mut conflicts: Vec<(u32, u32)> = Vec::new();
+        for i in 0..n {
+            let k = keys.key(i);
+            let h = self.hasher.hash_one(k);
+            if shards > 1 && shard_of(h, shards) != shard {
+                continue;
+            }
+            let entry = heads.entry(h, |e| keys.key(e.row as usize) == k, |e| self.hash(e.row as usize));
+            let head = match entry {
+                hashbrown::hash_table::Entry::Vacant(slot) => {
+                    slot.insert(Head { row: i as u32, link: NONE });
+                    if want_hashes {
+                        key_hashes.push(h);
+                    }
+                    continue;
+                }
+                hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
+            };
+            // Same key and version seen before?
+            let v = self.version(i as u32);
+            let head_version = self.version(head.row);
+            let mut same = (head_version == v).then_some(head.row);
+            let mut cur = head.next();
+            while same.is_none() && cur != NONE {
+                let o = &others[cur as usize];
+                if self.version(o.row) == v {
+                    same = Some(o.row);
+                }
+                cur = o.next;
+            }
+            if let Some(first) = same {
+                if row_eq.is_none() {
+                    row_eq = Some(RowEq::new(self.batch)?);
+                }
+                if row_eq.as_ref().is_some_and(|r| r.eq(first as usize, i)) {
+                    duplicates += 1;
+                } else {
+                    head.link |= CONFLICTED;
+                    conflicts.push((first, i as u32));
+                }
+                continue;
+            }
+            // A new version of a known key: the greater one becomes the head.
+            if v > head_version {
+                others.push(Other { row: head.row, next: head.next() });
+                head.row = i as u32;
+            } else {
+                others.push(Other { row: i as u32, next: head.next() });
+            }
+            head.set_next((others.len() - 1) as u32);
+        }
+        radix_sort(&mut key_hashes);
+        Ok(Shard { heads, others, duplicates, conflicts, key_hashes })
+    }
+}
+
 /// Cleans one partition's rows: exact duplicates dropped, conflicts found, latest version per
-/// key kept, tombstoned keys left out.
+/// key kept, tombstoned keys left out. With `id.threads > 1` the keys are split among threads
+/// by hash; the result is the same.
 pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> {
     let batch = table.batch.clone();
     let n = batch.num_rows();
@@ -236,7 +417,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             return Err(InputError::bad(table.locate(i, Some(k)), "the key is null; every row needs a key").into());
         }
     }
-    let versions: Option<Vec<i64>> = match &id.version {
+    let versions: Option<ScalarBuffer<i64>> = match &id.version {
         None => None,
         Some(v) => {
             let arr = batch.column_by_name(v).ok_or_else(|| {
@@ -258,73 +439,29 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             })?)
         }
     };
-    let version = |i: usize| versions.as_ref().map_or(0, |v| v[i]);
 
     let keys = key_bytes(&key_cols).map_err(internal)?;
-    let hasher = key_hasher();
     if n >= NONE as usize {
         return Err(internal(format!("{n} rows in one partition; at most {} are supported", NONE - 1)));
     }
-    let mut heads: HashTable<Head> = HashTable::with_capacity(n);
-    let mut key_hashes: Vec<u64> = Vec::with_capacity(if id.key_hashes { n } else { 0 });
-    let mut others: Vec<Other> = Vec::new();
-    let mut row_eq: Option<RowEq> = None;
-    let mut duplicates = 0u64;
-    let mut conflicts: Vec<(u32, u32, i64)> = Vec::new(); // (first row, other row, version)
-
-    for i in 0..n {
-        let k = keys.get(i);
-        let h = hasher.hash_one(k);
-        let v = version(i);
-        let entry = heads.entry(h, |e| keys.get(e.row as usize) == k, |e| hasher.hash_one(keys.get(e.row as usize)));
-        let head = match entry {
-            hashbrown::hash_table::Entry::Vacant(slot) => {
-                slot.insert(Head { row: i as u32, link: NONE, version: v });
-                if id.key_hashes {
-                    key_hashes.push(h);
-                }
-                continue;
-            }
-            hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
-        };
-        // Same key and version seen before?
-        let mut same = (head.version == v).then_some(head.row);
-        let mut cur = head.next();
-        while same.is_none() && cur != NONE {
-            let o = &others[cur as usize];
-            if o.version == v {
-                same = Some(o.row);
-            }
-            cur = o.next;
-        }
-        if let Some(first) = same {
-            if row_eq.is_none() {
-                row_eq = Some(RowEq::new(&batch).map_err(internal)?);
-            }
-            if row_eq.as_ref().is_some_and(|r| r.eq(first as usize, i)) {
-                duplicates += 1;
-            } else {
-                head.link |= CONFLICTED;
-                conflicts.push((first, i as u32, v));
-            }
-            continue;
-        }
-        // A new version of a known key: the greater one becomes the head.
-        if v > head.version {
-            others.push(Other { row: head.row, version: head.version, next: head.next() });
-            head.row = i as u32;
-            head.version = v;
-        } else {
-            others.push(Other { row: i as u32, version: v, next: head.next() });
-        }
-        head.set_next((others.len() - 1) as u32);
-    }
+    // Small partitions are not worth a thread.
+    let shards = if n < 65_536 { 1 } else { id.threads.clamp(1, 64) };
+    let hasher = key_hasher();
+    let shards: Vec<Shard> = with_keys!(&keys, |k| {
+        let input = Input { batch: &batch, keys: k, versions: versions.as_deref(), hasher: hasher.clone() };
+        input.hash_pass(shards, id.key_hashes)
+    })
+    .map_err(internal)?;
+    let version = |row: u32| versions.as_ref().map_or(0, |v| v[row as usize]);
 
     // Conflicts: the first five keys by (key, version), with both rows' places.
-    let conflicting_keys = heads.iter().filter(|h| h.conflicted()).count();
+    let conflicting_keys: usize = shards.iter().map(|s| s.heads.iter().filter(|h| h.conflicted()).count()).sum();
     if conflicting_keys > 0 && id.on_conflict == OnConflict::Fail {
-        let mut named: Vec<(String, i64, u32, u32)> =
-            conflicts.iter().map(|&(a, b, v)| (render_key(&key_cols, a as usize), v, a, b)).collect();
+        let mut named: Vec<(String, i64, u32, u32)> = shards
+            .iter()
+            .flat_map(|s| &s.conflicts)
+            .map(|&(a, b)| (render_key(&key_cols, a as usize), version(a), a, b))
+            .collect();
         named.sort();
         named.dedup_by(|x, y| x.0 == y.0);
         let keys = named
@@ -344,7 +481,8 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         for i in 0..n {
             let k = keys.get(i);
             let h = hasher.hash_one(k);
-            if heads.find(h, |e| keys.get(e.row as usize) == k).is_some_and(|e| e.conflicted()) {
+            let shard = &shards[if shards.len() > 1 { shard_of(h, shards.len()) } else { 0 }];
+            if shard.heads.find(h, |e| keys.get(e.row as usize) == k).is_some_and(|e| e.conflicted()) {
                 quarantined.push(i as u32);
             }
         }
@@ -353,7 +491,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     // The winners in row order, by a bitmap rather than a sort.
     let mut is_winner = arrow::array::BooleanBufferBuilder::new(n);
     is_winner.append_n(n, false);
-    for h in heads.iter().filter(|h| !h.conflicted()) {
+    for h in shards.iter().flat_map(|s| s.heads.iter()).filter(|h| !h.conflicted()) {
         is_winner.set_bit(h.row as usize, true);
     }
     let is_winner = is_winner.finish();
@@ -372,15 +510,20 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             winners.retain(|&r| !mask.value(r as usize));
         }
     }
-    radix_sort(&mut key_hashes);
     let stats = PrepareStats {
         input_rows: n as u64,
-        duplicates,
-        superseded: others.len() as u64,
+        duplicates: shards.iter().map(|s| s.duplicates).sum(),
+        superseded: shards.iter().map(|s| s.others.len() as u64).sum(),
         deleted,
         conflicting_keys: conflicting_keys as u64,
         quarantined_rows: quarantined.len() as u64,
         keys: winners.len() as u64,
+    };
+    // Shards split the hash range in order: their sorted hashes, one after another, are sorted.
+    let key_hashes = if shards.len() == 1 {
+        shards.into_iter().next().map(|s| s.key_hashes).unwrap_or_default()
+    } else {
+        shards.iter().flat_map(|s| s.key_hashes.iter().copied()).collect()
     };
     drop(keys);
     Ok(Prepared { table, winners, quarantined, stats, key_hashes })

@@ -287,6 +287,9 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     let mut id =
         Identity::from_config(cfg, &plan.decoder.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>());
     id.key_hashes = plan.partitions.len() > 1 && !cfg.is_whole_record_key();
+    // Cores left over by concurrent partitions go to each partition's hash pass.
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    id.threads = (cores / opts.concurrency.clamp(1, plan.partitions.len().max(1))).max(1);
     let id = Arc::new(id);
     let mut outcomes: Vec<Outcome> = futures::stream::iter(plan.partitions.iter().cloned())
         .map(|p| {
@@ -450,7 +453,9 @@ async fn compute_partition(
     flat: Option<&FlatInput>,
     allow_empty: bool,
 ) -> std::result::Result<Computed, PartitionError> {
+    let started = std::time::Instant::now();
     let table = load_table(job, plan, p, flat).await?;
+    let read_s = started.elapsed().as_secs_f64();
     let merging = job.config.job.kind == JobKind::Merge;
     if table.num_rows() == 0 && !allow_empty && !merging {
         return Err(PartitionError::MissingInput { date: p.date });
@@ -464,8 +469,11 @@ async fn compute_partition(
     let id = id.clone();
     let schema = plan.output_schema.clone();
     let inputs = p.lineage_inputs(&job.input);
+    let date = p.date;
     tokio::task::spawn_blocking(move || {
+        let phase = std::time::Instant::now();
         let prepared = prepare::prepare(table, &id)?;
+        let prepare_s = phase.elapsed().as_secs_f64();
         let schema = schema.ok_or_else(|| PartitionError::Other("no input to derive the output schema from".into()))?;
         let mut quarantined = prepared.quarantined.clone();
         let (batch, lineage, extra, merge_stats) = if merging {
@@ -485,11 +493,14 @@ async fn compute_partition(
             (m.rows, lineage, extra, Some(m.stats))
         } else {
             let agg = cfg.aggregate.as_ref().ok_or_else(|| PartitionError::Other("no [aggregate] section".into()))?;
-            let batch = aggregate::aggregate(&prepared, agg, &schema)?;
+            let batch = aggregate::aggregate(&prepared, agg, &schema, id.threads)?;
             let lineage = Lineage::new(cfg.fingerprint(), inputs, prepared.stats, batch.num_rows() as u64);
             (batch, lineage, Vec::new(), None)
         };
+        let compute_s = phase.elapsed().as_secs_f64() - prepare_s;
         let bytes = commit::encode(&batch, &lineage, &extra)?;
+        let encode_s = phase.elapsed().as_secs_f64() - prepare_s - compute_s;
+        tracing::debug!(%date, read_s, prepare_s, compute_s, encode_s, "computed partition");
         let quarantine = if quarantined.is_empty() {
             None
         } else {

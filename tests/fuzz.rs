@@ -58,7 +58,7 @@ fn pipeline(format: Format, bytes: Vec<u8>) {
     let Ok(prepared) = lakeswap::prepare::prepare(table, &id) else { return };
     let agg = cfg.aggregate.as_ref().unwrap();
     let out = lakeswap::aggregate::output_schema(agg, &dec.schema).unwrap();
-    let _ = lakeswap::aggregate::aggregate(&prepared, agg, &out);
+    let _ = lakeswap::aggregate::aggregate(&prepared, agg, &out, 1);
 }
 
 /// A valid sample with a few bytes overwritten, inserted or cut.
