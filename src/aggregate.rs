@@ -9,9 +9,8 @@
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, RecordBatch, UInt32Array};
-use arrow::compute::{take, SortOptions};
-use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use hashbrown::{HashMap, HashTable};
 
@@ -19,6 +18,7 @@ use crate::config::{AggregateSection, Measure, MeasureFn};
 use crate::error::PartitionError;
 use crate::predicate;
 use crate::prepare::{key_bytes, with_keys, Keys, Prepared};
+use crate::read::{split_id, IdCmp, Table};
 
 const MAX_DECIMAL38: i128 = 99_999_999_999_999_999_999_999_999_999_999_999_999;
 
@@ -67,15 +67,15 @@ pub fn aggregate(
     threads: usize,
 ) -> Result<RecordBatch, PartitionError> {
     let other = |m: String| PartitionError::Other(format!("aggregate: {m}"));
-    let batch = &p.table.batch;
-    let col_of = |name: &str| -> Result<ArrayRef, PartitionError> {
-        batch.column_by_name(name).cloned().ok_or_else(|| other(format!("no column `{name}`")))
+    let table = &p.table;
+    let col_of = |name: &str| -> Result<Vec<ArrayRef>, PartitionError> {
+        table.column(name).ok_or_else(|| other(format!("no column `{name}`")))
     };
     let rows: &[u32] = &p.winners;
     let n = rows.len();
 
     // Group ids, in order of first appearance; `firsts` holds each group's first row.
-    let group_cols: Vec<ArrayRef> = agg.group_by.iter().map(|g| col_of(g)).collect::<Result<_, _>>()?;
+    let group_cols: Vec<Vec<ArrayRef>> = agg.group_by.iter().map(|g| col_of(g)).collect::<Result<_, _>>()?;
     let (group_of, firsts): (Vec<u32>, Vec<u32>) = if group_cols.is_empty() {
         if p.stats.input_rows == 0 {
             (vec![], vec![])
@@ -83,17 +83,18 @@ pub fn aggregate(
             (vec![0; n], vec![rows.first().copied().unwrap_or(0)])
         }
     } else {
-        let keys = key_bytes(&group_cols).map_err(other)?;
+        let by_chunk = table.columns(&agg.group_by).ok_or_else(|| other("no group-by column".into()))?;
+        let keys = key_bytes(&by_chunk).map_err(other)?;
         with_keys!(&keys, |k| group_ids(k, rows))
     };
     let groups = firsts.len();
     // Output order: by the group-by values (Arrow's row format sorts like the values).
     let mut order: Vec<usize> = (0..groups).collect();
     if !group_cols.is_empty() && groups > 1 {
-        let firsts_idx = UInt32Array::from(firsts.clone());
-        let cols: Vec<ArrayRef> = group_cols
+        let cols: Vec<ArrayRef> = agg
+            .group_by
             .iter()
-            .map(|c| take(c.as_ref(), &firsts_idx, None))
+            .map(|g| table.take_column(g, &firsts))
             .collect::<Result<_, _>>()
             .map_err(|e| other(e.to_string()))?;
         let conv = RowConverter::new(cols.iter().map(|c| SortField::new(c.data_type().clone())).collect())
@@ -103,12 +104,12 @@ pub fn aggregate(
     }
 
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-    let sorted_firsts = UInt32Array::from(order.iter().map(|&g| firsts[g]).collect::<Vec<_>>());
-    for c in &group_cols {
-        columns.push(take(c.as_ref(), &sorted_firsts, None).map_err(|e| other(e.to_string()))?);
+    let sorted_firsts: Vec<u32> = order.iter().map(|&g| firsts[g]).collect();
+    for g in &agg.group_by {
+        columns.push(table.take_column(g, &sorted_firsts).map_err(|e| other(e.to_string()))?);
     }
 
-    let ctx = Ctx { batch, rows, groups, group_of: &group_of, order: &order };
+    let ctx = Ctx { table, rows, groups, group_of: &group_of, order: &order };
     // Work items: each measure once, a distinct count once per shard of its values (the
     // longest work, so it goes first); with several threads, each takes the next item.
     let parallel = threads > 1 && n >= 65_536;
@@ -227,7 +228,7 @@ fn count_distinct<K: Keys + ?Sized>(
 
 /// What every measure reads: the winning rows and their groups.
 struct Ctx<'a> {
-    batch: &'a RecordBatch,
+    table: &'a Table,
     rows: &'a [u32],
     groups: usize,
     group_of: &'a [u32],
@@ -238,61 +239,87 @@ impl Ctx<'_> {
     /// One measure (of a distinct count: the counts of values in hash shard `shard` of `shards`).
     fn measure(&self, m: &Measure, shard: usize, shards: usize) -> Result<Partial, PartitionError> {
         let other = |m: String| PartitionError::Other(format!("aggregate: {m}"));
-        let col_of = |name: &str| -> Result<ArrayRef, PartitionError> {
-            self.batch.column_by_name(name).cloned().ok_or_else(|| other(format!("no column `{name}`")))
+        let col_of = |name: &str| -> Result<Vec<ArrayRef>, PartitionError> {
+            self.table.column(name).ok_or_else(|| other(format!("no column `{name}`")))
         };
         let (rows, groups, group_of, order) = (self.rows, self.groups, self.group_of, self.order);
-        let matchers: Vec<predicate::Matcher> = m
+        // Per filter, a matcher per chunk.
+        let matchers: Vec<Vec<predicate::Matcher>> = m
             .filter
             .iter()
-            .map(|(k, v)| predicate::Matcher::new(&col_of(k)?, &v.values()).map_err(other))
+            .map(|(k, v)| {
+                let values = v.values();
+                col_of(k)?.iter().map(|c| predicate::Matcher::new(c, &values).map_err(other)).collect()
+            })
             .collect::<Result<_, _>>()?;
-        let keep = |r: usize| matchers.iter().all(|mt| mt.is_match(r));
+        let keep = |r: usize| {
+            let (c, i) = split_id(r);
+            matchers.iter().all(|mt| mt[c].is_match(i))
+        };
         let col = match &m.column {
             Some(c) => Some(col_of(c)?),
             None => None,
+        };
+        let valid = |r: usize| {
+            let (c, i) = split_id(r);
+            col.as_ref().is_none_or(|a| a[c].is_valid(i))
         };
         Ok(Partial::Done(match m.func {
             MeasureFn::Count => {
                 let mut acc = vec![0i64; groups];
                 for (i, &r) in rows.iter().enumerate() {
                     let r = r as usize;
-                    if keep(r) && col.as_ref().is_none_or(|c| c.is_valid(r)) {
+                    if keep(r) && valid(r) {
                         acc[group_of[i] as usize] += 1;
                     }
                 }
                 Arc::new(Int64Array::from(reorder(&acc, order)))
             }
             MeasureFn::CountDistinct => {
-                let col = col.ok_or_else(|| other("count_distinct needs a column".into()))?;
-                let keys = key_bytes(std::slice::from_ref(&col)).map_err(other)?;
-                let valid = |r: usize| col.is_valid(r);
+                let col = col.as_ref().ok_or_else(|| other("count_distinct needs a column".into()))?;
+                let by_chunk: Vec<Vec<ArrayRef>> = col.iter().map(|a| vec![a.clone()]).collect();
+                let keys = key_bytes(&by_chunk).map_err(other)?;
                 let acc = with_keys!(&keys, |k| count_distinct(k, self, &keep, &valid, shard, shards));
                 return Ok(Partial::Counts(acc));
             }
             MeasureFn::Sum => {
-                let col = col.ok_or_else(|| other("sum needs a column".into()))?;
-                sum(m, &col, rows, groups, group_of, &keep, order)?
+                let col = col.as_ref().ok_or_else(|| other("sum needs a column".into()))?;
+                sum(m, &self.type_of(m)?, col, rows, groups, group_of, &keep, order)?
             }
             MeasureFn::Min | MeasureFn::Max => {
-                let col = col.ok_or_else(|| other("min/max needs a column".into()))?;
-                let cmp = arrow::array::make_comparator(col.as_ref(), col.as_ref(), SortOptions::default())
-                    .map_err(|e| other(e.to_string()))?;
+                let col = col.as_ref().ok_or_else(|| other("min/max needs a column".into()))?;
+                let mut cmp = IdCmp::new(col.iter().map(|a| vec![a.clone()]).collect());
                 let want =
                     if m.func == MeasureFn::Min { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater };
                 let mut best: Vec<Option<u32>> = vec![None; groups];
                 for (i, &r) in rows.iter().enumerate() {
-                    if keep(r as usize) && col.is_valid(r as usize) {
+                    if keep(r as usize) && valid(r as usize) {
                         let b = &mut best[group_of[i] as usize];
-                        if b.is_none_or(|j| cmp(r as usize, j as usize) == want) {
+                        let better = match *b {
+                            None => true,
+                            Some(j) => cmp.cmp(r as usize, j as usize).map_err(|e| other(e.to_string()))? == want,
+                        };
+                        if better {
                             *b = Some(r);
                         }
                     }
                 }
-                let idx = UInt32Array::from(order.iter().map(|&g| best[g]).collect::<Vec<_>>());
-                take(col.as_ref(), &idx, None).map_err(|e| other(e.to_string()))?
+                // Groups without a value get a null, from a one-row null array after the chunks.
+                let null = arrow::array::new_null_array(&self.type_of(m)?, 1);
+                let mut arrays: Vec<&dyn Array> = col.iter().map(|a| a.as_ref()).collect();
+                arrays.push(null.as_ref());
+                let idx: Vec<(usize, usize)> =
+                    order.iter().map(|&g| best[g].map_or((col.len(), 0), |r| split_id(r as usize))).collect();
+                arrow::compute::interleave(&arrays, &idx).map_err(|e| other(e.to_string()))?
             }
         }))
+    }
+
+    /// The input type of a measure's column.
+    fn type_of(&self, m: &Measure) -> Result<DataType, PartitionError> {
+        let name = m.column.as_deref().unwrap_or_default();
+        let f = self.table.schema().field_with_name(name);
+        f.map(|f| f.data_type().clone()).map_err(|_| PartitionError::Other(format!("aggregate: no column `{name}`")))
     }
 }
 
@@ -306,9 +333,11 @@ fn reorder<T: Copy>(acc: &[T], order: &[usize]) -> Vec<T> {
     order.iter().map(|&g| acc[g]).collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn sum(
     m: &Measure,
-    col: &ArrayRef,
+    ty: &DataType,
+    col: &[ArrayRef],
     rows: &[u32],
     groups: usize,
     group_of: &[u32],
@@ -319,46 +348,50 @@ fn sum(
         measure: m.name.clone(),
         message: format!("the sum leaves the range of {what}; the input holds values too large to add up exactly"),
     };
-    match col.data_type() {
-        DataType::Decimal128(_, s) => {
-            let a = col.as_primitive::<arrow::datatypes::Decimal128Type>();
+    let cast = |to: &DataType, err: &dyn Fn(String) -> PartitionError| -> Result<Vec<ArrayRef>, PartitionError> {
+        col.iter().map(|a| arrow::compute::cast(a, to).map_err(|e| err(e.to_string()))).collect()
+    };
+    let at = |r: u32| split_id(r as usize);
+    match ty {
+        &DataType::Decimal128(_, s) => {
+            let a: Vec<&Decimal128Array> = col.iter().map(|c| c.as_primitive()).collect();
             let mut acc = vec![0i128; groups];
             for (i, &r) in rows.iter().enumerate() {
-                let r = r as usize;
-                if keep(r) && a.is_valid(r) {
+                let (c, j) = at(r);
+                if keep(r as usize) && a[c].is_valid(j) {
                     let g = &mut acc[group_of[i] as usize];
-                    *g = g.checked_add(a.value(r)).ok_or_else(|| overflow("decimal(38)"))?;
+                    *g = g.checked_add(a[c].value(j)).ok_or_else(|| overflow("decimal(38)"))?;
                 }
             }
             if acc.iter().any(|v| v.unsigned_abs() > MAX_DECIMAL38 as u128) {
                 return Err(overflow("decimal(38)"));
             }
             let out = Decimal128Array::from(reorder(&acc, order))
-                .with_precision_and_scale(38, *s)
+                .with_precision_and_scale(38, s)
                 .map_err(|e| PartitionError::Other(e.to_string()))?;
             Ok(Arc::new(out))
         }
         t if t.is_integer() => {
-            let ints = arrow::compute::cast(col, &DataType::Int64).map_err(|_| overflow("int64"))?;
-            let a = ints.as_primitive::<Int64Type>();
+            let ints = cast(&DataType::Int64, &|_| overflow("int64"))?;
+            let a: Vec<&Int64Array> = ints.iter().map(|c| c.as_primitive()).collect();
             let mut acc = vec![0i64; groups];
             for (i, &r) in rows.iter().enumerate() {
-                let r = r as usize;
-                if keep(r) && a.is_valid(r) {
+                let (c, j) = at(r);
+                if keep(r as usize) && a[c].is_valid(j) {
                     let g = &mut acc[group_of[i] as usize];
-                    *g = g.checked_add(a.value(r)).ok_or_else(|| overflow("int64"))?;
+                    *g = g.checked_add(a[c].value(j)).ok_or_else(|| overflow("int64"))?;
                 }
             }
             Ok(Arc::new(Int64Array::from(reorder(&acc, order))))
         }
         t if t.is_floating() => {
-            let f = arrow::compute::cast(col, &DataType::Float64).map_err(|e| PartitionError::Other(e.to_string()))?;
-            let a = f.as_primitive::<Float64Type>();
+            let floats = cast(&DataType::Float64, &PartitionError::Other)?;
+            let a: Vec<&Float64Array> = floats.iter().map(|c| c.as_primitive()).collect();
             let mut acc = vec![0f64; groups];
             for (i, &r) in rows.iter().enumerate() {
-                let r = r as usize;
-                if keep(r) && a.is_valid(r) {
-                    acc[group_of[i] as usize] += a.value(r);
+                let (c, j) = at(r);
+                if keep(r as usize) && a[c].is_valid(j) {
+                    acc[group_of[i] as usize] += a[c].value(j);
                 }
             }
             Ok(Arc::new(Float64Array::from(reorder(&acc, order))))

@@ -189,7 +189,8 @@ pub fn merge(
     stored: Option<(RecordBatch, RecordBatch)>,
 ) -> Result<Merged, PartitionError> {
     let other = |m: String| PartitionError::Other(format!("merge: {m}"));
-    let batch = &p.table.batch;
+    // The incoming rows as one batch, addressed by row number (`Table::dense`).
+    let batch = &p.table.concat().map_err(|e| other(e.to_string()))?;
     let inc_cols: Vec<ArrayRef> = output
         .fields()
         .iter()
@@ -264,17 +265,16 @@ pub fn merge(
     let mut dropped_rows = vec![false; stored_rows.num_rows()];
     let mut dropped_tombs = vec![false; stored_tombs.num_rows()];
     let mut conflicts: Vec<(u32, ConflictKey)> = Vec::new();
-    let conflict = |list: &mut Vec<(u32, ConflictKey)>, w: u32, other: String| {
-        let r = w as usize;
+    let conflict = |list: &mut Vec<(u32, ConflictKey)>, w: u32, r: usize, other: String| {
         let key = ConflictKey {
             key: render_key(&inc_keys, r),
             version: Some(inc_v[r].to_string()),
-            at: vec![p.table.locate(r, None), Location::object(other)],
+            at: vec![p.table.locate(w as usize, None), Location::object(other)],
         };
         list.push((w, key));
     };
     for &w in &p.winners {
-        let r = w as usize;
+        let r = p.table.dense(w as usize);
         let (v, del) = (inc_v[r], is_delete.as_ref().is_some_and(|m| m.value(r)));
         match state.get(inc_k.row(r).data()).copied() {
             None => adopt(&mut changes, r, del, false),
@@ -284,7 +284,7 @@ pub fn merge(
                     adopt(&mut changes, r, del, true);
                 }
                 Ordering::Equal if !del && payload_eq(r, s as usize)? => changes.stats.unchanged += 1,
-                Ordering::Equal => conflict(&mut conflicts, w, format!("the stored partition, row {s}")),
+                Ordering::Equal => conflict(&mut conflicts, w, r, format!("the stored partition, row {s}")),
                 Ordering::Less => changes.stats.ignored_older += 1,
             },
             Some(Slot::Tomb(t)) => match v.cmp(&tomb_v.get(t as usize).copied().unwrap_or(i64::MIN)) {
@@ -293,7 +293,7 @@ pub fn merge(
                     adopt(&mut changes, r, del, false);
                 }
                 Ordering::Equal if del => changes.stats.unchanged += 1,
-                Ordering::Equal => conflict(&mut conflicts, w, "a delete of the same version".to_string()),
+                Ordering::Equal => conflict(&mut conflicts, w, r, "a delete of the same version".to_string()),
                 Ordering::Less => changes.stats.ignored_older += 1,
             },
         }

@@ -11,12 +11,10 @@
 //! returned in row order, conflicts sorted by key); a null key or version is bad input naming
 //! its object, row and column.
 
-use std::cmp::Ordering;
 use std::hash::BuildHasher;
 
-use arrow::array::{Array, ArrayRef, AsArray, DynComparator, RecordBatch};
+use arrow::array::{ArrayRef, AsArray};
 use arrow::buffer::ScalarBuffer;
-use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::{RowConverter, Rows, SortField};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -25,7 +23,7 @@ use hashbrown::HashTable;
 use crate::config::{Deleted, JobConfig, OnConflict};
 use crate::error::{ConflictKey, InputError, Location, PartitionError};
 use crate::predicate;
-use crate::read::Table;
+use crate::read::{split_id, IdCmp, Table};
 
 /// The end of a version chain (rows and chain indices stay below 2^31).
 const NONE: u32 = !CONFLICTED;
@@ -92,59 +90,70 @@ impl Identity {
     }
 }
 
-/// Raw key bytes per row: straight from a single text/binary column, else Arrow's row format.
+/// Raw key bytes by row id: straight from a single text/binary column, else Arrow's row
+/// format; one entry per chunk of the table.
 pub(crate) enum KeyBytes<'a> {
-    Utf8(&'a arrow::array::StringArray),
-    LargeUtf8(&'a arrow::array::LargeStringArray),
-    View(&'a arrow::array::StringViewArray),
-    Binary(&'a arrow::array::BinaryArray),
-    Rows(Rows),
+    Utf8(Chunked<&'a arrow::array::StringArray>),
+    LargeUtf8(Chunked<&'a arrow::array::LargeStringArray>),
+    View(Chunked<&'a arrow::array::StringViewArray>),
+    Binary(Chunked<&'a arrow::array::BinaryArray>),
+    Rows(Chunked<Rows>),
 }
 
 impl KeyBytes<'_> {
-    #[inline]
-    pub(crate) fn get(&self, i: usize) -> &[u8] {
-        match self {
-            KeyBytes::Utf8(a) => a.value(i).as_bytes(),
-            KeyBytes::LargeUtf8(a) => a.value(i).as_bytes(),
-            KeyBytes::View(a) => a.value(i).as_bytes(),
-            KeyBytes::Binary(a) => a.value(i),
-            KeyBytes::Rows(r) => r.row(i).data(),
-        }
+    /// The key bytes of row `id` (for the cold paths; hot loops use `with_keys!`).
+    pub(crate) fn get(&self, id: usize) -> &[u8] {
+        with_keys!(self, |k| k.key(id))
     }
 }
 
-/// Key bytes by row, for the hot loops: one implementation per kind of key column, chosen once
-/// per partition (`with_keys!`), so no row pays for the choice.
-pub(crate) trait Keys: Sync {
-    fn key(&self, i: usize) -> &[u8];
+/// Per-chunk key columns, addressed by row id.
+pub(crate) struct Chunked<T>(Vec<T>);
+
+/// Key bytes by row within one chunk.
+pub(crate) trait ChunkKeys: Sync {
+    fn chunk_key(&self, i: usize) -> &[u8];
 }
 
-impl<O: arrow::array::OffsetSizeTrait> Keys for arrow::array::GenericStringArray<O> {
+impl<O: arrow::array::OffsetSizeTrait> ChunkKeys for &arrow::array::GenericStringArray<O> {
     #[inline(always)]
-    fn key(&self, i: usize) -> &[u8] {
+    fn chunk_key(&self, i: usize) -> &[u8] {
         self.value(i).as_bytes()
     }
 }
 
-impl Keys for arrow::array::StringViewArray {
+impl ChunkKeys for &arrow::array::StringViewArray {
     #[inline(always)]
-    fn key(&self, i: usize) -> &[u8] {
+    fn chunk_key(&self, i: usize) -> &[u8] {
         self.value(i).as_bytes()
     }
 }
 
-impl Keys for arrow::array::BinaryArray {
+impl ChunkKeys for &arrow::array::BinaryArray {
     #[inline(always)]
-    fn key(&self, i: usize) -> &[u8] {
+    fn chunk_key(&self, i: usize) -> &[u8] {
         self.value(i)
     }
 }
 
-impl Keys for Rows {
+impl ChunkKeys for Rows {
     #[inline(always)]
-    fn key(&self, i: usize) -> &[u8] {
+    fn chunk_key(&self, i: usize) -> &[u8] {
         self.row(i).data()
+    }
+}
+
+/// Key bytes by row id, for the hot loops: one implementation per kind of key column, chosen
+/// once per partition (`with_keys!`), so no row pays for the choice.
+pub(crate) trait Keys: Sync {
+    fn key(&self, id: usize) -> &[u8];
+}
+
+impl<T: ChunkKeys> Keys for Chunked<T> {
+    #[inline(always)]
+    fn key(&self, id: usize) -> &[u8] {
+        let (c, i) = split_id(id);
+        self.0[c].chunk_key(i)
     }
 }
 
@@ -152,41 +161,43 @@ impl Keys for Rows {
 macro_rules! with_keys {
     ($keys:expr, |$k:ident| $body:expr) => {
         match $keys {
-            $crate::prepare::KeyBytes::Utf8(a) => {
-                let $k = *a;
-                $body
-            }
-            $crate::prepare::KeyBytes::LargeUtf8(a) => {
-                let $k = *a;
-                $body
-            }
-            $crate::prepare::KeyBytes::View(a) => {
-                let $k = *a;
-                $body
-            }
-            $crate::prepare::KeyBytes::Binary(a) => {
-                let $k = *a;
-                $body
-            }
+            $crate::prepare::KeyBytes::Utf8($k) => $body,
+            $crate::prepare::KeyBytes::LargeUtf8($k) => $body,
+            $crate::prepare::KeyBytes::View($k) => $body,
+            $crate::prepare::KeyBytes::Binary($k) => $body,
             $crate::prepare::KeyBytes::Rows($k) => $body,
         }
     };
 }
 pub(crate) use with_keys;
 
-pub(crate) fn key_bytes(cols: &[ArrayRef]) -> Result<KeyBytes<'_>, String> {
-    if let [c] = cols {
-        match c.data_type() {
-            DataType::Utf8 => return Ok(KeyBytes::Utf8(c.as_string::<i32>())),
-            DataType::LargeUtf8 => return Ok(KeyBytes::LargeUtf8(c.as_string::<i64>())),
-            DataType::Utf8View => return Ok(KeyBytes::View(c.as_string_view())),
-            DataType::Binary => return Ok(KeyBytes::Binary(c.as_binary::<i32>())),
+/// The key bytes of columns given chunk by chunk (`chunks[c]` = the key columns of chunk `c`).
+pub(crate) fn key_bytes(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String> {
+    let types: Vec<DataType> = match chunks.first() {
+        Some(cols) => cols.iter().map(|c| c.data_type().clone()).collect(),
+        None => return Ok(KeyBytes::Utf8(Chunked(Vec::new()))),
+    };
+    let single = |f: fn(&ArrayRef) -> bool| chunks.iter().all(|cols| cols.len() == 1 && f(&cols[0]));
+    if types.len() == 1 {
+        match &types[0] {
+            DataType::Utf8 if single(|c| c.data_type() == &DataType::Utf8) => {
+                return Ok(KeyBytes::Utf8(Chunked(chunks.iter().map(|c| c[0].as_string::<i32>()).collect())))
+            }
+            DataType::LargeUtf8 if single(|c| c.data_type() == &DataType::LargeUtf8) => {
+                return Ok(KeyBytes::LargeUtf8(Chunked(chunks.iter().map(|c| c[0].as_string::<i64>()).collect())))
+            }
+            DataType::Utf8View if single(|c| c.data_type() == &DataType::Utf8View) => {
+                return Ok(KeyBytes::View(Chunked(chunks.iter().map(|c| c[0].as_string_view()).collect())))
+            }
+            DataType::Binary if single(|c| c.data_type() == &DataType::Binary) => {
+                return Ok(KeyBytes::Binary(Chunked(chunks.iter().map(|c| c[0].as_binary::<i32>()).collect())))
+            }
             _ => {}
         }
     }
-    let conv = RowConverter::new(cols.iter().map(|c| SortField::new(c.data_type().clone())).collect())
-        .map_err(|e| e.to_string())?;
-    conv.convert_columns(cols).map(KeyBytes::Rows).map_err(|e| e.to_string())
+    let conv = RowConverter::new(types.into_iter().map(SortField::new).collect()).map_err(|e| e.to_string())?;
+    let rows = chunks.iter().map(|cols| conv.convert_columns(cols)).collect::<Result<Vec<_>, _>>();
+    rows.map(|r| KeyBytes::Rows(Chunked(r))).map_err(|e| e.to_string())
 }
 
 /// Versions as `i64`: integers, dates and timestamps order as their integer value.
@@ -221,6 +232,12 @@ pub fn render_key(cols: &[ArrayRef], row: usize) -> String {
         .join("|")
 }
 
+/// Renders the key of row id `id` of key columns given chunk by chunk.
+pub(crate) fn render_id(chunks: &[Vec<ArrayRef>], id: usize) -> String {
+    let (c, i) = split_id(id);
+    chunks.get(c).map_or_else(|| "?".into(), |cols| render_key(cols, i))
+}
+
 /// A key's entry: its winning row and the chain of its other versions. 8 bytes, so the table
 /// of a million keys stays small and dense; versions are looked up by row (only on a repeat).
 struct Head {
@@ -249,33 +266,6 @@ struct Other {
     next: u32,
 }
 
-/// Compares whole rows of one batch, column by column (nulls equal nulls).
-struct RowEq {
-    cmps: Vec<DynComparator>,
-}
-
-impl RowEq {
-    fn new(batch: &RecordBatch) -> Result<Self, String> {
-        let cmps = batch
-            .columns()
-            .iter()
-            .map(|c| arrow::array::make_comparator(c.as_ref(), c.as_ref(), SortOptions::default()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
-        Ok(RowEq { cmps })
-    }
-    fn eq(&self, a: usize, b: usize) -> bool {
-        self.cmps.iter().all(|c| c(a, b) == Ordering::Equal)
-    }
-}
-
-fn first_null(arr: &dyn Array) -> Option<usize> {
-    if arr.null_count() == 0 {
-        return None;
-    }
-    (0..arr.len()).find(|&i| arr.is_null(i))
-}
-
 /// The shard of a key hash among `shards`: by the hash's top bits, so shard order is hash
 /// order and the shards' sorted hashes, concatenated, are sorted.
 #[inline]
@@ -296,16 +286,20 @@ struct Shard {
 
 /// The rows of a partition, as the hash pass sees them.
 struct Input<'a, K: ?Sized> {
-    batch: &'a RecordBatch,
+    table: &'a Table,
     keys: &'a K,
-    versions: Option<&'a [i64]>,
+    /// The versions, chunk by chunk.
+    versions: Option<&'a [ScalarBuffer<i64>]>,
     hasher: foldhash::fast::FixedState,
 }
 
 impl<K: Keys + ?Sized> Input<'_, K> {
     #[inline]
     fn version(&self, row: u32) -> i64 {
-        self.versions.map_or(0, |v| v[row as usize])
+        self.versions.map_or(0, |v| {
+            let (c, i) = split_id(row as usize);
+            v[c][i]
+        })
     }
     #[inline]
     fn hash(&self, row: usize) -> u64 {
@@ -330,15 +324,15 @@ impl<K: Keys + ?Sized> Input<'_, K> {
     /// The hash pass over the keys of shard `shard` of `shards`: every row is looked at, the
     /// shard's rows in row order, so the outcome per key is the same however many shards.
     fn scan(&self, shard: usize, shards: usize, want_hashes: bool) -> Result<Shard, String> {
-        let n = self.batch.num_rows();
+        let n = self.table.num_rows();
         let keys = self.keys;
         let mut heads: HashTable<Head> = HashTable::with_capacity(n / 8 * 7 / shards);
         let mut key_hashes: Vec<u64> = Vec::new();
         let mut others: Vec<Other> = Vec::new();
-        let mut row_eq: Option<RowEq> = None;
+        let mut row_eq: Option<IdCmp> = None;
         let mut duplicates = 0u64;
         let mut conflicts: Vec<(u32, u32)> = Vec::new();
-        for i in 0..n {
+        for i in self.table.ids() {
             let k = keys.key(i);
             let h = self.hasher.hash_one(k);
             if shards > 1 && shard_of(h, shards) != shard {
@@ -368,10 +362,10 @@ impl<K: Keys + ?Sized> Input<'_, K> {
                 cur = o.next;
             }
             if let Some(first) = same {
-                if row_eq.is_none() {
-                    row_eq = Some(RowEq::new(self.batch)?);
-                }
-                if row_eq.as_ref().is_some_and(|r| r.eq(first as usize, i)) {
+                let row_eq = row_eq.get_or_insert_with(|| {
+                    IdCmp::new(self.table.chunks().iter().map(|b| b.columns().to_vec()).collect())
+                });
+                if row_eq.cmp(first as usize, i).map_err(|e| e.to_string())?.is_eq() {
                     duplicates += 1;
                 } else {
                     head.link |= CONFLICTED;
@@ -397,62 +391,53 @@ impl<K: Keys + ?Sized> Input<'_, K> {
 /// key kept, tombstoned keys left out. With `id.threads > 1` the keys are split among threads
 /// by hash; the result is the same.
 pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> {
-    let batch = table.batch.clone();
-    let n = batch.num_rows();
+    let n = table.num_rows();
     let internal = |m: String| PartitionError::Other(format!("prepare: {m}"));
-    let key_cols: Vec<ArrayRef> = id
-        .key
-        .iter()
-        .map(|k| {
-            batch.column_by_name(k).cloned().ok_or_else(|| {
-                PartitionError::Input(InputError::bad(
-                    Location { object: table.objects().join(", "), row: None, column: Some(k.clone()) },
-                    "missing key column",
-                ))
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    for (k, c) in id.key.iter().zip(&key_cols) {
-        if let Some(i) = first_null(c.as_ref()) {
+    let missing = |column: &String, what: &str| {
+        PartitionError::Input(InputError::bad(
+            Location { object: table.objects().join(", "), row: None, column: Some(column.clone()) },
+            what,
+        ))
+    };
+    for k in &id.key {
+        if table.column(k).is_none() {
+            return Err(missing(k, "missing key column"));
+        }
+        if let Some(i) = table.first_null(k) {
             return Err(InputError::bad(table.locate(i, Some(k)), "the key is null; every row needs a key").into());
         }
     }
-    let versions: Option<ScalarBuffer<i64>> = match &id.version {
+    let key_cols = table.columns(&id.key).unwrap_or_default();
+    let versions: Option<Vec<ScalarBuffer<i64>>> = match &id.version {
         None => None,
         Some(v) => {
-            let arr = batch.column_by_name(v).ok_or_else(|| {
-                PartitionError::Input(InputError::bad(
-                    Location { object: table.objects().join(", "), row: None, column: Some(v.clone()) },
-                    "missing version column",
-                ))
-            })?;
-            if let Some(i) = first_null(arr.as_ref()) {
+            let chunks = table.column(v).ok_or_else(|| missing(v, "missing version column"))?;
+            if let Some(i) = table.first_null(v) {
                 return Err(
                     InputError::bad(table.locate(i, Some(v)), "the version is null; every row needs one").into()
                 );
             }
-            Some(version_values(arr).map_err(|m| {
-                PartitionError::Input(InputError::bad(
-                    Location { object: table.objects().join(", "), row: None, column: Some(v.clone()) },
-                    m,
-                ))
-            })?)
+            let values: Result<Vec<_>, _> = chunks.iter().map(version_values).collect();
+            Some(values.map_err(|m| missing(v, &m))?)
         }
     };
 
     let keys = key_bytes(&key_cols).map_err(internal)?;
-    if n >= NONE as usize {
+    if table.id_bound() > NONE as usize {
         return Err(internal(format!("{n} rows in one partition; at most {} are supported", NONE - 1)));
     }
     // Small partitions are not worth a thread.
     let shards = if n < 65_536 { 1 } else { id.threads.clamp(1, 64) };
     let hasher = key_hasher();
     let shards: Vec<Shard> = with_keys!(&keys, |k| {
-        let input = Input { batch: &batch, keys: k, versions: versions.as_deref(), hasher: hasher.clone() };
+        let input = Input { table: &table, keys: k, versions: versions.as_deref(), hasher: hasher.clone() };
         input.hash_pass(shards, id.key_hashes)
     })
     .map_err(internal)?;
-    let version = |row: u32| versions.as_ref().map_or(0, |v| v[row as usize]);
+    let version = |row: u32| {
+        let (c, i) = split_id(row as usize);
+        versions.as_ref().map_or(0, |v| v[c][i])
+    };
 
     // Conflicts: the first five keys by (key, version), with both rows' places.
     let conflicting_keys: usize = shards.iter().map(|s| s.heads.iter().filter(|h| h.conflicted()).count()).sum();
@@ -460,7 +445,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         let mut named: Vec<(String, i64, u32, u32)> = shards
             .iter()
             .flat_map(|s| &s.conflicts)
-            .map(|&(a, b)| (render_key(&key_cols, a as usize), version(a), a, b))
+            .map(|&(a, b)| (render_id(&key_cols, a as usize), version(a), a, b))
             .collect();
         named.sort();
         named.dedup_by(|x, y| x.0 == y.0);
@@ -478,7 +463,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
 
     let mut quarantined = Vec::new();
     if conflicting_keys > 0 {
-        for i in 0..n {
+        for i in table.ids() {
             let k = keys.get(i);
             let h = hasher.hash_one(k);
             let shard = &shards[if shards.len() > 1 { shard_of(h, shards.len()) } else { 0 }];
@@ -489,8 +474,9 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     }
 
     // The winners in row order, by a bitmap rather than a sort.
-    let mut is_winner = arrow::array::BooleanBufferBuilder::new(n);
-    is_winner.append_n(n, false);
+    let bound = table.id_bound();
+    let mut is_winner = arrow::array::BooleanBufferBuilder::new(bound);
+    is_winner.append_n(bound, false);
     for h in shards.iter().flat_map(|s| s.heads.iter()).filter(|h| !h.conflicted()) {
         is_winner.set_bit(h.row as usize, true);
     }
@@ -498,16 +484,21 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     let mut winners: Vec<u32> = is_winner.set_indices().map(|i| i as u32).collect();
     let mut deleted = 0u64;
     if let Some(del) = &id.deleted {
-        let arr = batch.column_by_name(&del.column).ok_or_else(|| {
-            PartitionError::Input(InputError::bad(
-                Location { object: table.objects().join(", "), row: None, column: Some(del.column.clone()) },
-                "missing tombstone column of [identity] deleted",
-            ))
-        })?;
-        let mask = predicate::matches(arr, std::slice::from_ref(&del.equals)).map_err(internal)?;
-        deleted = winners.iter().filter(|&&r| mask.value(r as usize)).count() as u64;
+        let chunks = table
+            .column(&del.column)
+            .ok_or_else(|| missing(&del.column, "missing tombstone column of [identity] deleted"))?;
+        let masks: Vec<_> = chunks
+            .iter()
+            .map(|a| predicate::matches(a, std::slice::from_ref(&del.equals)))
+            .collect::<Result<_, _>>()
+            .map_err(internal)?;
+        let is_delete = |r: u32| {
+            let (c, i) = split_id(r as usize);
+            masks[c].value(i)
+        };
+        deleted = winners.iter().filter(|&&r| is_delete(r)).count() as u64;
         if !id.keep_deletes {
-            winners.retain(|&r| !mask.value(r as usize));
+            winners.retain(|&r| !is_delete(r));
         }
     }
     let stats = PrepareStats {
@@ -561,7 +552,7 @@ fn radix_sort(v: &mut Vec<u64>) {
 /// The rendered keys of `table` whose hash is in `hashes` (sorted), with the row where each
 /// first occurs: names the keys behind a cross-date hash match, and rules out hash collisions.
 pub fn keys_with_hashes(table: &Table, id: &Identity, hashes: &[u64]) -> Vec<(Vec<u8>, String, usize)> {
-    let Some(cols) = crate::read::columns(&table.batch, &id.key) else {
+    let Some(cols) = table.columns(&id.key) else {
         return Vec::new();
     };
     let Ok(keys) = key_bytes(&cols) else {
@@ -569,10 +560,10 @@ pub fn keys_with_hashes(table: &Table, id: &Identity, hashes: &[u64]) -> Vec<(Ve
     };
     let hasher = key_hasher();
     let mut out: Vec<(Vec<u8>, String, usize)> = Vec::new();
-    for i in 0..table.num_rows() {
+    for i in table.ids() {
         let k = keys.get(i);
         if hashes.binary_search(&hasher.hash_one(k)).is_ok() && !out.iter().any(|(b, _, _)| b == k) {
-            out.push((k.to_vec(), render_key(&cols, i), i));
+            out.push((k.to_vec(), render_id(&cols, i), i));
         }
     }
     out

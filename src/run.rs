@@ -11,8 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::UInt32Array;
-use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
 use chrono::{NaiveDate, Utc};
@@ -504,8 +502,7 @@ async fn compute_partition(
         let quarantine = if quarantined.is_empty() {
             None
         } else {
-            let rows = take_record_batch(&prepared.table.batch, &UInt32Array::from(quarantined))
-                .map_err(|e| PartitionError::Other(e.to_string()))?;
+            let rows = prepared.table.take(&quarantined).map_err(|e| PartitionError::Other(e.to_string()))?;
             Some(commit::encode(&rows, &lineage, &[])?)
         };
         Ok(Computed {

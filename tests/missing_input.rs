@@ -26,7 +26,7 @@ async fn allow_empty_writes_a_zero_row_partition() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(32, 1, 50), 1);
     let s = run_with(&lake.config(), "2026-11-01", "2026-11-02", |o| o.allow_empty = true).await;
-    assert_eq!(s.exit_code, ExitCode::Ok);
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
     assert_eq!(s.partitions[1].action, Action::Created);
     assert!(read_partition(&lake.partition_file("2026-11-02")).is_empty());
     assert!(!read_partition(&lake.partition_file("2026-11-01")).is_empty());
