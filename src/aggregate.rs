@@ -188,8 +188,50 @@ fn group_ids<K: Keys + ?Sized>(keys: &K, rows: &[u32]) -> (Vec<u32>, Vec<u32>) {
     (group_of, firsts)
 }
 
+/// A distinct value of one group, as the distinct count's table holds it: values of up to 16
+/// bytes inline (two overlapping words and the length determine the bytes), so a probe that
+/// finds its value never goes back to the column; longer values by row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Distinct {
+    lo: u64,
+    hi: u64,
+    group: u32,
+    len: u32,
+}
+
+impl Distinct {
+    const INLINE: usize = 16;
+
+    #[inline(always)]
+    fn new(group: u32, k: &[u8], row: usize) -> Self {
+        let n = k.len();
+        let le8 = |b: &[u8]| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[..8]);
+            u64::from_le_bytes(w)
+        };
+        let le4 = |b: &[u8]| {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&b[..4]);
+            u64::from(u32::from_le_bytes(w))
+        };
+        let (lo, hi) = match n {
+            8..=16 => (le8(k), le8(&k[n - 8..])),
+            4..=7 => (le4(k), le4(&k[n - 4..])),
+            0..=3 => (k.iter().rev().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)), 0),
+            _ => (row as u64, 0),
+        };
+        Distinct { lo, hi, group, len: n as u32 }
+    }
+
+    #[inline(always)]
+    fn inline(&self) -> bool {
+        self.len as usize <= Self::INLINE
+    }
+}
+
 /// The number of distinct values per group, over the values whose hash is in shard `shard`
-/// of `shards`: one table for all groups, of (group, row) pairs, 8 bytes a value.
+/// of `shards`: one table for all groups.
 fn count_distinct<K: Keys + ?Sized>(
     keys: &K,
     ctx: &Ctx,
@@ -200,25 +242,35 @@ fn count_distinct<K: Keys + ?Sized>(
 ) -> Vec<i64> {
     let (rows, group_of) = (ctx.rows, ctx.group_of);
     let hasher = crate::prepare::key_hasher();
-    let hash = |g: u32, k: &[u8]| hasher.hash_one((g, k));
-    let value = |e: u64| ((e >> 32) as u32, keys.key(e as u32 as usize));
-    let mut seen: HashTable<u64> = HashTable::with_capacity(rows.len() / shards / 2);
+    // Inline values hash by their words, longer ones by their bytes: either way a function
+    // of (group, value), so every thread puts a value in the same shard.
+    let hash = |d: &Distinct| {
+        if d.inline() {
+            hasher.hash_one(d)
+        } else {
+            hasher.hash_one((d.group, keys.key(d.lo as usize)))
+        }
+    };
+    let mut seen: HashTable<Distinct> = HashTable::with_capacity(rows.len() / shards / 4);
     let mut acc = vec![0i64; ctx.groups];
     for (i, &r) in rows.iter().enumerate() {
         let r = r as usize;
         if keep(r) && valid(r) {
             let (g, k) = (group_of[i], keys.key(r));
-            let h = hash(g, k);
+            let d = Distinct::new(g, k, r);
+            let h = hash(&d);
             if shards > 1 && crate::prepare::shard_of(h, shards) != shard {
                 continue;
             }
-            let eq = |&e: &u64| value(e) == (g, k);
-            let rehash = |&e: &u64| {
-                let (g, k) = value(e);
-                hash(g, k)
+            let eq = |e: &Distinct| {
+                if d.inline() {
+                    *e == d
+                } else {
+                    e.group == g && e.len == d.len && keys.key(e.lo as usize) == k
+                }
             };
-            if let hashbrown::hash_table::Entry::Vacant(slot) = seen.entry(h, eq, rehash) {
-                slot.insert((u64::from(g) << 32) | r as u64);
+            if let hashbrown::hash_table::Entry::Vacant(slot) = seen.entry(h, eq, hash) {
+                slot.insert(d);
                 acc[g as usize] += 1;
             }
         }
@@ -397,5 +449,26 @@ fn sum(
             Ok(Arc::new(Float64Array::from(reorder(&acc, order))))
         }
         other => Err(PartitionError::Other(format!("measure `{}`: cannot sum {other}", m.name))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn inline_distinct_values_are_equal_exactly_when_their_bytes_are() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        // Few symbols, so equal values of each length are common.
+        let values: Vec<Vec<u8>> =
+            (0..4000).map(|_| (0..rng.random_range(0..=16)).map(|_| rng.random_range(0..3u8)).collect()).collect();
+        for a in &values[..300] {
+            for b in &values {
+                let (da, db) = (Distinct::new(7, a, 0), Distinct::new(7, b, 1));
+                assert_eq!(da == db, a == b, "{a:?} vs {b:?}");
+            }
+            assert_ne!(Distinct::new(1, a, 0), Distinct::new(2, a, 0), "other group");
+        }
     }
 }

@@ -187,7 +187,8 @@ fn tune_allocator() {
     const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     // SAFETY: querying the version and setting an option have no preconditions.
     unsafe {
-        if (300..400).contains(&libmimalloc_sys::mi_version()) {
+        // `mi_version()` is major * 10000 + minor * 100 + patch (30302 for 3.3.2).
+        if (30_000..40_000).contains(&libmimalloc_sys::mi_version()) {
             libmimalloc_sys::mi_option_set(PURGE_DELAY, -1);
         }
     }
