@@ -1,71 +1,74 @@
 //! The run-wide check that no key appears under two partition dates (SPEC §1): each
-//! partition's sorted key hashes are merged pairwise, as a tree on two threads, and a hash in
-//! two lists makes both partitions candidates, whose real keys [`crate::run`] then names.
+//! partition's sorted key hashes are merged, and a hash in two lists makes both partitions
+//! candidates, whose real keys [`crate::run`] then names.
+//!
+//! The hash space is cut into 256 ranges by the top byte, and each range's slices of the
+//! lists are merged pairwise as a tree, the ranges split between two threads: the merged
+//! copies stay as small as one range (a 256th of the keys), not the size of the run.
+
+/// Ranges of the hash space merged one at a time.
+const RANGES: usize = 256;
 
 /// The hashes found in more than one of the sorted, duplicate-free `lists`.
 pub fn shared_hashes(lists: &[&[u64]]) -> Vec<u64> {
-    fn merge(a: &[u64], b: &[u64], shared: &mut Vec<u64>) -> Vec<u64> {
-        let mut out = Vec::with_capacity(a.len() + b.len());
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() && j < b.len() {
-            match a[i].cmp(&b[j]) {
-                std::cmp::Ordering::Less => {
-                    out.push(a[i]);
-                    i += 1;
-                }
-                std::cmp::Ordering::Greater => {
-                    out.push(b[j]);
-                    j += 1;
-                }
-                std::cmp::Ordering::Equal => {
-                    shared.push(a[i]);
-                    out.push(a[i]);
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
-        out.extend_from_slice(&a[i..]);
-        out.extend_from_slice(&b[j..]);
-        out
-    }
-    fn all(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
-        match lists {
-            [] => Vec::new(),
-            [one] => one.to_vec(),
-            _ => {
-                let (l, r) = lists.split_at(lists.len() / 2);
-                let (a, b) = (all(l, shared), all(r, shared));
-                merge(&a, &b, shared)
-            }
-        }
-    }
     if lists.len() < 2 {
         return Vec::new();
     }
-    let (l, r) = lists.split_at(lists.len() / 2);
-    let (mut left_shared, mut right_shared, mut shared) = (Vec::new(), Vec::new(), Vec::new());
-    let (a, b) = std::thread::scope(|s| {
-        let left = s.spawn(|| all(l, &mut left_shared));
-        let b = all(r, &mut right_shared);
-        (left.join().unwrap_or_default(), b)
+    // Where each range starts in each list.
+    let bounds: Vec<Vec<usize>> = lists
+        .iter()
+        .map(|l| (0..=RANGES).map(|r| l.partition_point(|&h| ((h >> 56) as usize) < r)).collect())
+        .collect();
+    let ranges = |from: usize, to: usize| {
+        let mut shared = Vec::new();
+        for r in from..to {
+            let slices: Vec<&[u64]> = lists.iter().zip(&bounds).map(|(l, b)| &l[b[r]..b[r + 1]]).collect();
+            merged(&slices, &mut shared);
+        }
+        shared
+    };
+    let (mut low, high) = std::thread::scope(|s| {
+        let low = s.spawn(|| ranges(0, RANGES / 2));
+        let high = ranges(RANGES / 2, RANGES);
+        (low.join().unwrap_or_default(), high)
     });
-    // Only the shared hashes matter, not the merged list itself.
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                shared.push(a[i]);
-                i += 1;
-                j += 1;
+    low.extend(high);
+    low
+}
+
+/// The sorted union of `lists`, adding every hash found in two of them to `shared`.
+fn merged(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
+    match lists {
+        [] => Vec::new(),
+        [one] => one.to_vec(),
+        _ => {
+            let (l, r) = lists.split_at(lists.len() / 2);
+            let (a, b) = (merged(l, shared), merged(r, shared));
+            let mut out = Vec::with_capacity(a.len() + b.len());
+            let (mut i, mut j) = (0, 0);
+            while i < a.len() && j < b.len() {
+                match a[i].cmp(&b[j]) {
+                    std::cmp::Ordering::Less => {
+                        out.push(a[i]);
+                        i += 1;
+                    }
+                    std::cmp::Ordering::Greater => {
+                        out.push(b[j]);
+                        j += 1;
+                    }
+                    std::cmp::Ordering::Equal => {
+                        shared.push(a[i]);
+                        out.push(a[i]);
+                        i += 1;
+                        j += 1;
+                    }
+                }
             }
+            out.extend_from_slice(&a[i..]);
+            out.extend_from_slice(&b[j..]);
+            out
         }
     }
-    shared.extend(left_shared);
-    shared.extend(right_shared);
-    shared
 }
 
 #[cfg(test)]
@@ -81,5 +84,32 @@ mod tests {
         assert_eq!(got, [5, 9]);
         assert!(shared_hashes(&refs[..1]).is_empty());
         assert!(shared_hashes(&[&[1, 2][..], &[3, 4][..]]).is_empty());
+    }
+
+    #[test]
+    fn agrees_with_counting_across_ranges() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        // Spread over the whole hash space, with some values in several lists.
+        let common: Vec<u64> = (0..500).map(|_| rng.random()).collect();
+        let lists: Vec<Vec<u64>> = (0..7)
+            .map(|_| {
+                let mut l: Vec<u64> = (0..3000).map(|_| rng.random()).collect();
+                l.extend(common.iter().filter(|_| rng.random_bool(0.3)));
+                l.extend([0, u64::MAX].iter().filter(|_| rng.random_bool(0.5)));
+                l.sort_unstable();
+                l.dedup();
+                l
+            })
+            .collect();
+        let mut counts = std::collections::HashMap::new();
+        lists.iter().flatten().for_each(|&h| *counts.entry(h).or_insert(0) += 1);
+        let mut want: Vec<u64> = counts.into_iter().filter(|&(_, c)| c > 1).map(|(h, _)| h).collect();
+        want.sort_unstable();
+        let refs: Vec<&[u64]> = lists.iter().map(Vec::as_slice).collect();
+        let mut got = shared_hashes(&refs);
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got, want);
     }
 }

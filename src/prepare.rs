@@ -512,7 +512,9 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     };
     // Shards split the hash range in order: their sorted hashes, one after another, are sorted.
     let key_hashes = if shards.len() == 1 {
-        shards.into_iter().next().map(|s| s.key_hashes).unwrap_or_default()
+        let mut h = shards.into_iter().next().map(|s| s.key_hashes).unwrap_or_default();
+        h.shrink_to_fit(); // kept until the end of the run
+        h
     } else {
         shards.iter().flat_map(|s| s.key_hashes.iter().copied()).collect()
     };

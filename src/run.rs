@@ -544,8 +544,8 @@ async fn cross_date_check(job: &Job, plan: &Plan, id: &Identity, flat: Option<&F
     if ok.len() < 2 || job.config.is_whole_record_key() {
         return;
     }
-    // Hashes in two lists are candidates: found by merging the sorted lists pairwise, as a tree
-    // (log2(partitions) passes over the hashes, the two halves on two threads).
+    // Hashes in two lists are candidates: found by merging the sorted lists range by range of
+    // the hash space (`crossdate`), the ranges on two threads.
     let lists: Vec<&[u64]> =
         ok.iter().map(|&i| outcomes[i].result.as_ref().map(|c| c.key_hashes.as_slice()).unwrap_or(&[])).collect();
     let mut shared = crossdate::shared_hashes(&lists);
