@@ -88,7 +88,8 @@ struct RunArgs {
     /// Last date of the range (inclusive).
     #[arg(long, requires = "from")]
     to: Option<String>,
-    /// Partitions processed at once [default: the number of cores].
+    /// Partitions processed at once [default: the number of cores]. Cores left over (a range
+    /// shorter than this) go to each partition's hash pass and measures.
     #[arg(long, env = "LAKESWAP_CONCURRENCY")]
     concurrency: Option<usize>,
     /// Write a zero-row partition for a date without input, instead of failing it.
