@@ -127,6 +127,35 @@ pub fn read_lineage(bytes: &Bytes) -> Option<Lineage> {
     Lineage::from_footer(b.metadata().file_metadata().key_value_metadata())
 }
 
+/// The end of a file read to find its footer: Parquet footers of lakeswap's files are a few
+/// KiB, so one read of the tail usually holds all of it.
+const FOOTER_TAIL: u64 = 64 * 1024;
+
+/// The lineage of the committed file at `path`: `None` when there is no file, `Some(None)`
+/// when it has no readable lineage. Reads only the end of the object (a HEAD, then one or two
+/// ranged reads), however large the file: a merged current-state partition can be big.
+pub async fn committed_lineage(out: &StoreLocation, path: &Path) -> Result<Option<Option<Lineage>>, PartitionError> {
+    let Some(meta) = head(out, path).await? else { return Ok(None) };
+    let read = |range: std::ops::Range<u64>| async move {
+        out.store.get_range(path, range).await.map_err(|e| PartitionError::store("cannot read", out.display(path), e))
+    };
+    let size = meta.size;
+    let tail = read(size.saturating_sub(FOOTER_TAIL)..size).await?;
+    let Some(end) = tail.len().checked_sub(8) else { return Ok(Some(None)) };
+    let Ok(footer) = parquet::file::metadata::FooterTail::try_from(&tail[end..]) else { return Ok(Some(None)) };
+    let len = footer.metadata_length();
+    let metadata = if len <= end {
+        tail.slice(end - len..end)
+    } else {
+        let Some(start) = (size - 8).checked_sub(len as u64) else { return Ok(Some(None)) };
+        read(start..size - 8).await?
+    };
+    let Ok(md) = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata) else {
+        return Ok(Some(None));
+    };
+    Ok(Some(Lineage::from_footer(md.file_metadata().key_value_metadata())))
+}
+
 /// The committed state of a partition, as seen when the run planned it.
 #[derive(Debug, Clone, Default)]
 pub struct Seen {

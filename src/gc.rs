@@ -1,5 +1,5 @@
-//! Cleanup of what crashed runs leave behind (G4): staged files under `_staging/<run_id>/` and
-//! expired leases.
+//! Cleanup of what crashed runs leave behind (G4): staged files under `_staging/<run_id>/`,
+//! expired leases, and (on a local folder) the temporary files of interrupted writes.
 //!
 //! Staging of a partition is stale unless the partition's lease is live and held by the run
 //! that staged it; a live run's staging is never touched. Staging is never the committed
@@ -22,6 +22,8 @@ pub struct GcReport {
     pub expired_leases: usize,
     pub staging_removed: usize,
     pub staging_kept: usize,
+    /// Temporary files of interrupted writes on a local folder (`<name>#<n>`).
+    pub temp_files_removed: usize,
 }
 
 async fn list(out: &StoreLocation, parts: &[&str]) -> Result<Vec<object_store::ObjectMeta>> {
@@ -123,5 +125,35 @@ pub async fn gc(out: &StoreLocation) -> Result<GcReport> {
     let (removed, kept) = remove_stale_staging(out, "", None).await?;
     report.staging_removed = removed;
     report.staging_kept = kept;
+    report.temp_files_removed = remove_temp_files(out);
     Ok(report)
+}
+
+/// On a local folder, removes the temporary files that interrupted writes left anywhere under
+/// the output — `<name>#<n>`, which the object store API neither lists nor overwrites — once
+/// they are older than [`lease::TEMP_FILE_AGE`] (a younger one may be a write in flight).
+fn remove_temp_files(out: &StoreLocation) -> usize {
+    fn is_temp(name: &str) -> bool {
+        name.rsplit_once('#')
+            .is_some_and(|(base, n)| !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    }
+    fn walk(dir: &std::path::Path, removed: &mut usize) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                walk(&e.path(), removed);
+            } else if is_temp(&e.file_name().to_string_lossy())
+                && meta.modified().is_ok_and(|t| t.elapsed().unwrap_or_default() > lease::TEMP_FILE_AGE)
+                && std::fs::remove_file(e.path()).is_ok()
+            {
+                *removed += 1;
+            }
+        }
+    }
+    let mut removed = 0;
+    if let Some(root) = out.local_path(&out.child(&[])) {
+        walk(&root, &mut removed);
+    }
+    removed
 }

@@ -338,6 +338,9 @@ async fn cmd_gc(a: GcArgs) -> Result<ExitCode, Error> {
         "removed {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs",
         r.expired_leases, r.staging_removed, r.staging_kept
     );
+    if r.temp_files_removed > 0 {
+        println!("removed {} temporary file(s) of interrupted writes", r.temp_files_removed);
+    }
     Ok(ExitCode::Ok)
 }
 

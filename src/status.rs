@@ -57,11 +57,14 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
     let mut parts = Vec::with_capacity(dates.len());
     for date in dates {
         let dir = commit::partition_dir(column, date);
-        let bytes = commit::get(out, &commit::target_path(out, &dir)).await.map_err(|e| Error::Usage(e.to_string()))?;
-        let lineage = bytes.as_ref().and_then(commit::read_lineage);
+        let found = commit::committed_lineage(out, &commit::target_path(out, &dir))
+            .await
+            .map_err(|e| Error::Usage(e.to_string()))?;
+        let committed = found.is_some();
+        let lineage = found.flatten();
         let run = last.get(&date);
         let failed = run.is_some_and(|(_, a, _)| *a == Action::Failed);
-        let state = match (failed, bytes.is_some()) {
+        let state = match (failed, committed) {
             (true, _) => "failed",
             (false, true) => "committed",
             (false, false) => "missing",
@@ -69,7 +72,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
         parts.push(PartitionStatus {
             date,
             state,
-            committed: bytes.is_some(),
+            committed,
             lineage,
             last_run: run.map(|(id, a, _)| (id.clone(), *a)),
             error: run.and_then(|(_, _, e)| e.clone()),

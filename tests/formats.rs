@@ -70,3 +70,47 @@ async fn malformed_csv_names_the_object() {
     let e = s.partitions[0].error.clone().unwrap();
     assert!(e.contains("events.csv, row 1, column `source_version`"), "{e}");
 }
+
+/// A flat object is read once for the whole range, but a row group whose date statistics rule
+/// out every wanted date is never decoded: here its bytes are garbage, and a run over the other
+/// date does not notice, while asking for its date does.
+#[test]
+fn flat_layout_skips_row_groups_without_a_wanted_date() {
+    use lakeswap::config::Format;
+    use lakeswap::read::{DateSource, Decoder};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let rows = random_orders(41, 2, 60);
+    let day = |date: &str| batch(&rows.iter().filter(|r| r.date == d(date)).cloned().collect::<Vec<_>>());
+    let (first, second) = (day("2026-11-01"), day("2026-11-02"));
+    let mut buf = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut buf, first.schema(), None).unwrap();
+    w.write(&first).unwrap();
+    w.flush().unwrap(); // one row group per date
+    w.write(&second).unwrap();
+    w.close().unwrap();
+    // Overwrite every column chunk of the second row group.
+    let reader = SerializedFileReader::new(bytes::Bytes::from(buf.clone())).unwrap();
+    assert_eq!(reader.metadata().num_row_groups(), 2);
+    for c in reader.metadata().row_group(1).columns() {
+        let (start, len) = c.byte_range();
+        buf[start as usize..(start + len) as usize].fill(0xA5);
+    }
+    let decoder = Decoder {
+        format: Format::Parquet,
+        schema: std::sync::Arc::new(arrow::datatypes::Schema::new(
+            schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        )),
+        delimiter: b',',
+        header: true,
+        date_source: DateSource::Column("event_date".into()),
+        tz: chrono_tz::UTC,
+    };
+    let bytes = bytes::Bytes::from(buf);
+    let pieces = decoder.decode("events.parquet", bytes.clone(), &[d("2026-11-01")], None).unwrap();
+    let decoded: usize = pieces.iter().map(|p| p.batch.num_rows()).sum();
+    assert_eq!(decoded, first.num_rows(), "every row of the wanted date, from the intact row group");
+    assert!(pieces.iter().all(|p| p.date == d("2026-11-01")));
+    let err = decoder.decode("events.parquet", bytes, &[d("2026-11-02")], None).unwrap_err();
+    assert!(err.to_string().contains("row group 1"), "the damaged row group is read for its date: {err}");
+}

@@ -41,6 +41,40 @@ fn gc_removes_stale_staging_and_expired_leases_only() {
     assert!(!out.join("_staging/old-run").exists());
 }
 
+/// Interrupted local writes leave `<name>#<n>` files the object store API never lists: gc
+/// removes the old ones anywhere under the output, and leaves a young one (a write in flight).
+#[test]
+fn gc_removes_old_temporary_files_of_interrupted_writes() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(97, 1, 50), 1);
+    let o = cli(
+        &["run", "--config", lake.config().to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-01"],
+        lake.dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = lake.output();
+    let old = [
+        out.join("event_date=2026-11-01/part-00000.parquet#7"),
+        out.join("_lakeswap/runs/20260101T000000.000Z-abcdef.json#2"),
+        out.join("_lakeswap/leases/event_date=2026-11-05.json#11"),
+    ];
+    let young = out.join("event_date=2026-11-01/part-00000.parquet#8");
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for p in &old {
+        put(p, b"interrupted write");
+        std::fs::File::options().write(true).open(p).unwrap().set_modified(an_hour_ago).unwrap();
+    }
+    put(&young, b"write in flight");
+    let committed = std::fs::read(lake.partition_file("2026-11-01")).unwrap();
+
+    let o = cli(&["gc", "--config", lake.config().to_str().unwrap()], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("removed 3 temporary file(s) of interrupted writes"), "{}", text(&o));
+    assert!(old.iter().all(|p| !p.exists()));
+    assert!(young.exists());
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), committed, "the committed file is untouched");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_cleans_its_own_partitions_first() {
     let lake = Lake::new();

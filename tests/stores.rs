@@ -195,6 +195,33 @@ async fn large_partitions_go_up_in_parts(kind: Kind) {
     assert_eq!(counting.multipart.load(std::sync::atomic::Ordering::SeqCst), 1, "small objects: one put");
 }
 
+/// `status` learns a partition's lineage from the end of its file (ranged reads, which every
+/// backend must serve), not by downloading it: a merged current-state partition can be large.
+async fn lineage_is_read_from_the_footer_alone(kind: Kind) {
+    let b = Backend::new(kind);
+    let mut out = b.location("out");
+    let counting = FaultStore::new(out.store.clone(), Mode::None);
+    out.store = counting.clone();
+    // ~200 k distinct rows: several MiB of Parquet, far more than its footer.
+    let rows: Vec<Order> = (0..200_000)
+        .map(|i| order(&format!("ord-{i:09}-{}", i * 7919 % 100_003), 1, "2026-11-01", "USD", i as i128 * 37, "placed"))
+        .collect();
+    let counts = lakeswap::prepare::PrepareStats { input_rows: rows.len() as u64, ..Default::default() };
+    let lineage = lakeswap::lineage::Lineage::new("cfg".into(), Vec::new(), counts, rows.len() as u64);
+    let file = lakeswap::commit::encode(&batch(&rows), &lineage, &[]).unwrap();
+    assert!(file.len() > 2 * 1024 * 1024, "{} bytes", file.len());
+    let path = out.child(&["event_date=2026-11-01", "part-00000.parquet"]);
+    lakeswap::commit::upload(&out, &path, file.clone()).await.unwrap();
+    counting.bytes_read.store(0, std::sync::atomic::Ordering::SeqCst);
+
+    let found = lakeswap::commit::committed_lineage(&out, &path).await.unwrap();
+    assert_eq!(found, Some(Some(lineage)));
+    let read = counting.bytes_read.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(read <= 64 * 1024, "read {read} of {} bytes", file.len());
+    let missing = out.child(&["event_date=2026-11-02", "part-00000.parquet"]);
+    assert_eq!(lakeswap::commit::committed_lineage(&out, &missing).await.unwrap(), None);
+}
+
 macro_rules! suite {
     ($name:ident, $kind:expr $(, $attr:meta)?) => {
         mod $name {
@@ -228,6 +255,11 @@ macro_rules! suite {
             $(#[$attr])?
             async fn large_partitions_go_up_in_parts() {
                 super::large_partitions_go_up_in_parts($kind).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn lineage_is_read_from_the_footer_alone() {
+                super::lineage_is_read_from_the_footer_alone($kind).await
             }
             #[tokio::test(flavor = "multi_thread")]
             $(#[$attr])?

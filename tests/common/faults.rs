@@ -41,6 +41,8 @@ pub struct FaultStore {
     pub multipart: AtomicUsize,
     /// Objects read (`get` calls).
     pub gets: AtomicUsize,
+    /// Bytes served by reads (whole objects and ranges).
+    pub bytes_read: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Display for FaultStore {
@@ -61,6 +63,7 @@ impl FaultStore {
             arrived: Arc::new(tokio::sync::Notify::new()),
             multipart: AtomicUsize::new(0),
             gets: AtomicUsize::new(0),
+            bytes_read: std::sync::atomic::AtomicU64::new(0),
         })
     }
     pub fn calls(&self) -> usize {
@@ -149,7 +152,12 @@ impl ObjectStore for FaultStore {
     }
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.gets.fetch_add(1, Ordering::SeqCst);
-        self.call("get", location.as_ref(), self.inner.get_opts(location, options)).await
+        let head = options.head;
+        let got = self.call("get", location.as_ref(), self.inner.get_opts(location, options)).await;
+        if let (Ok(g), false) = (&got, head) {
+            self.bytes_read.fetch_add(g.range.end - g.range.start, Ordering::SeqCst);
+        }
+        got
     }
     async fn get_ranges(&self, location: &Path, ranges: &[std::ops::Range<u64>]) -> Result<Vec<Bytes>> {
         self.call("get_ranges", location.as_ref(), self.inner.get_ranges(location, ranges)).await
