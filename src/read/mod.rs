@@ -34,10 +34,11 @@ pub fn split_id(id: usize) -> (usize, usize) {
     (id >> CHUNK_BITS, id & (CHUNK_ROWS - 1))
 }
 
-/// Where the rows of one chunk came from: row `i` of the chunk is row `object_rows[offset + i]`
-/// of `object`.
+/// Where a run of rows came from: row id `first + i` is row `object_rows[offset + i]` of
+/// `object`. A chunk holds one span, or several when small pieces were put together.
 #[derive(Debug, Clone)]
 struct Span {
+    first: usize,
     object: Arc<str>,
     object_rows: Arc<[u64]>,
     offset: usize,
@@ -108,11 +109,11 @@ impl Table {
 
     /// Where row `id` of the table came from.
     pub fn locate(&self, id: usize, column: Option<&str>) -> Location {
-        let (c, i) = split_id(id);
-        match self.spans.get(c) {
+        let at = self.spans.partition_point(|s| s.first <= id).checked_sub(1);
+        match at.and_then(|i| self.spans.get(i)) {
             Some(s) => Location {
                 object: s.object.to_string(),
-                row: s.object_rows.get(s.offset + i).copied(),
+                row: s.object_rows.get(s.offset + id - s.first).copied(),
                 column: column.map(str::to_string),
             },
             None => Location { object: "?".into(), row: None, column: column.map(str::to_string) },
@@ -158,29 +159,68 @@ impl Table {
         arrow::compute::interleave(&refs, &idx)
     }
 
-    /// Builds a table from decoded pieces, in the order given. Nothing is copied: pieces
-    /// longer than a chunk are sliced.
+    /// Builds a table from decoded pieces, in the order given. Large pieces are not copied
+    /// (sliced into chunks when longer than one); runs of small ones (many small objects, or
+    /// short CSV batches) are put together into full chunks, so row ids stay dense.
     pub fn from_pieces(schema: SchemaRef, pieces: Vec<Piece>) -> Result<Self, InputError> {
         let mut t = Table::empty(schema);
+        let mut small: Vec<(RecordBatch, Arc<str>, Arc<[u64]>, usize)> = Vec::new();
         for p in pieces {
             let n = p.batch.num_rows();
             let mut offset = 0;
             while offset < n {
                 let len = (n - offset).min(CHUNK_ROWS);
-                if t.chunks.len() >= 1 << (32 - CHUNK_BITS) {
-                    return Err(InputError::unreadable(
-                        Location::object(p.object.to_string()),
-                        "too many rows for one partition (at most 2^32 row ids)",
-                    ));
+                let part = (p.batch.slice(offset, len), p.object.clone(), p.object_rows.clone(), offset);
+                if len >= CHUNK_ROWS / 2 {
+                    t.push_chunk(std::mem::take(&mut small))?;
+                    t.push_chunk(vec![part])?;
+                } else {
+                    if small.iter().map(|s| s.0.num_rows()).sum::<usize>() + len > CHUNK_ROWS {
+                        t.push_chunk(std::mem::take(&mut small))?;
+                    }
+                    small.push(part);
                 }
-                t.chunks.push(p.batch.slice(offset, len));
-                t.starts.push(t.rows);
-                t.spans.push(Span { object: p.object.clone(), object_rows: p.object_rows.clone(), offset });
-                t.rows += len;
                 offset += len;
             }
         }
+        t.push_chunk(small)?;
         Ok(t)
+    }
+
+    /// Appends one chunk made of `parts` (at most `CHUNK_ROWS` rows in all; none: nothing).
+    fn push_chunk(&mut self, parts: Vec<(RecordBatch, Arc<str>, Arc<[u64]>, usize)>) -> Result<(), InputError> {
+        let Some(first) = parts.first() else { return Ok(()) };
+        // Row ids stay below 2^31 - 1, which prepare keeps as a marker.
+        let most = (1usize << (31 - CHUNK_BITS)) - 1;
+        if self.chunks.len() >= most {
+            return Err(InputError::unreadable(
+                Location::object(first.1.to_string()),
+                format!("too many rows for one partition (at most {})", most << CHUNK_BITS),
+            ));
+        }
+        let base = self.chunks.len() << CHUNK_BITS;
+        let mut at = 0;
+        for (b, object, object_rows, offset) in &parts {
+            self.spans.push(Span {
+                first: base + at,
+                object: object.clone(),
+                object_rows: object_rows.clone(),
+                offset: *offset,
+            });
+            at += b.num_rows();
+        }
+        let chunk = if parts.len() == 1 {
+            parts[0].0.clone()
+        } else {
+            let batches: Vec<RecordBatch> = parts.into_iter().map(|p| p.0).collect();
+            arrow::compute::concat_batches(&self.schema, &batches).map_err(|e| {
+                InputError::unreadable(Location::object("input"), format!("cannot combine the input: {e}"))
+            })?
+        };
+        self.starts.push(self.rows);
+        self.rows += chunk.num_rows();
+        self.chunks.push(chunk);
+        Ok(())
     }
 }
 
@@ -272,5 +312,60 @@ impl IdCmp {
             }
         };
         Ok(cmps.iter().map(|c| c(ia, ib)).find(|o| o.is_ne()).unwrap_or(std::cmp::Ordering::Equal))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    fn piece(object: &str, values: std::ops::Range<i64>) -> Piece {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(values.clone()))]).unwrap();
+        // Object rows 100, 101, ...: distinguishable from positions in the table.
+        let object_rows: Arc<[u64]> = (0..(values.end - values.start) as u64).map(|i| 100 + i).collect();
+        Piece { date: NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(), batch, object: object.into(), object_rows }
+    }
+
+    #[test]
+    fn small_pieces_share_chunks_large_ones_are_sliced_and_every_row_keeps_its_origin() {
+        let mut pieces: Vec<Piece> = (0..5).map(|i| piece(&format!("small-{i}"), i * 10..i * 10 + 10)).collect();
+        pieces.push(piece("big", 1000..1000 + 3 * CHUNK_ROWS as i64 / 2)); // one and a half chunks
+        pieces.extend((0..3).map(|i| piece(&format!("tail-{i}"), 500 + i * 10..500 + i * 10 + 10)));
+        let want: Vec<(i64, String, u64)> = pieces
+            .iter()
+            .flat_map(|p| {
+                let v = p.batch.column(0).as_primitive::<Int64Type>().values().to_vec();
+                v.into_iter().zip(p.object_rows.iter().copied()).map(move |(x, r)| (x, p.object.to_string(), r))
+            })
+            .collect();
+        let schema = pieces[0].batch.schema();
+        let t = Table::from_pieces(schema, pieces).unwrap();
+        // [5 small], [big: first chunk], [big: rest], [3 small].
+        assert_eq!(t.chunks().iter().map(|c| c.num_rows()).collect::<Vec<_>>(), [50, CHUNK_ROWS, CHUNK_ROWS / 2, 30]);
+        assert_eq!(t.num_rows(), want.len());
+        let ids: Vec<usize> = t.ids().collect();
+        assert_eq!(ids.len(), want.len());
+        assert!(ids.windows(2).all(|w| w[0] < w[1]) && *ids.last().unwrap() < t.id_bound());
+        let all: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
+        let taken = t.take(&all).unwrap();
+        let values = taken.column(0).as_primitive::<Int64Type>().values().to_vec();
+        for (k, &id) in ids.iter().enumerate() {
+            let loc = t.locate(id, None);
+            assert_eq!((values[k], loc.object, loc.row), (want[k].0, want[k].1.clone(), Some(want[k].2)), "row {k}");
+            assert_eq!(t.dense(id), k);
+        }
+    }
+
+    #[test]
+    fn thousands_of_tiny_pieces_make_few_chunks() {
+        let pieces: Vec<Piece> = (0..20_000).map(|i| piece(&format!("o{i}"), i * 3..i * 3 + 3)).collect();
+        let schema = pieces[0].batch.schema();
+        let t = Table::from_pieces(schema, pieces).unwrap();
+        assert_eq!(t.num_rows(), 60_000);
+        assert_eq!(t.chunks().len(), 1);
+        assert_eq!(t.locate(59_999, None).object, "o19999");
     }
 }
