@@ -17,7 +17,7 @@ use hashbrown::{HashMap, HashTable};
 use crate::config::{AggregateSection, Measure, MeasureFn};
 use crate::error::PartitionError;
 use crate::predicate;
-use crate::prepare::{key_bytes, with_keys, Keys, Prepared};
+use crate::prepare::{key_bytes, key_bytes_nulls_apart, with_keys, Keys, Prepared};
 use crate::read::{split_id, IdCmp, Table};
 
 const MAX_DECIMAL38: i128 = 99_999_999_999_999_999_999_999_999_999_999_999_999;
@@ -84,7 +84,7 @@ pub fn aggregate(
         }
     } else {
         let by_chunk = table.columns(&agg.group_by).ok_or_else(|| other("no group-by column".into()))?;
-        let keys = key_bytes(&by_chunk).map_err(other)?;
+        let keys = key_bytes_nulls_apart(&by_chunk).map_err(other)?;
         with_keys!(&keys, |k| group_ids(k, rows))
     };
     let groups = firsts.len();
@@ -269,7 +269,8 @@ fn count_distinct<K: Keys + ?Sized>(
                     e.group == g && e.len == d.len && keys.key(e.lo as usize) == k
                 }
             };
-            if let hashbrown::hash_table::Entry::Vacant(slot) = seen.entry(h, eq, hash) {
+            let rehash = |e: &Distinct| crate::prepare::table_hash(hash(e));
+            if let hashbrown::hash_table::Entry::Vacant(slot) = seen.entry(crate::prepare::table_hash(h), eq, rehash) {
                 slot.insert(d);
                 acc[g as usize] += 1;
             }
@@ -357,7 +358,8 @@ impl Ctx<'_> {
                     }
                 }
                 // Groups without a value get a null, from a one-row null array after the chunks.
-                let null = arrow::array::new_null_array(&self.type_of(m)?, 1);
+                let ty = col.first().map_or_else(|| self.type_of(m), |a| Ok(a.data_type().clone()))?;
+                let null = arrow::array::new_null_array(&ty, 1);
                 let mut arrays: Vec<&dyn Array> = col.iter().map(|a| a.as_ref()).collect();
                 arrays.push(null.as_ref());
                 let idx: Vec<(usize, usize)> =

@@ -135,11 +135,37 @@ const FOOTER_TAIL: u64 = 64 * 1024;
 /// when it has no readable lineage. Reads only the end of the object (a HEAD, then one or two
 /// ranged reads), however large the file: a merged current-state partition can be big.
 pub async fn committed_lineage(out: &StoreLocation, path: &Path) -> Result<Option<Option<Lineage>>, PartitionError> {
-    let Some(meta) = head(out, path).await? else { return Ok(None) };
-    let read = |range: std::ops::Range<u64>| async move {
-        out.store.get_range(path, range).await.map_err(|e| PartitionError::store("cannot read", out.display(path), e))
+    // The file may be replaced between the HEAD and the reads (a commit in progress): the reads
+    // are tied to the e-tag seen, and start over when it changed.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match footer_lineage(out, path).await {
+            Err(object_store::Error::Precondition { .. }) if attempt < 3 => continue,
+            Err(e) => return Err(PartitionError::store("cannot read", out.display(path), e)),
+            Ok(found) => return Ok(found),
+        }
+    }
+}
+
+async fn footer_lineage(out: &StoreLocation, path: &Path) -> object_store::Result<Option<Option<Lineage>>> {
+    let meta = match out.store.head(path).await {
+        Ok(m) => m,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
     };
     let size = meta.size;
+    if size < 8 {
+        return Ok(Some(None));
+    }
+    let read = |range: std::ops::Range<u64>| {
+        let opts = object_store::GetOptions {
+            if_match: meta.e_tag.clone(),
+            range: Some(object_store::GetRange::Bounded(range)),
+            ..Default::default()
+        };
+        async move { out.store.get_opts(path, opts).await?.bytes().await }
+    };
     let tail = read(size.saturating_sub(FOOTER_TAIL)..size).await?;
     let Some(end) = tail.len().checked_sub(8) else { return Ok(Some(None)) };
     let Ok(footer) = parquet::file::metadata::FooterTail::try_from(&tail[end..]) else { return Ok(Some(None)) };

@@ -30,7 +30,7 @@ pub fn shared_hashes(lists: &[&[u64]]) -> Vec<u64> {
     let (mut low, high) = std::thread::scope(|s| {
         let low = s.spawn(|| ranges(0, RANGES / 2));
         let high = ranges(RANGES / 2, RANGES);
-        (low.join().unwrap_or_default(), high)
+        (low.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), high)
     });
     low.extend(high);
     low

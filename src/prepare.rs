@@ -171,7 +171,18 @@ macro_rules! with_keys {
 }
 pub(crate) use with_keys;
 
+/// Like [`key_bytes`], but a null and an empty value never share bytes: columns with nulls go
+/// through Arrow's row format, which marks nulls (for grouping by columns that may be null).
+pub(crate) fn key_bytes_nulls_apart(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String> {
+    if chunks.iter().flatten().any(|c| c.null_count() > 0) {
+        rows_key_bytes(chunks)
+    } else {
+        key_bytes(chunks)
+    }
+}
+
 /// The key bytes of columns given chunk by chunk (`chunks[c]` = the key columns of chunk `c`).
+/// A null reads as the empty value: for keys, which are never null.
 pub(crate) fn key_bytes(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String> {
     let types: Vec<DataType> = match chunks.first() {
         Some(cols) => cols.iter().map(|c| c.data_type().clone()).collect(),
@@ -195,6 +206,14 @@ pub(crate) fn key_bytes(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String
             _ => {}
         }
     }
+    rows_key_bytes(chunks)
+}
+
+fn rows_key_bytes(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String> {
+    let types: Vec<DataType> = match chunks.first() {
+        Some(cols) => cols.iter().map(|c| c.data_type().clone()).collect(),
+        None => return Ok(KeyBytes::Rows(Chunked(Vec::new()))),
+    };
     let conv = RowConverter::new(types.into_iter().map(SortField::new).collect()).map_err(|e| e.to_string())?;
     let rows = chunks.iter().map(|cols| conv.convert_columns(cols)).collect::<Result<Vec<_>, _>>();
     rows.map(|r| KeyBytes::Rows(Chunked(r))).map_err(|e| e.to_string())
@@ -273,6 +292,13 @@ pub(crate) fn shard_of(h: u64, shards: usize) -> usize {
     (((h >> 32) * shards as u64) >> 32) as usize
 }
 
+/// The hash a hash table is given for a key hash: rotated, because the table takes its
+/// 7-bit tags from the top bits, which [`shard_of`] fixes within a shard.
+#[inline(always)]
+pub(crate) fn table_hash(h: u64) -> u64 {
+    h.rotate_left(8)
+}
+
 /// What the hash pass found for the keys of one shard.
 struct Shard {
     heads: HashTable<Head>,
@@ -303,7 +329,7 @@ impl<K: Keys + ?Sized> Input<'_, K> {
     }
     #[inline]
     fn hash(&self, row: usize) -> u64 {
-        self.hasher.hash_one(self.keys.key(row))
+        table_hash(self.hasher.hash_one(self.keys.key(row)))
     }
 
     /// The hash pass, its shards on as many threads.
@@ -338,7 +364,7 @@ impl<K: Keys + ?Sized> Input<'_, K> {
             if shards > 1 && shard_of(h, shards) != shard {
                 continue;
             }
-            let entry = heads.entry(h, |e| keys.key(e.row as usize) == k, |e| self.hash(e.row as usize));
+            let entry = heads.entry(table_hash(h), |e| keys.key(e.row as usize) == k, |e| self.hash(e.row as usize));
             let head = match entry {
                 hashbrown::hash_table::Entry::Vacant(slot) => {
                     slot.insert(Head { row: i as u32, link: NONE });
@@ -423,7 +449,8 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     };
 
     let keys = key_bytes(&key_cols).map_err(internal)?;
-    if table.id_bound() > NONE as usize {
+    // Row ids stay below 2^31 (`Table`); chain indices, below `NONE`.
+    if n >= NONE as usize || table.id_bound() > NONE as usize {
         return Err(internal(format!("{n} rows in one partition; at most {} are supported", NONE - 1)));
     }
     // Small partitions are not worth a thread.
@@ -467,7 +494,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             let k = keys.get(i);
             let h = hasher.hash_one(k);
             let shard = &shards[if shards.len() > 1 { shard_of(h, shards.len()) } else { 0 }];
-            if shard.heads.find(h, |e| keys.get(e.row as usize) == k).is_some_and(|e| e.conflicted()) {
+            if shard.heads.find(table_hash(h), |e| keys.get(e.row as usize) == k).is_some_and(|e| e.conflicted()) {
                 quarantined.push(i as u32);
             }
         }

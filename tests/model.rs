@@ -113,6 +113,34 @@ measures = [
     assert_eq!(b.schema().field_with_name("none").unwrap().data_type(), &arrow::datatypes::DataType::Decimal128(38, 2));
 }
 
+/// A null group-by value and an empty one are two groups, not one.
+#[tokio::test(flavor = "multi_thread")]
+async fn null_and_empty_group_values_are_different_groups() {
+    let lake = Lake::new();
+    let rows = vec![
+        order("a", 1, "2026-11-01", "", 500, "placed"),
+        order("b", 1, "2026-11-01", "", 700, "placed"),
+        order("c", 1, "2026-11-01", "USD", 100, "placed"),
+    ];
+    // Row 1 ("b") gets a null currency (column 4).
+    write_parquet(&lake.input().join("event_date=2026-11-01/part-0.parquet"), &with_null_at(&batch(&rows), 4, 1));
+    let s = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
+    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    use arrow::array::{Array, AsArray};
+    let bytes = bytes::Bytes::from(std::fs::read(lake.partition_file("2026-11-01")).unwrap());
+    let b = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .unwrap()
+        .build()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let (cur, orders) = (b.column(0).as_string::<i32>(), b.column(1).as_primitive::<arrow::datatypes::Int64Type>());
+    let groups: Vec<(Option<&str>, i64)> =
+        (0..b.num_rows()).map(|i| (cur.is_valid(i).then(|| cur.value(i)), orders.value(i))).collect();
+    assert_eq!(groups, [(None, 1), (Some(""), 1), (Some("USD"), 1)]);
+}
+
 /// A partition big enough for several threads (the hash pass split by key hash, the measures
 /// side by side, a distinct count split by value hash) gives exactly what one thread gives —
 /// winners, quarantined rows, counts, key hashes, output — and the output equals the model.

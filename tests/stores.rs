@@ -220,6 +220,12 @@ async fn lineage_is_read_from_the_footer_alone(kind: Kind) {
     assert!(read <= 64 * 1024, "read {read} of {} bytes", file.len());
     let missing = out.child(&["event_date=2026-11-02", "part-00000.parquet"]);
     assert_eq!(lakeswap::commit::committed_lineage(&out, &missing).await.unwrap(), None);
+    // Not Parquet at all (empty, or a few bytes): committed, without lineage.
+    for (i, junk) in [&b""[..], b"PAR1", b"not a parquet file at all"].into_iter().enumerate() {
+        let p = out.child(&[&format!("event_date=2026-11-1{i}"), "part-00000.parquet"]);
+        lakeswap::commit::upload(&out, &p, bytes::Bytes::from(junk.to_vec())).await.unwrap();
+        assert_eq!(lakeswap::commit::committed_lineage(&out, &p).await.unwrap(), Some(None), "{junk:?}");
+    }
 }
 
 macro_rules! suite {

@@ -164,7 +164,7 @@ impl Table {
     /// short CSV batches) are put together into full chunks, so row ids stay dense.
     pub fn from_pieces(schema: SchemaRef, pieces: Vec<Piece>) -> Result<Self, InputError> {
         let mut t = Table::empty(schema);
-        let mut small: Vec<(RecordBatch, Arc<str>, Arc<[u64]>, usize)> = Vec::new();
+        let mut small: Vec<Part> = Vec::new();
         for p in pieces {
             let n = p.batch.num_rows();
             let mut offset = 0;
@@ -188,7 +188,7 @@ impl Table {
     }
 
     /// Appends one chunk made of `parts` (at most `CHUNK_ROWS` rows in all; none: nothing).
-    fn push_chunk(&mut self, parts: Vec<(RecordBatch, Arc<str>, Arc<[u64]>, usize)>) -> Result<(), InputError> {
+    fn push_chunk(&mut self, parts: Vec<Part>) -> Result<(), InputError> {
         let Some(first) = parts.first() else { return Ok(()) };
         // Row ids stay below 2^31 - 1, which prepare keeps as a marker.
         let most = (1usize << (31 - CHUNK_BITS)) - 1;
@@ -223,6 +223,9 @@ impl Table {
         Ok(())
     }
 }
+
+/// A slice of a piece on its way into a chunk: rows, object, object rows, offset in those.
+type Part = (RecordBatch, Arc<str>, Arc<[u64]>, usize);
 
 /// A decoded piece of one object, destined for one date.
 #[derive(Debug, Clone)]
@@ -283,6 +286,9 @@ pub async fn read_flat(
     Ok(by_date)
 }
 
+/// Pairs of chunks whose comparators an [`IdCmp`] keeps at once.
+const MAX_CACHED_PAIRS: usize = 4096;
+
 /// Compares rows of a table by row id, over some of its columns (lexicographically, nulls
 /// equal to nulls), across chunks: a comparator per pair of chunks, made when first needed.
 pub struct IdCmp {
@@ -298,6 +304,10 @@ impl IdCmp {
 
     pub fn cmp(&mut self, a: usize, b: usize) -> Result<std::cmp::Ordering, arrow::error::ArrowError> {
         let ((ca, ia), (cb, ib)) = (split_id(a), split_id(b));
+        // Bounded: a partition of many chunks does not keep a comparator per pair forever.
+        if self.made.len() >= MAX_CACHED_PAIRS && !self.made.contains_key(&(ca, cb)) {
+            self.made.clear();
+        }
         let cmps = match self.made.entry((ca, cb)) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
