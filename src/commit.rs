@@ -15,11 +15,10 @@
 //!
 //! The one store-specific step is `swap`, chosen by [`SwapMethod`].
 
-use std::sync::Arc;
-
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -28,7 +27,6 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt;
 
 use crate::error::PartitionError;
 use crate::lineage::{self, Lineage};
@@ -223,15 +221,20 @@ pub async fn upload(out: &StoreLocation, path: &Path, bytes: Bytes) -> Result<()
         out.store.put(path, bytes.into()).await.map_err(err)?;
         return Ok(());
     }
-    let mut w =
-        object_store::buffered::BufWriter::with_capacity(Arc::clone(&out.store), path.clone(), MULTIPART_THRESHOLD);
-    let res = async {
-        w.put(bytes).await?;
-        w.shutdown().await.map_err(|e| object_store::Error::Generic { store: "upload", source: Box::new(e) })
-    }
-    .await;
-    if let Err(e) = res {
-        let _ = w.abort().await;
+    // Parts of MULTIPART_THRESHOLD bytes (zero-copy slices), a few in flight at once; any
+    // failure aborts the upload, so no part is left behind on the store.
+    let mut upload = out.store.put_multipart(path).await.map_err(err)?;
+    let parts: Vec<_> = (0..bytes.len())
+        .step_by(MULTIPART_THRESHOLD)
+        .map(|at| upload.put_part(bytes.slice(at..(at + MULTIPART_THRESHOLD).min(bytes.len())).into()))
+        .collect();
+    let sent: object_store::Result<Vec<()>> = futures::stream::iter(parts).buffered(4).try_collect().await;
+    let done = match sent {
+        Ok(_) => upload.complete().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = done {
+        let _ = upload.abort().await;
         return Err(err(e));
     }
     Ok(())

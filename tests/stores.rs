@@ -193,6 +193,14 @@ async fn large_partitions_go_up_in_parts(kind: Kind) {
     let small = out.child(&["small"]);
     lakeswap::commit::upload(&out, &small, bytes::Bytes::from_static(b"x")).await.unwrap();
     assert_eq!(counting.multipart.load(std::sync::atomic::Ordering::SeqCst), 1, "small objects: one put");
+
+    // A part fails: the upload is aborted, the error names the object, and nothing is there.
+    counting.fail_part(1);
+    let failed = out.child(&["_staging", "r", "event_date=2026-11-02", "part-00000.parquet"]);
+    let err = lakeswap::commit::upload(&out, &failed, bytes::Bytes::from(big)).await.unwrap_err();
+    assert!(err.to_string().contains("event_date=2026-11-02"), "{err}");
+    assert_eq!(counting.aborts.load(std::sync::atomic::Ordering::SeqCst), 1, "the upload is aborted");
+    assert!(b.get("out", "_staging/r/event_date=2026-11-02/part-00000.parquet").await.is_none(), "nothing committed");
 }
 
 /// `status` learns a partition's lineage from the end of its file (ranged reads, which every

@@ -43,6 +43,10 @@ pub struct FaultStore {
     pub gets: AtomicUsize,
     /// Bytes served by reads (whole objects and ranges).
     pub bytes_read: std::sync::atomic::AtomicU64,
+    /// Part index (from 0) at which every multipart upload fails, if any.
+    fail_part: Mutex<Option<usize>>,
+    /// Multipart uploads aborted.
+    pub aborts: Arc<AtomicUsize>,
 }
 
 impl fmt::Display for FaultStore {
@@ -64,6 +68,8 @@ impl FaultStore {
             multipart: AtomicUsize::new(0),
             gets: AtomicUsize::new(0),
             bytes_read: std::sync::atomic::AtomicU64::new(0),
+            fail_part: Mutex::new(None),
+            aborts: Arc::new(AtomicUsize::new(0)),
         })
     }
     pub fn calls(&self) -> usize {
@@ -78,6 +84,11 @@ impl FaultStore {
         let s = Arc::new(tokio::sync::Semaphore::new(0));
         *self.gate.lock().unwrap() = Some((pattern.to_string(), s.clone()));
         (s, self.arrived.clone())
+    }
+
+    /// Part `n` (from 0) of every multipart upload fails.
+    pub fn fail_part(&self, n: usize) {
+        *self.fail_part.lock().unwrap() = Some(n);
     }
 
     /// Reads of paths containing `pattern` fail as if permission were denied.
@@ -148,7 +159,10 @@ impl ObjectStore for FaultStore {
     }
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
         self.multipart.fetch_add(1, Ordering::SeqCst);
-        self.call("put_multipart", location.as_ref(), self.inner.put_multipart_opts(location, opts)).await
+        let inner =
+            self.call("put_multipart", location.as_ref(), self.inner.put_multipart_opts(location, opts)).await?;
+        let fail_part = *self.fail_part.lock().unwrap();
+        Ok(Box::new(FaultUpload { inner, parts: 0, fail_part, aborts: self.aborts.clone() }))
     }
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.gets.fetch_add(1, Ordering::SeqCst);
@@ -188,5 +202,38 @@ impl ObjectStore for FaultStore {
     async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
         self.pass_gate(to).await;
         self.call("rename", from.as_ref(), self.inner.rename_opts(from, to, options)).await
+    }
+}
+
+/// A multipart upload whose part `fail_part` fails; counts aborts.
+#[derive(Debug)]
+struct FaultUpload {
+    inner: Box<dyn MultipartUpload>,
+    parts: usize,
+    fail_part: Option<usize>,
+    aborts: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl MultipartUpload for FaultUpload {
+    fn put_part(&mut self, data: PutPayload) -> object_store::UploadPart {
+        let i = self.parts;
+        self.parts += 1;
+        if self.fail_part == Some(i) {
+            return Box::pin(async move {
+                Err(object_store::Error::Generic {
+                    store: "fault",
+                    source: format!("injected fault in part {i}").into(),
+                })
+            });
+        }
+        self.inner.put_part(data)
+    }
+    async fn complete(&mut self) -> Result<PutResult> {
+        self.inner.complete().await
+    }
+    async fn abort(&mut self) -> Result<()> {
+        self.aborts.fetch_add(1, Ordering::SeqCst);
+        self.inner.abort().await
     }
 }
