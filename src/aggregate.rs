@@ -17,7 +17,7 @@ use hashbrown::{HashMap, HashTable};
 use crate::config::{AggregateSection, Measure, MeasureFn};
 use crate::error::PartitionError;
 use crate::predicate;
-use crate::prepare::{key_bytes, key_bytes_nulls_apart, with_keys, Keys, Prepared};
+use crate::prepare::{key_bytes, with_keys, Keys, Prepared};
 use crate::read::{split_id, IdCmp, Table};
 
 const MAX_DECIMAL38: i128 = 99_999_999_999_999_999_999_999_999_999_999_999_999;
@@ -84,7 +84,7 @@ pub fn aggregate(
         }
     } else {
         let by_chunk = table.columns(&agg.group_by).ok_or_else(|| other("no group-by column".into()))?;
-        let keys = key_bytes_nulls_apart(&by_chunk).map_err(other)?;
+        let keys = key_bytes(&by_chunk).map_err(other)?;
         with_keys!(&keys, |k| group_ids(k, rows))
     };
     let groups = firsts.len();

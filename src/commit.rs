@@ -119,12 +119,6 @@ pub fn verify(bytes: &Bytes, schema: &SchemaRef, rows: usize) -> Result<(), Stri
     Ok(())
 }
 
-/// The lineage in the footer of a committed partition file.
-pub fn read_lineage(bytes: &Bytes) -> Option<Lineage> {
-    let b = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).ok()?;
-    Lineage::from_footer(b.metadata().file_metadata().key_value_metadata())
-}
-
 /// The end of a file read to find its footer: Parquet footers of lakeswap's files are a few
 /// KiB, so one read of the tail usually holds all of it.
 const FOOTER_TAIL: u64 = 64 * 1024;

@@ -180,6 +180,30 @@ fn adopt(c: &mut Changes, r: usize, delete: bool, replaces_row: bool) {
 /// Where an output row or tombstone comes from: 0 = stored, 1 = incoming.
 type Src = (usize, usize);
 
+/// The stored rows not `dropped` and the `new` ones (row of `incoming`, key), sorted by key,
+/// as one batch of `schema`.
+fn sorted_union<'a>(
+    stored: &RecordBatch,
+    dropped: &[bool],
+    stored_keys: &'a arrow::row::Rows,
+    incoming: &RecordBatch,
+    new: impl Iterator<Item = (usize, &'a [u8])>,
+    schema: SchemaRef,
+) -> Result<RecordBatch, String> {
+    let mut rows: Vec<(Src, &[u8])> = (0..stored.num_rows())
+        .filter(|&i| !dropped[i])
+        .map(|i| ((0, i), stored_keys.row(i).data()))
+        .chain(new.map(|(r, k)| ((1, r), k)))
+        .collect();
+    rows.sort_unstable_by(|a, b| a.1.cmp(b.1));
+    let idx: Vec<Src> = rows.iter().map(|(s, _)| *s).collect();
+    let columns: Vec<ArrayRef> = (0..schema.fields().len())
+        .map(|c| interleave(&[stored.column(c).as_ref(), incoming.column(c).as_ref()], &idx))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
+}
+
 /// Applies one partition's prepared batch to its stored state.
 pub fn merge(
     p: &Prepared,
@@ -314,18 +338,8 @@ pub fn merge(
     }
 
     // Live rows: the stored ones kept, and the new ones; sorted by key.
-    let mut rows: Vec<(Src, &[u8])> = (0..stored_rows.num_rows())
-        .filter(|&i| !dropped_rows[i])
-        .map(|i| ((0, i), stored_k.row(i).data()))
-        .chain(new_rows.iter().map(|&r| ((1, r), inc_k.row(r).data())))
-        .collect();
-    rows.sort_unstable_by(|a, b| a.1.cmp(b.1));
-    let idx: Vec<Src> = rows.iter().map(|(s, _)| *s).collect();
-    let columns: Vec<ArrayRef> = (0..output.fields().len())
-        .map(|c| interleave(&[stored_rows.column(c).as_ref(), inc.column(c).as_ref()], &idx))
-        .collect::<Result<_, _>>()
-        .map_err(|e| other(e.to_string()))?;
-    let out_rows = RecordBatch::try_new(output.clone(), columns).map_err(|e| other(e.to_string()))?;
+    let new = new_rows.iter().map(|&r| (r, inc_k.row(r).data()));
+    let out_rows = sorted_union(&stored_rows, &dropped_rows, &stored_k, &inc, new, output.clone()).map_err(other)?;
 
     // Tombstones: the stored ones kept, and the new ones; sorted by key.
     let inc_tomb_keys: Vec<ArrayRef> = inc_keys
@@ -336,17 +350,8 @@ pub fn merge(
     let mut inc_tomb_cols = inc_tomb_keys;
     inc_tomb_cols.push(Arc::new(Int64Array::from(new_tombs.iter().map(|&r| inc_v[r]).collect::<Vec<_>>())));
     let inc_tombs = RecordBatch::try_new(stored_tombs.schema(), inc_tomb_cols).map_err(|e| other(e.to_string()))?;
-    let mut tombs: Vec<(Src, &[u8])> = (0..stored_tombs.num_rows())
-        .filter(|&i| !dropped_tombs[i])
-        .map(|i| ((0, i), tomb_k.row(i).data()))
-        .chain(new_tombs.iter().enumerate().map(|(j, &r)| ((1, j), inc_k.row(r).data())))
-        .collect();
-    tombs.sort_unstable_by(|a, b| a.1.cmp(b.1));
-    let tidx: Vec<Src> = tombs.iter().map(|(s, _)| *s).collect();
-    let tcols: Vec<ArrayRef> = (0..tomb_schema.fields().len())
-        .map(|c| interleave(&[stored_tombs.column(c).as_ref(), inc_tombs.column(c).as_ref()], &tidx))
-        .collect::<Result<_, _>>()
-        .map_err(|e| other(e.to_string()))?;
-    let tombstones = RecordBatch::try_new(stored_tombs.schema(), tcols).map_err(|e| other(e.to_string()))?;
+    let new = new_tombs.iter().enumerate().map(|(j, &r)| (j, inc_k.row(r).data()));
+    let tombstones =
+        sorted_union(&stored_tombs, &dropped_tombs, &tomb_k, &inc_tombs, new, stored_tombs.schema()).map_err(other)?;
     Ok(Merged { rows: out_rows, tombstones, stats, quarantined })
 }

@@ -171,50 +171,29 @@ macro_rules! with_keys {
 }
 pub(crate) use with_keys;
 
-/// Like [`key_bytes`], but a null and an empty value never share bytes: columns with nulls go
-/// through Arrow's row format, which marks nulls (for grouping by columns that may be null).
-pub(crate) fn key_bytes_nulls_apart(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String> {
-    if chunks.iter().flatten().any(|c| c.null_count() > 0) {
-        rows_key_bytes(chunks)
-    } else {
-        key_bytes(chunks)
-    }
-}
-
-/// The key bytes of columns given chunk by chunk (`chunks[c]` = the key columns of chunk `c`).
-/// A null reads as the empty value: for keys, which are never null.
+/// The key bytes of columns given chunk by chunk (`chunks[c]` = the key columns of chunk `c`,
+/// all chunks of one schema). A null never shares bytes with an empty value: columns holding
+/// nulls go through Arrow's row format, which marks them.
 pub(crate) fn key_bytes(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String> {
-    let types: Vec<DataType> = match chunks.first() {
-        Some(cols) => cols.iter().map(|c| c.data_type().clone()).collect(),
-        None => return Ok(KeyBytes::Utf8(Chunked(Vec::new()))),
-    };
-    let single = |f: fn(&ArrayRef) -> bool| chunks.iter().all(|cols| cols.len() == 1 && f(&cols[0]));
-    if types.len() == 1 {
-        match &types[0] {
-            DataType::Utf8 if single(|c| c.data_type() == &DataType::Utf8) => {
-                return Ok(KeyBytes::Utf8(Chunked(chunks.iter().map(|c| c[0].as_string::<i32>()).collect())))
+    let Some(first) = chunks.first() else { return Ok(KeyBytes::Rows(Chunked(Vec::new()))) };
+    let no_nulls = chunks.iter().flatten().all(|c| c.null_count() == 0);
+    if let ([c], true) = (first.as_slice(), no_nulls) {
+        match c.data_type() {
+            DataType::Utf8 => return Ok(KeyBytes::Utf8(Chunked(chunks.iter().map(|c| c[0].as_string()).collect()))),
+            DataType::LargeUtf8 => {
+                return Ok(KeyBytes::LargeUtf8(Chunked(chunks.iter().map(|c| c[0].as_string()).collect())))
             }
-            DataType::LargeUtf8 if single(|c| c.data_type() == &DataType::LargeUtf8) => {
-                return Ok(KeyBytes::LargeUtf8(Chunked(chunks.iter().map(|c| c[0].as_string::<i64>()).collect())))
-            }
-            DataType::Utf8View if single(|c| c.data_type() == &DataType::Utf8View) => {
+            DataType::Utf8View => {
                 return Ok(KeyBytes::View(Chunked(chunks.iter().map(|c| c[0].as_string_view()).collect())))
             }
-            DataType::Binary if single(|c| c.data_type() == &DataType::Binary) => {
-                return Ok(KeyBytes::Binary(Chunked(chunks.iter().map(|c| c[0].as_binary::<i32>()).collect())))
+            DataType::Binary => {
+                return Ok(KeyBytes::Binary(Chunked(chunks.iter().map(|c| c[0].as_binary()).collect())))
             }
             _ => {}
         }
     }
-    rows_key_bytes(chunks)
-}
-
-fn rows_key_bytes(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String> {
-    let types: Vec<DataType> = match chunks.first() {
-        Some(cols) => cols.iter().map(|c| c.data_type().clone()).collect(),
-        None => return Ok(KeyBytes::Rows(Chunked(Vec::new()))),
-    };
-    let conv = RowConverter::new(types.into_iter().map(SortField::new).collect()).map_err(|e| e.to_string())?;
+    let conv = RowConverter::new(first.iter().map(|c| SortField::new(c.data_type().clone())).collect())
+        .map_err(|e| e.to_string())?;
     let rows = chunks.iter().map(|cols| conv.convert_columns(cols)).collect::<Result<Vec<_>, _>>();
     rows.map(|r| KeyBytes::Rows(Chunked(r))).map_err(|e| e.to_string())
 }

@@ -417,10 +417,11 @@ async fn verify_partition(job: &Job, p: &PartitionPlan, c: &Computed) -> std::re
 /// Whether the committed file of a partition was made by this config from exactly the input
 /// objects listed now.
 async fn unchanged_inputs(job: &Job, p: &PartitionPlan) -> bool {
-    let Ok(Some(bytes)) = commit::get(&job.output, &commit::target_path(&job.output, &p.dir)).await else {
+    let Ok(Some(Some(lineage))) =
+        commit::committed_lineage(&job.output, &commit::target_path(&job.output, &p.dir)).await
+    else {
         return false;
     };
-    let Some(lineage) = commit::read_lineage(&bytes) else { return false };
     let mut inputs = p.lineage_inputs(&job.input);
     inputs.sort();
     lineage.config_fingerprint == job.config.fingerprint()

@@ -95,14 +95,7 @@ measures = [
     let s = run_range(&cfg, "2026-11-01", "2026-11-01").await;
     assert_eq!(s.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&s));
     use arrow::array::AsArray;
-    let bytes = bytes::Bytes::from(std::fs::read(lake.partition_file("2026-11-01")).unwrap());
-    let b = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .unwrap()
-        .build()
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap();
+    let b = read_batch(&lake.partition_file("2026-11-01"));
     assert_eq!(b.num_rows(), 1, "no group-by: one row");
     let dec = |name: &str| b.column_by_name(name).unwrap().as_primitive::<arrow::datatypes::Decimal128Type>().value(0);
     assert_eq!(b.column_by_name("n").unwrap().as_primitive::<arrow::datatypes::Int64Type>().value(0), 3);
@@ -127,14 +120,7 @@ async fn null_and_empty_group_values_are_different_groups() {
     let s = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
     assert_eq!(s.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&s));
     use arrow::array::{Array, AsArray};
-    let bytes = bytes::Bytes::from(std::fs::read(lake.partition_file("2026-11-01")).unwrap());
-    let b = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .unwrap()
-        .build()
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap();
+    let b = read_batch(&lake.partition_file("2026-11-01"));
     let (cur, orders) = (b.column(0).as_string::<i32>(), b.column(1).as_primitive::<arrow::datatypes::Int64Type>());
     let groups: Vec<(Option<&str>, i64)> =
         (0..b.num_rows()).map(|i| (cur.is_valid(i).then(|| cur.value(i)), orders.value(i))).collect();

@@ -239,6 +239,12 @@ pub fn read_partition(path: &Path) -> Vec<OutRow> {
     partition_rows(&std::fs::read(path).unwrap())
 }
 
+/// The first record batch of a partition file (lakeswap writes one).
+pub fn read_batch(path: &Path) -> RecordBatch {
+    let bytes = bytes::Bytes::from(std::fs::read(path).unwrap());
+    ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap().build().unwrap().next().unwrap().unwrap()
+}
+
 /// Decodes partition file bytes into rows, in file order.
 pub fn partition_rows(bytes: &[u8]) -> Vec<OutRow> {
     let bytes = bytes::Bytes::from(bytes.to_vec());
