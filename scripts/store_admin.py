@@ -2,6 +2,7 @@
 """Small admin calls against the test servers, with the standard library only.
 
 wait-s3                  wait until the S3 bucket answers a signed listing (SigV4)
+put-s3-marker KEY        put a zero-byte object KEY in the test bucket (`prefix/` = a folder marker)
 create-azure-container   create the Azurite container (Shared Key signed PUT)
 """
 import base64
@@ -12,10 +13,43 @@ import os
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 AZURITE_ACCOUNT = "devstoreaccount1"
+
+
+def s3_request(method, path, query="", body=b""):
+    """A SigV4-signed request to the test S3 server: path is `/bucket/key`."""
+    endpoint = os.environ["AWS_ENDPOINT_URL"].rstrip("/")
+    key, secret, region = os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"], os.environ["AWS_REGION"]
+    host = endpoint.split("://", 1)[1]
+    now = dt.datetime.now(dt.timezone.utc)
+    amz_date, date = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    payload = hashlib.sha256(body).hexdigest()
+    quoted = urllib.parse.quote(path, safe="/-_.~")
+    headers = f"host:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{amz_date}\n"
+    signed = "host;x-amz-content-sha256;x-amz-date"
+    canonical = f"{method}\n{quoted}\n{query}\n{headers}\n{signed}\n{payload}"
+    scope = f"{date}/{region}/s3/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    k = hmac.new(("AWS4" + secret).encode(), date.encode(), hashlib.sha256).digest()
+    for part in (region, "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    sig = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    url = f"{endpoint}{quoted}" + (f"?{query}" if query else "")
+    req = urllib.request.Request(url, method=method, data=body if method == "PUT" else None, headers={
+        "x-amz-date": amz_date, "x-amz-content-sha256": payload,
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={key}/{scope}, SignedHeaders={signed}, Signature={sig}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return r.status
+
+
+def put_s3_marker(key):
+    """Puts a zero-byte object named `key` (a folder marker when it ends with `/`)."""
+    bucket = os.environ["LAKESWAP_TEST_S3_BUCKET"]
+    return 0 if s3_request("PUT", f"/{bucket}/{key}") in (200, 201) else 1
 
 
 def s3_list_ok():
@@ -83,6 +117,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "wait-s3":
         sys.exit(wait_s3())
+    if cmd == "put-s3-marker":
+        sys.exit(put_s3_marker(sys.argv[2]))
     if cmd == "create-azure-container":
         sys.exit(create_azure_container())
     sys.exit(__doc__)

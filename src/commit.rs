@@ -124,15 +124,27 @@ pub fn verify(bytes: &Bytes, schema: &SchemaRef, rows: usize) -> Result<(), Stri
 const FOOTER_TAIL: u64 = 64 * 1024;
 
 /// The lineage of the committed file at `path`: `None` when there is no file, `Some(None)`
-/// when it has no readable lineage. Reads only the end of the object (a HEAD, then one or two
-/// ranged reads), however large the file: a merged current-state partition can be big.
+/// when it has no readable lineage. Reads only the end of the object (see [`committed_footer`]).
 pub async fn committed_lineage(out: &StoreLocation, path: &Path) -> Result<Option<Option<Lineage>>, PartitionError> {
+    Ok(committed_footer(out, path)
+        .await?
+        .map(|f| f.and_then(|md| Lineage::from_footer(md.file_metadata().key_value_metadata()))))
+}
+
+/// The Parquet footer of the committed file at `path`: `None` when there is no file,
+/// `Some(None)` when it is not readable as Parquet. Reads only the end of the object (a HEAD,
+/// then one or two ranged reads), however large the file: a merged current-state partition
+/// can be big.
+pub async fn committed_footer(
+    out: &StoreLocation,
+    path: &Path,
+) -> Result<Option<Option<parquet::file::metadata::ParquetMetaData>>, PartitionError> {
     // The file may be replaced between the HEAD and the reads (a commit in progress): the reads
     // are tied to the e-tag seen, and start over when it changed.
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match footer_lineage(out, path).await {
+        match footer(out, path).await {
             Err(object_store::Error::Precondition { .. }) if attempt < 3 => continue,
             Err(e) => return Err(PartitionError::store("cannot read", out.display(path), e)),
             Ok(found) => return Ok(found),
@@ -140,7 +152,10 @@ pub async fn committed_lineage(out: &StoreLocation, path: &Path) -> Result<Optio
     }
 }
 
-async fn footer_lineage(out: &StoreLocation, path: &Path) -> object_store::Result<Option<Option<Lineage>>> {
+async fn footer(
+    out: &StoreLocation,
+    path: &Path,
+) -> object_store::Result<Option<Option<parquet::file::metadata::ParquetMetaData>>> {
     let meta = match out.store.head(path).await {
         Ok(m) => m,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -168,10 +183,7 @@ async fn footer_lineage(out: &StoreLocation, path: &Path) -> object_store::Resul
         let Some(start) = (size - 8).checked_sub(len as u64) else { return Ok(Some(None)) };
         read(start..size - 8).await?
     };
-    let Ok(md) = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata) else {
-        return Ok(Some(None));
-    };
-    Ok(Some(Lineage::from_footer(md.file_metadata().key_value_metadata())))
+    Ok(Some(parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata).ok()))
 }
 
 /// The committed state of a partition, as seen when the run planned it.

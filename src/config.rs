@@ -206,6 +206,9 @@ pub struct JobConfig {
     #[serde(default)]
     pub aggregate: Option<AggregateSection>,
     pub output: OutputSection,
+    /// Where the config came from (its file), for messages.
+    #[serde(skip)]
+    pub origin: String,
 }
 
 fn default_partition() -> PartitionSection {
@@ -222,10 +225,11 @@ impl JobConfig {
 
     /// Parses and validates config text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let cfg: JobConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut cfg: JobConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
             message: format!("{}. See the config reference in README.md", e.to_string().trim_end()),
         })?;
+        cfg.origin = origin.to_string();
         cfg.validate(origin)?;
         Ok(cfg)
     }
@@ -251,11 +255,29 @@ impl JobConfig {
         if self.output.url.trim().is_empty() {
             return Err(bad("output.url", "must not be empty".into()));
         }
+        if crate::read::list::nested(&self.input.url, &self.output.url) {
+            return Err(bad(
+                "output.url",
+                format!(
+                    "`{}` and the input `{}` lie inside one another: the table would be read back as input. \
+                     Write the output to a location of its own",
+                    self.output.url, self.input.url
+                ),
+            ));
+        }
         if self.input.delimiter.len() != 1 {
             return Err(bad("input.delimiter", "must be exactly one ASCII character".into()));
         }
         for (col, ty) in &self.input.schema {
-            crate::read::parse_type(ty).map_err(|m| bad(&format!("input.schema.{col}"), m))?;
+            let d = crate::read::parse_type(ty).map_err(|m| bad(&format!("input.schema.{col}"), m))?;
+            if *col == self.partition.column && d.ty != arrow::datatypes::DataType::Date32 {
+                return Err(bad(
+                    &format!("input.schema.{col}"),
+                    format!(
+                        "`{col}` is the partition column: it is a date; for a timestamp use [partition] from_timestamp"
+                    ),
+                ));
+            }
         }
         let id = &self.identity;
         if id.key.is_empty() {

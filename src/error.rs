@@ -102,20 +102,26 @@ pub struct Location {
     pub object: String,
     /// 0-based row within the object (data rows, the CSV header not counted).
     pub row: Option<u64>,
+    /// 1-based line within a text object (after decompression).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
     pub column: Option<String>,
 }
 
 impl Location {
     pub fn object(object: impl Into<String>) -> Self {
-        Location { object: object.into(), row: None, column: None }
+        Location { object: object.into(), row: None, line: None, column: None }
     }
 }
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.object)?;
-        if let Some(row) = self.row {
-            write!(f, ", row {row}")?;
+        match (self.row, self.line) {
+            (Some(row), Some(line)) => write!(f, ", row {row} (line {line})")?,
+            (Some(row), None) => write!(f, ", row {row}")?,
+            (None, Some(line)) => write!(f, ", line {line}")?,
+            (None, None) => {}
         }
         if let Some(col) = &self.column {
             write!(f, ", column `{col}`")?;
@@ -125,7 +131,7 @@ impl fmt::Display for Location {
 }
 
 /// A problem with the input data itself.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum InputError {
     #[error("bad input at {at}: {message}")]
     Bad { at: Location, message: String },
@@ -140,6 +146,12 @@ impl InputError {
     }
     pub fn unreadable(at: Location, message: impl Into<String>) -> Self {
         InputError::Unreadable { at, message: message.into() }
+    }
+    /// Where the problem is.
+    pub fn location(&self) -> &Location {
+        match self {
+            InputError::Bad { at, .. } | InputError::Unreadable { at, .. } => at,
+        }
     }
     pub fn exit_code(&self) -> ExitCode {
         match self {
@@ -198,6 +210,13 @@ pub enum PartitionError {
     )]
     MissingInput { date: NaiveDate },
 
+    #[error(
+        "this date's rows give another table schema than the run's: {why}. The objects of this date \
+         differ from the others; declare the column's type in [input.schema], or rebuild the table \
+         (--schema-change rebuild)"
+    )]
+    OutputSchema { why: String },
+
     #[error("measure `{measure}` overflows: {message}")]
     Overflow { measure: String, message: String },
 
@@ -246,6 +265,7 @@ impl PartitionError {
         match self {
             PartitionError::Conflict { .. }
             | PartitionError::KeyUnderTwoDates { .. }
+            | PartitionError::OutputSchema { .. }
             | PartitionError::Overflow { .. } => ExitCode::DataContract,
             PartitionError::Input(e) => e.exit_code(),
             PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,

@@ -38,6 +38,7 @@ pub mod prepare;
 pub mod read;
 pub mod report;
 pub mod run;
+pub mod schema;
 pub mod status;
 pub mod store;
 

@@ -108,6 +108,17 @@ struct RunArgs {
     /// again after this long. Renewed every third of it while the run lives.
     #[arg(long, default_value_t = 60, env = "LAKESWAP_LEASE_TTL")]
     lease_ttl: u64,
+    /// When this run's output schema differs from the table's (a column added, removed or
+    /// retyped), the run is refused. `rebuild` rewrites every committed partition under the
+    /// new schema instead; the range must cover all of them.
+    #[arg(long, value_enum, value_name = "HOW")]
+    schema_change: Option<SchemaChangeArg>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SchemaChangeArg {
+    /// Rewrite every committed partition under the new schema.
+    Rebuild,
 }
 
 #[derive(Args)]
@@ -298,6 +309,10 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
         wait: a.wait,
         skip_unchanged: a.skip_unchanged,
         verify: false,
+        schema_change: match a.schema_change {
+            Some(SchemaChangeArg::Rebuild) => lakeswap::schema::SchemaChange::Rebuild,
+            None => lakeswap::schema::SchemaChange::Refuse,
+        },
     };
     let summary = run::run(&job, &opts).await?;
     if let Some(plan) = &summary.plan {

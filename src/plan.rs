@@ -1,28 +1,32 @@
 //! Plan: what a run will do, decided before anything is written (SPEC §2.1–2.2).
 //!
-//! The dates become partitions; the input is listed — only the `col=date/` folders of the
-//! wanted dates when the input is Hive partitioned, every object otherwise (row-group
-//! statistics prune later); the record schema is read from the first input object and every
-//! column the config names is checked against it (a config error, exit 2, still before
-//! anything runs). The committed state of each target is read later, under the partition's
-//! lease, so the swap can be a compare-and-swap against it. `--dry-run` prints the plan and stops.
+//! The dates become partitions; the input is listed ([`read::list`]: what is listed is what is
+//! meant) — only the `col=date/` folders of the wanted dates when the input is Hive
+//! partitioned, every object otherwise. In a flat layout each date's inputs are the objects
+//! that can hold its rows: for Parquet, by the row-group statistics of the date column (read
+//! from the footers alone), so a date's lineage names only its own objects. A reference record
+//! schema is read from the first input object and every column the config names is checked
+//! against it (a config error, exit 2, still before anything runs). The committed state of
+//! each target is read later, under the partition's lease, so the swap can be a
+//! compare-and-swap against it. `--dry-run` prints the plan and stops.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
 use chrono::NaiveDate;
-use futures::TryStreamExt;
-use object_store::path::Path;
+use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStoreExt};
 
 use crate::aggregate;
 use crate::commit::{self, Seen};
-use crate::config::{ConfigError, JobConfig};
-use crate::error::{Error, Result};
+use crate::config::{ConfigError, Format, JobConfig};
+use crate::dates;
+use crate::error::{Error, InputError, Location, Result};
 use crate::lineage::InputObject;
 use crate::prepare;
-use crate::read::{self, DateSource, Decoder};
+use crate::read::{self, list, DateSource, Decoder};
 use crate::store::StoreLocation;
 
 /// How the input is laid out.
@@ -63,58 +67,46 @@ pub struct Plan {
     pub partitions: Vec<PartitionPlan>,
     /// Every input object listed (flat layout: read once, shared by all dates).
     pub objects: Vec<ObjectMeta>,
+    /// Flat Parquet input: the dates each object's row groups may hold (`None`: any date).
+    pub object_dates: Vec<Vec<Option<(i32, i32)>>>,
     pub decoder: Decoder,
+    /// The record schema of the first input object, which the config is checked against.
+    pub record_schema: Option<SchemaRef>,
     pub output_schema: Option<SchemaRef>,
 }
 
-/// A data object, as opposed to markers and transient files (`_SUCCESS`, `.crc`, `_temporary/`).
-pub fn is_data_object(input: &StoreLocation, path: &Path) -> bool {
-    let rel = input.relative(path);
-    !rel.split('/').any(|seg| seg.starts_with('_') || seg.starts_with('.')) && !rel.ends_with(".crc")
+fn config_err(cfg: &JobConfig, key: &str, message: String) -> Error {
+    Error::Config(ConfigError::Invalid { path: cfg.origin.clone(), key: key.into(), message })
 }
 
-async fn list(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectMeta>> {
-    let mut v: Vec<ObjectMeta> = input
-        .store
-        .list(Some(prefix))
-        .try_collect()
-        .await
-        .map_err(|e| Error::store("cannot list", input.display(prefix), e))?;
-    v.retain(|m| is_data_object(input, &m.location));
-    v.sort_by(|a, b| a.location.cmp(&b.location));
-    Ok(v)
-}
-
-/// The `<col>=<value>` folders directly under the input prefix, by date.
-async fn hive_folders(input: &StoreLocation, column: &str) -> Result<BTreeMap<NaiveDate, Path>> {
-    let res = input
-        .store
-        .list_with_delimiter(Some(&input.prefix))
-        .await
-        .map_err(|e| Error::store("cannot list", &input.url, e))?;
-    let mut out = BTreeMap::new();
-    let want = format!("{column}=");
-    for p in res.common_prefixes {
-        if let Some(name) = p.filename() {
-            if let Some(v) = name.strip_prefix(&want) {
-                if let Ok(d) = NaiveDate::parse_from_str(v, "%Y-%m-%d") {
-                    out.insert(d, p.clone());
-                }
-            }
+/// The columns the config uses: every input object must hold them.
+fn required_columns(cfg: &JobConfig, date_source: &DateSource) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    if let DateSource::Column(c) | DateSource::Timestamp(c) = date_source {
+        v.push(c.clone());
+    }
+    if !cfg.is_whole_record_key() {
+        v.extend(cfg.identity.key.iter().cloned());
+    }
+    v.extend(cfg.identity.version.iter().cloned());
+    v.extend(cfg.identity.deleted.iter().map(|d| d.column.clone()));
+    if let Some(agg) = &cfg.aggregate {
+        v.extend(agg.group_by.iter().cloned());
+        for m in &agg.measures {
+            v.extend(m.column.iter().cloned());
+            v.extend(m.filter.keys().cloned());
         }
     }
-    Ok(out)
-}
-
-fn config_err(key: &str, message: String) -> Error {
-    Error::Config(ConfigError::Invalid { path: "config".into(), key: key.into(), message })
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|c| seen.insert(c.clone()));
+    v
 }
 
 /// Builds the plan for `dates` (None: every date found in the input — merge jobs).
 pub async fn plan(cfg: &JobConfig, input: &StoreLocation, dates: Option<&[NaiveDate]>) -> Result<Plan> {
     let column = &cfg.partition.column;
     let folders =
-        if cfg.partition.from_timestamp.is_none() { hive_folders(input, column).await? } else { BTreeMap::new() };
+        if cfg.partition.from_timestamp.is_none() { list::hive_folders(input, column).await? } else { BTreeMap::new() };
     let layout = if folders.is_empty() { Layout::Flat } else { Layout::Hive };
 
     let mut inputs: BTreeMap<NaiveDate, Vec<ObjectMeta>> = BTreeMap::new();
@@ -127,48 +119,46 @@ pub async fn plan(cfg: &JobConfig, input: &StoreLocation, dates: Option<&[NaiveD
     match layout {
         Layout::Hive => {
             for d in &wanted {
-                let objs = match folders.get(d) {
-                    Some(p) => list(input, p).await?,
-                    None => Vec::new(),
-                };
+                let mut objs = Vec::new();
+                for folder in folders.get(d).into_iter().flatten() {
+                    objs.extend(list::objects(input, folder).await?);
+                }
                 objects.extend(objs.iter().cloned());
                 inputs.insert(*d, objs);
             }
         }
-        Layout::Flat => {
-            objects = list(input, &input.prefix).await?;
-            for d in &wanted {
-                inputs.insert(*d, objects.clone());
-            }
-        }
+        Layout::Flat => objects = list::objects(input, &input.prefix).await?,
     }
 
-    // The record schema, from the first object of the run (or of the whole input).
+    // The reference record schema, from the first object of the run (or of the whole input).
     let first = match objects.first() {
         Some(o) => Some(o.clone()),
-        None => list(input, &input.prefix).await?.into_iter().next(),
+        None if layout == Layout::Hive => match folders.values().flatten().next() {
+            Some(f) => list::objects(input, f).await?.into_iter().next(),
+            None => None,
+        },
+        None => None,
     };
-    let decoder_base = |schema: SchemaRef, date_source: DateSource| Decoder {
+    let mut decoder = Decoder {
         format: cfg.input.format,
-        schema,
         delimiter: cfg.input.delimiter.as_bytes().first().copied().unwrap_or(b','),
         header: cfg.input.header,
-        date_source,
+        date_source: DateSource::Path,
         tz: cfg.timezone(),
+        declared: cfg
+            .input
+            .schema
+            .iter()
+            .filter_map(|(c, t)| read::parse_type(t).ok().map(|d| (c.clone(), d)))
+            .collect(),
+        required: Vec::new(),
     };
-    let (decoder, output_schema) = match first {
-        None => (decoder_base(std::sync::Arc::new(arrow::datatypes::Schema::empty()), DateSource::Path), None),
+    let (record_schema, output_schema) = match first {
+        None => (None, None),
         Some(first) => {
-            let bytes = input
-                .store
-                .get(&first.location)
-                .await
-                .map_err(|e| Error::store("cannot read", input.display(&first.location), e))?
-                .bytes()
-                .await
-                .map_err(|e| Error::store("cannot read", input.display(&first.location), e))?;
-            let schema = read::infer_schema(cfg, &input.display(&first.location), &bytes)?;
-            let date_source = if let Some(ts) = &cfg.partition.from_timestamp {
+            let name = input.display(&first.location);
+            let schema = reference_schema(&decoder, input, &first).await?;
+            decoder.date_source = if let Some(ts) = &cfg.partition.from_timestamp {
                 DateSource::Timestamp(ts.clone())
             } else if schema.field_with_name(column).is_ok() {
                 DateSource::Column(column.clone())
@@ -176,6 +166,7 @@ pub async fn plan(cfg: &JobConfig, input: &StoreLocation, dates: Option<&[NaiveD
                 DateSource::Path
             } else {
                 return Err(config_err(
+                    cfg,
                     "partition.column",
                     format!(
                         "the input {} has no column `{column}` and no `{column}=YYYY-MM-DD/` folders; \
@@ -184,26 +175,124 @@ pub async fn plan(cfg: &JobConfig, input: &StoreLocation, dates: Option<&[NaiveD
                     ),
                 ));
             };
-            let output_schema = check_columns(cfg, &schema, &input.display(&first.location))?;
-            (decoder_base(schema, date_source), output_schema)
+            // The date source's column has the type it will have once read.
+            let schema = decoder_schema(&decoder, schema);
+            let output_schema = check_columns(cfg, &schema, &name)?;
+            (Some(schema), output_schema)
         }
     };
+    decoder.required = required_columns(cfg, &decoder.date_source);
+
+    // A flat layout: each date's objects are those whose rows may hold it.
+    let mut object_dates = Vec::new();
+    if layout == Layout::Flat && cfg.input.format == Format::Parquet && decoder.date_source != DateSource::Path {
+        let (source, tz) = (decoder.date_source.clone(), decoder.tz);
+        object_dates = futures::stream::iter(objects.iter().cloned())
+            .map(|m| object_dates_of(input.store.clone(), m, source.clone(), tz))
+            .buffered(8)
+            .collect()
+            .await;
+    }
+    if layout == Layout::Flat {
+        for d in &wanted {
+            inputs.insert(*d, objects_for(&objects, &object_dates, *d));
+        }
+    }
 
     let mut partitions = Vec::with_capacity(inputs.len());
     for (date, objs) in inputs {
         let dir = commit::partition_dir(column, date);
         partitions.push(PartitionPlan { date, dir, inputs: objs, seen: Seen::default() });
     }
-    Ok(Plan { layout, partitions, objects, decoder, output_schema })
+    Ok(Plan { layout, partitions, objects, object_dates, decoder, record_schema, output_schema })
 }
 
-/// Checks every column the config names against the record schema; returns the output schema
-/// of an aggregate job.
+/// The dates an object's row groups may hold, from its footer (`None`: any date).
+async fn object_dates_of(
+    store: Arc<dyn object_store::ObjectStore>,
+    m: ObjectMeta,
+    source: DateSource,
+    tz: chrono_tz::Tz,
+) -> Vec<Option<(i32, i32)>> {
+    let Ok(md) = read::parquet_footer(store.as_ref(), &m).await else { return vec![None] };
+    let Ok(arrow) = read::footer_schema(&md) else { return vec![None] };
+    let ranges = read::row_group_dates(&md, &arrow, &source, tz);
+    if ranges.is_empty() {
+        vec![Some((i32::MAX, i32::MIN))] // no row groups: no date
+    } else {
+        ranges
+    }
+}
+
+/// The objects of a flat input that may hold rows of `date`.
+fn objects_for(objects: &[ObjectMeta], object_dates: &[Vec<Option<(i32, i32)>>], date: NaiveDate) -> Vec<ObjectMeta> {
+    if object_dates.is_empty() {
+        return objects.to_vec();
+    }
+    let day = dates::to_days(date);
+    objects
+        .iter()
+        .zip(object_dates)
+        .filter(|(_, ranges)| ranges.iter().any(|r| r.is_none_or(|(lo, hi)| lo <= day && day <= hi)))
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
+/// The record schema of one object: a Parquet footer (a few ranged reads), or a whole text
+/// object decoded.
+async fn reference_schema(decoder: &Decoder, input: &StoreLocation, first: &ObjectMeta) -> Result<SchemaRef> {
+    let name = input.display(&first.location);
+    let bad = |m: String| Error::Input(InputError::bad(Location::object(name.clone()), m));
+    if decoder.format == Format::Parquet {
+        let md = read::parquet_footer(input.store.as_ref(), first)
+            .await
+            .map_err(|m| bad(format!("not a readable Parquet file: {m}")))?;
+        let s = read::footer_schema(&md).map_err(bad)?;
+        return Ok(Arc::new(s));
+    }
+    let bytes = fetch(input, first).await?;
+    decoder.schema_of(&name, &bytes).map_err(Error::Input)
+}
+
+/// The reference schema under the decoder's conversions (declared types, the date column).
+fn decoder_schema(decoder: &Decoder, raw: SchemaRef) -> SchemaRef {
+    let fields: Vec<arrow::datatypes::Field> = raw
+        .fields()
+        .iter()
+        .map(|f| {
+            let t = match (decoder.declared.get(f.name()), &decoder.date_source) {
+                (Some(d), _) => d.ty.clone(),
+                (None, DateSource::Column(c)) if c == f.name() => DataType::Date32,
+                (None, DateSource::Timestamp(c))
+                    if c == f.name()
+                        && matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) =>
+                {
+                    DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into()))
+                }
+                _ => read::unify::base(f.data_type()).clone(),
+            };
+            arrow::datatypes::Field::new(f.name(), t, true)
+        })
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
+async fn fetch(input: &StoreLocation, m: &ObjectMeta) -> Result<bytes::Bytes> {
+    let name = input.display(&m.location);
+    let got = input.store.get(&m.location).await.map_err(|e| Error::store("cannot read", &name, e))?;
+    got.bytes().await.map_err(|e| Error::store("cannot read", &name, e))
+}
+
+/// Checks every column the config names against the record schema; returns the output schema.
 fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Option<SchemaRef>> {
     let has = |c: &str| schema.field_with_name(c).is_ok();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let missing = |key: &str, col: &str| {
-        config_err(key, format!("no column `{col}` in the input (read from {object}; it has: {})", names.join(", ")))
+        config_err(
+            cfg,
+            key,
+            format!("no column `{col}` in the input (read from {object}; it has: {})", names.join(", ")),
+        )
     };
     if !cfg.is_whole_record_key() {
         for k in &cfg.identity.key {
@@ -215,7 +304,7 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
     if let Some(v) = &cfg.identity.version {
         let f = schema.field_with_name(v).map_err(|_| missing("identity.version", v))?;
         let arr = arrow::array::new_empty_array(f.data_type());
-        prepare::version_values(&arr).map_err(|m| config_err("identity.version", format!("column `{v}` {m}")))?;
+        prepare::version_values(&arr).map_err(|m| config_err(cfg, "identity.version", format!("column `{v}` {m}")))?;
     }
     if let Some(d) = &cfg.identity.deleted {
         if !has(&d.column) {
@@ -224,10 +313,15 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
     }
     if let Some(ts) = &cfg.partition.from_timestamp {
         let f = schema.field_with_name(ts).map_err(|_| missing("partition.from_timestamp", ts))?;
-        if !matches!(f.data_type(), DataType::Timestamp(_, _)) {
+        if !matches!(f.data_type(), DataType::Timestamp(_, _) | DataType::Date32) {
             return Err(config_err(
+                cfg,
                 "partition.from_timestamp",
-                format!("column `{ts}` has type {}; it must be a timestamp", f.data_type()),
+                format!(
+                    "column `{ts}` has type {}; it must be a timestamp (declare it in [input.schema], e.g. \
+                     `{ts} = \"timestamp\"`, or `\"timestamp(s)\"` for epoch seconds)",
+                    f.data_type()
+                ),
             ));
         }
     }
@@ -251,7 +345,7 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
             }
         }
     }
-    aggregate::output_schema(agg, schema).map(Some).map_err(|m| config_err("aggregate.measures", m))
+    aggregate::output_schema(agg, schema).map(Some).map_err(|m| config_err(cfg, "aggregate.measures", m))
 }
 
 impl Plan {
@@ -259,7 +353,8 @@ impl Plan {
     pub fn add_partitions(&mut self, cfg: &JobConfig, dates: &[NaiveDate]) {
         for &date in dates {
             let dir = commit::partition_dir(&cfg.partition.column, date);
-            self.partitions.push(PartitionPlan { date, dir, inputs: self.objects.clone(), seen: Seen::default() });
+            let inputs = objects_for(&self.objects, &self.object_dates, date);
+            self.partitions.push(PartitionPlan { date, dir, inputs, seen: Seen::default() });
         }
     }
 

@@ -400,7 +400,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     let internal = |m: String| PartitionError::Other(format!("prepare: {m}"));
     let missing = |column: &String, what: &str| {
         PartitionError::Input(InputError::bad(
-            Location { object: table.objects().join(", "), row: None, column: Some(column.clone()) },
+            Location { object: table.objects().join(", "), row: None, line: None, column: Some(column.clone()) },
             what,
         ))
     };

@@ -49,7 +49,8 @@ impl Job {
     }
 
     /// Opens the stores of a validated config.
-    pub fn from_config(config: JobConfig, origin: &str) -> Result<Job> {
+    pub fn from_config(mut config: JobConfig, origin: &str) -> Result<Job> {
+        config.origin = origin.to_string();
         let fix = |e: ConfigError| match e {
             ConfigError::Invalid { key, message, .. } => {
                 ConfigError::Invalid { path: origin.to_string(), key, message }
@@ -85,6 +86,8 @@ pub struct RunOptions {
     pub skip_unchanged: bool,
     /// Recompute in memory and compare with what is committed; write nothing.
     pub verify: bool,
+    /// What to do when the output schema differs from the table's.
+    pub schema_change: crate::schema::SchemaChange,
 }
 
 impl Default for RunOptions {
@@ -100,6 +103,7 @@ impl Default for RunOptions {
             wait: false,
             skip_unchanged: false,
             verify: false,
+            schema_change: Default::default(),
         }
     }
 }
@@ -204,10 +208,41 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     let mut flat_first: Option<Arc<FlatInput>> = None;
     if opts.dates.is_none() && plan.layout == Layout::Flat {
         let read = read::read_flat(&job.input, &plan.decoder, &plan.objects, &[]).await;
-        let found: Vec<NaiveDate> = read.as_ref().map(|m| m.keys().copied().collect()).unwrap_or_default();
-        plan.add_partitions(cfg, &found);
+        plan.add_partitions(cfg, &read.dates());
         flat_first = Some(Arc::new(read));
     }
+    // The table's schema: a run never changes it silently.
+    let table_schema = crate::schema::table_schema(&job.output, &cfg.partition.column).await?;
+    let record_schema = match (&table_schema, &plan.output_schema) {
+        (Some(t), Some(o)) if !crate::schema::differences(t, o).is_empty() => {
+            if opts.schema_change != crate::schema::SchemaChange::Rebuild || opts.verify {
+                return Err(Error::Usage(format!(
+                    "this run would change the schema of the table {}: {}. Nothing was done. To rewrite the \
+                     whole table under the new schema, run with --schema-change rebuild over a range that \
+                     covers every committed partition (lakeswap status lists them); or write to a new output",
+                    job.output.url,
+                    crate::schema::differences(t, o).join("; ")
+                )));
+            }
+            let committed = crate::schema::committed_dates(&job.output, &cfg.partition.column).await?;
+            let planned: std::collections::BTreeSet<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
+            let missing: Vec<String> =
+                committed.iter().filter(|d| !planned.contains(d)).map(|d| d.to_string()).collect();
+            if !missing.is_empty() {
+                return Err(Error::Usage(format!(
+                    "--schema-change rebuild rewrites every committed partition, but {} of them are outside this \
+                     run's range (first: {}); run over {} to {}",
+                    missing.len(),
+                    missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                    committed.first().map(|d| d.to_string()).unwrap_or_default(),
+                    committed.last().map(|d| d.to_string()).unwrap_or_default()
+                )));
+            }
+            plan.output_schema.clone()
+        }
+        (None, Some(o)) => Some(o.clone()),
+        _ => None,
+    };
     let dates_owned: Vec<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
     let dates = dates_owned.as_slice();
     tracing::info!(run_id = %run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = started.elapsed().as_secs_f64(), "planned");
@@ -273,17 +308,22 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
             todo.push(p);
         }
     }
-    let plan = Plan { partitions: todo, ..plan };
+    let mut plan = Plan { partitions: todo, ..plan };
 
     // Phase 1: compute every partition, a few at a time.
-    let plan = Arc::new(plan);
     let flat = match (plan.layout, flat_first) {
         (_, Some(f)) => Some(f),
         (Layout::Flat, None) => Some(Arc::new(read::read_flat(&job.input, &plan.decoder, &plan.objects, dates).await)),
         (Layout::Hive, None) => None,
     };
-    let mut id =
-        Identity::from_config(cfg, &plan.decoder.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>());
+    // Text objects of a flat input: a date's inputs are the objects where its rows were found.
+    if let (Some(f), true) = (&flat, cfg.input.format != crate::config::Format::Parquet) {
+        for p in &mut plan.partitions {
+            p.inputs = f.objects_of(p.date, &plan.objects, &job.input);
+        }
+    }
+    let plan = Arc::new(plan);
+    let mut id = Identity::from_config(cfg, &[]);
     id.key_hashes = plan.partitions.len() > 1 && !cfg.is_whole_record_key();
     // Cores left over by concurrent partitions go to each partition's hash pass.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -313,7 +353,12 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     check.await;
     tracing::info!(seconds = started.elapsed().as_secs_f64(), "checked keys across dates");
 
-    // Phase 3: commit.
+    // Phase 3: commit. A table without a schema record (new, or being rebuilt) gets one first.
+    if let (Some(schema), false) = (&record_schema, opts.verify) {
+        if outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|c| !c.skip)) {
+            crate::schema::record(&job.output, schema).await?;
+        }
+    }
     let by_date: BTreeMap<NaiveDate, &PartitionPlan> = plan.partitions.iter().map(|p| (p.date, p)).collect();
     let schema = plan.output_schema.clone();
     let committed: Vec<PartitionReport> = futures::stream::iter(outcomes)
@@ -436,12 +481,15 @@ async fn load_table(
     p: &PartitionPlan,
     flat: Option<&FlatInput>,
 ) -> std::result::Result<Table, PartitionError> {
-    let pieces = match flat {
-        Some(Ok(by_date)) => by_date.get(&p.date).cloned().unwrap_or_default(),
-        Some(Err(e)) => return Err(PartitionError::Other(e.clone())),
-        None => read::read_objects(&job.input, &plan.decoder, &p.inputs, &[p.date], Some(p.date)).await?,
+    let table = match flat {
+        Some(f) => f.table(p.date, &p.inputs, &plan.decoder)?,
+        None => read::read_date(&job.input, &plan.decoder, &p.inputs, p.date, Some(p.date)).await?,
     };
-    Table::from_pieces(plan.decoder.schema.clone(), pieces).map_err(PartitionError::from)
+    // A date without rows has the run's reference record schema.
+    match (&plan.record_schema, table.num_rows()) {
+        (Some(schema), 0) => Ok(Table::empty(schema.clone())),
+        _ => Ok(table),
+    }
 }
 
 async fn compute_partition(
@@ -465,15 +513,27 @@ async fn compute_partition(
         _ => None,
     };
     let cfg = job.config.clone();
-    let id = id.clone();
-    let schema = plan.output_schema.clone();
+    // The whole record as the key: the columns of this date's record schema.
+    let id = if cfg.is_whole_record_key() {
+        Arc::new(Identity { key: table.schema().fields().iter().map(|f| f.name().clone()).collect(), ..(**id).clone() })
+    } else {
+        id.clone()
+    };
+    let expected = plan.output_schema.clone();
     let inputs = p.lineage_inputs(&job.input);
     let date = p.date;
     tokio::task::spawn_blocking(move || {
         let phase = std::time::Instant::now();
         let prepared = prepare::prepare(table, &id)?;
         let prepare_s = phase.elapsed().as_secs_f64();
-        let schema = schema.ok_or_else(|| PartitionError::Other("no input to derive the output schema from".into()))?;
+        let record = prepared.table.schema().clone();
+        let schema = match &cfg.aggregate {
+            Some(agg) => aggregate::output_schema(agg, &record).map_err(PartitionError::Other)?,
+            None => merge::output_schema(&record, &cfg.partition.column),
+        };
+        if let Some(expected) = &expected {
+            crate::schema::same_output(expected, &schema).map_err(|why| PartitionError::OutputSchema { why })?;
+        }
         let mut quarantined = prepared.quarantined.clone();
         let (batch, lineage, extra, merge_stats) = if merging {
             let tombs = merge::tombstone_schema(&schema, &id.key);

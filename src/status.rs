@@ -22,6 +22,10 @@ pub struct PartitionStatus {
     /// or `missing`.
     pub state: &'static str,
     pub committed: bool,
+    /// `current` when the file's schema is the table's, `older` when it was written under
+    /// another schema (a rebuild that did not reach it yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<&'static str>,
     pub lineage: Option<Lineage>,
     /// The last run that touched the partition, and what it did.
     pub last_run: Option<(String, Action)>,
@@ -54,14 +58,20 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
         d.dedup();
         d
     });
+    let table = crate::schema::table_schema(out, column).await?;
     let mut parts = Vec::with_capacity(dates.len());
     for date in dates {
         let dir = commit::partition_dir(column, date);
-        let found = commit::committed_lineage(out, &commit::target_path(out, &dir))
+        let found = commit::committed_footer(out, &commit::target_path(out, &dir))
             .await
             .map_err(|e| Error::Usage(e.to_string()))?;
         let committed = found.is_some();
-        let lineage = found.flatten();
+        let footer = found.flatten();
+        let lineage = footer.as_ref().and_then(|md| Lineage::from_footer(md.file_metadata().key_value_metadata()));
+        let schema = match (&table, footer.as_ref().and_then(crate::schema::of_footer)) {
+            (Some(t), Some(f)) => Some(if crate::schema::differences(t, &f).is_empty() { "current" } else { "older" }),
+            _ => None,
+        };
         let run = last.get(&date);
         let failed = run.is_some_and(|(_, a, _)| *a == Action::Failed);
         let state = match (failed, committed) {
@@ -73,6 +83,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
             date,
             state,
             committed,
+            schema,
             lineage,
             last_run: run.map(|(id, a, _)| (id.clone(), *a)),
             error: run.and_then(|(_, _, e)| e.clone()),
@@ -129,7 +140,10 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
             "missing" => "·".repeat(20),
             _ => "█".repeat(width.min(20)),
         };
-        let last = p.last_run.as_ref().map_or("-".to_string(), |(id, a)| format!("{id} ({a})"));
+        let mut last = p.last_run.as_ref().map_or("-".to_string(), |(id, a)| format!("{id} ({a})"));
+        if p.schema == Some("older") {
+            last.push_str("  [older schema: rebuild with --schema-change rebuild]");
+        }
         let _ = writeln!(
             s,
             "  {:<10}  {:<9}  {:>10}  {:>8}  {:<20}  {:<32}  {}",

@@ -146,7 +146,13 @@ async fn wrong_column_type() {
         Fmt::Parquet,
         corrupt,
         ExitCode::DataContract,
-        &["part-00001.parquet, column `amount`", "wrong column type Utf8"],
+        &[
+            "column `amount` cannot be unified",
+            "Decimal128(12, 2) in",
+            "part-00000.parquet",
+            "Utf8 in",
+            "part-00001.parquet",
+        ],
     )
     .await;
 }
@@ -209,8 +215,13 @@ async fn unparseable_date_in_csv() {
         b.extend_from_slice(b"c,1,2026-11-3x,cus,USD,1.00,placed\n");
         write(l, &format!("event_date={BAD}/part-00001.csv"), &b);
     };
-    case(Fmt::Csv, corrupt, ExitCode::DataContract, &["part-00001.csv, row 2, column `event_date`", "2026-11-3x"])
-        .await;
+    case(
+        Fmt::Csv,
+        corrupt,
+        ExitCode::DataContract,
+        &["part-00001.csv, row 2 (line 4), column `event_date`", "2026-11-3x"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -236,15 +247,26 @@ async fn malformed_ndjson_line() {
 #[tokio::test(flavor = "multi_thread")]
 async fn schema_drift_in_one_object() {
     let corrupt = |l: &Lake| {
-        let rows: Vec<Order> =
-            (0..20).map(|i| order(&format!("o{i}"), 1, BAD, "USD", 10i128.pow(37), "placed")).collect();
+        // Two objects of the date whose decimals no decimal(38) holds both of.
+        let rows: Vec<Order> = (0..3).map(|i| order(&format!("o{i}"), 1, BAD, "USD", 100, "placed")).collect();
         let b = recast(&batch(&rows), 5, arrow::datatypes::DataType::Decimal128(38, 2));
-        // The whole date is wider: replace its only object.
-        write(l, &format!("event_date={BAD}/part-00000.parquet"), &parquet_bytes(&b));
+        write(l, &format!("event_date={BAD}/part-00001.parquet"), &parquet_bytes(&b));
+        let b = recast(&batch(&rows), 5, arrow::datatypes::DataType::Decimal128(38, 3));
+        write(l, &format!("event_date={BAD}/part-00002.parquet"), &parquet_bytes(&b));
     };
-    // The first object of the run fixes the schema (decimal(12,2)): this object differs.
-    case(Fmt::Parquet, corrupt, ExitCode::DataContract, &["part-00000.parquet, column `amount`", "Decimal128(38, 2)"])
-        .await;
+    case(
+        Fmt::Parquet,
+        corrupt,
+        ExitCode::DataContract,
+        &[
+            "column `amount` cannot be unified",
+            "Decimal128(38, 2) in",
+            "part-00000.parquet",
+            "Decimal128(38, 3) in",
+            "part-00002.parquet",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

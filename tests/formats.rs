@@ -68,7 +68,10 @@ async fn malformed_csv_names_the_object() {
     .await;
     assert_eq!(s.exit_code, lakeswap::ExitCode::DataContract);
     let e = s.partitions[0].error.clone().unwrap();
-    assert!(e.contains("events.csv, row 1, column `source_version`"), "{e}");
+    assert!(
+        e.contains("events.csv, row 1 (line 3), column `source_version`") && e.contains("`x` is not an integer"),
+        "{e}"
+    );
 }
 
 /// A flat object is read once for the whole range, but a row group whose date statistics rule
@@ -98,16 +101,15 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
     }
     let decoder = Decoder {
         format: Format::Parquet,
-        schema: std::sync::Arc::new(arrow::datatypes::Schema::new(
-            schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
-        )),
         delimiter: b',',
         header: true,
         date_source: DateSource::Column("event_date".into()),
         tz: chrono_tz::UTC,
+        declared: Default::default(),
+        required: vec!["event_date".into()],
     };
     let bytes = bytes::Bytes::from(buf);
-    let pieces = decoder.decode("events.parquet", bytes.clone(), &[d("2026-11-01")], None).unwrap();
+    let pieces = decoder.decode("events.parquet", bytes.clone(), &[d("2026-11-01")], None).unwrap().pieces;
     let decoded: usize = pieces.iter().map(|p| p.batch.num_rows()).sum();
     assert_eq!(decoded, first.num_rows(), "every row of the wanted date, from the intact row group");
     assert!(pieces.iter().all(|p| p.date == d("2026-11-01")));

@@ -5,9 +5,8 @@
 mod common;
 use common::*;
 use lakeswap::config::{Format, JobConfig};
-use lakeswap::read::{DateSource, Decoder, Table};
+use lakeswap::read::{assemble, DateSource, Decoder};
 use proptest::prelude::*;
-use std::sync::Arc;
 
 const VALID: &str = r#"[job]
 name = "t"
@@ -26,15 +25,18 @@ url = "out"
 "#;
 
 fn decoder(format: Format) -> Decoder {
+    let declared = [("amount", "decimal(12,2)"), ("source_version", "int64")]
+        .into_iter()
+        .map(|(c, t)| (c.to_string(), lakeswap::read::parse_type(t).unwrap()))
+        .collect();
     Decoder {
         format,
-        schema: Arc::new(arrow::datatypes::Schema::new(
-            schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
-        )),
         delimiter: b',',
         header: true,
         date_source: DateSource::Column("event_date".into()),
         tz: chrono_tz::UTC,
+        declared,
+        required: ["event_date", "order_id", "source_version"].map(String::from).to_vec(),
     }
 }
 
@@ -50,14 +52,14 @@ fn ndjson_sample() -> Vec<u8> {
 fn pipeline(format: Format, bytes: Vec<u8>) {
     let dec = decoder(format);
     let wanted = [d("2026-11-01")];
-    let Ok(pieces) = dec.decode("fuzz", bytes::Bytes::from(bytes), &wanted, None) else { return };
-    let Ok(table) = Table::from_pieces(dec.schema.clone(), pieces) else { return };
+    let Ok(decoded) = dec.decode("fuzz", bytes::Bytes::from(bytes), &wanted, None) else { return };
+    let Ok(table) = assemble(decoded.pieces, &|_| None, chrono_tz::UTC) else { return };
     let cfg = JobConfig::parse(VALID, "fuzz").unwrap();
-    let names: Vec<String> = dec.schema.fields().iter().map(|f| f.name().clone()).collect();
-    let id = lakeswap::prepare::Identity::from_config(&cfg, &names);
+    let id = lakeswap::prepare::Identity::from_config(&cfg, &[]);
+    let schema = table.schema().clone();
     let Ok(prepared) = lakeswap::prepare::prepare(table, &id) else { return };
     let agg = cfg.aggregate.as_ref().unwrap();
-    let out = lakeswap::aggregate::output_schema(agg, &dec.schema).unwrap();
+    let Ok(out) = lakeswap::aggregate::output_schema(agg, &schema) else { return };
     let _ = lakeswap::aggregate::aggregate(&prepared, agg, &out, 1);
 }
 
@@ -119,7 +121,7 @@ proptest! {
 fn the_samples_decode() {
     // The mutation bases are valid, so the properties start from real rows.
     for (f, b) in [(Format::Csv, csv_sample()), (Format::Ndjson, ndjson_sample())] {
-        let pieces = decoder(f).decode("sample", bytes::Bytes::from(b), &[d("2026-11-01")], None).unwrap();
+        let pieces = decoder(f).decode("sample", bytes::Bytes::from(b), &[d("2026-11-01")], None).unwrap().pieces;
         assert!(pieces.iter().map(|p| p.batch.num_rows()).sum::<usize>() > 5);
     }
 }

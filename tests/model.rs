@@ -150,7 +150,7 @@ fn threads_do_not_change_the_result() {
     let table = |rows: &[Order]| {
         let b = batch(rows);
         let object_rows: std::sync::Arc<[u64]> = (0..b.num_rows() as u64).collect();
-        let piece = Piece { date: d("2026-11-01"), batch: b, object: "in.parquet".into(), object_rows };
+        let piece = Piece { date: d("2026-11-01"), batch: b, object: "in.parquet".into(), object_rows, lines: None };
         Table::from_pieces(schema(), vec![piece]).unwrap()
     };
     let names: Vec<String> = schema().fields().iter().map(|f| f.name().clone()).collect();

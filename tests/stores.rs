@@ -72,7 +72,7 @@ async fn crashed_leftovers_are_cleaned(kind: Kind) {
     let s = run::run(&b.job(), &opts("2026-11-01", "2026-11-01")).await.unwrap();
     assert_eq!(actions(&s), [Action::Created], "{}", lakeswap::report::table(&s));
     let left: Vec<String> = b.objects("out").await.into_keys().filter(|k| !k.starts_with("_lakeswap/runs/")).collect();
-    assert_eq!(left, ["event_date=2026-11-01/part-00000.parquet"]);
+    assert_eq!(left, ["_lakeswap/table-schema", "event_date=2026-11-01/part-00000.parquet"]);
 }
 
 async fn racing_runs_never_interleave(kind: Kind) {

@@ -1,21 +1,33 @@
 //! Decoding one input object: Parquet (row groups skipped by their date statistics), CSV and
-//! NDJSON, into pieces per partition date, each row keeping its object and row number.
+//! NDJSON (plain, `.gz` or `.zst`), into pieces per partition date. Every column is taken by
+//! its name in that object — the object's own footer, header or field names — never by
+//! position, and every row keeps its object, row and (in text) line.
+//!
+//! Columns declared in `[input.schema]` are converted to their type exactly, in every format;
+//! text columns that are not declared get the type all their values share (`text::infer`).
+//! The partition column becomes a `date32`, and a `from_timestamp` column a timestamp. A value
+//! that does not convert fails the date its row belongs to (in a flat layout, other dates of
+//! the object still read); a column the config uses that is missing from an object fails every
+//! date the object serves.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, Int32Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, Int32Array, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{DataType, Date32Type, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use chrono::{NaiveDate, TimeZone};
 use chrono_tz::Tz;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics;
 
+use super::text::{self, Declared};
+use super::unify;
 use super::Piece;
-use crate::config::{Format, JobConfig};
+use crate::config::Format;
 use crate::dates;
 use crate::error::{InputError, Location};
 
@@ -23,211 +35,219 @@ use crate::error::{InputError, Location};
 #[derive(Debug, Clone)]
 pub struct Decoder {
     pub format: Format,
-    /// The record schema (of the first object); every object must match it.
-    pub schema: SchemaRef,
     pub delimiter: u8,
     pub header: bool,
     /// Where each row's partition date comes from.
     pub date_source: DateSource,
     pub tz: Tz,
+    /// Column types declared in `[input.schema]`.
+    pub declared: BTreeMap<String, Declared>,
+    /// The columns the config uses: every object must hold them.
+    pub required: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum DateSource {
-    /// A `date32` column (or a `YYYY-MM-DD` text column).
+    /// A date column (`date32`, `date64`, or `YYYY-MM-DD` text).
     Column(String),
-    /// A timestamp column, converted to a date in the job's time zone.
+    /// A timestamp column: an instant's date in the job's time zone, or a wall-clock time's
+    /// own date.
     Timestamp(String),
     /// Not in the file: the `col=date/` folder of a Hive layout gives it.
     Path,
 }
 
-/// An object and column, no row.
-fn column_at(object: &str, column: &str) -> Location {
-    Location { object: object.into(), row: None, column: Some(column.into()) }
+/// What one object holds for the wanted dates: its rows by date, and the dates whose rows in
+/// it are bad (the first bad value of each).
+#[derive(Debug, Default)]
+pub struct Decoded {
+    pub pieces: Vec<Piece>,
+    pub bad: BTreeMap<NaiveDate, InputError>,
 }
 
-/// Parses `YYYY-MM-DD` text strictly (nulls stay null): `2026-11-3x` is an error naming the
-/// object, row and column, never the 3rd.
-fn parse_dates(
-    object: &str,
-    column: &str,
-    text: &arrow::array::StringArray,
+/// Rows of an object in its own (normalized) schema, with their row and line numbers, and the
+/// values that failed to convert: (row within the batch, column, reason).
+struct Rows {
+    batch: RecordBatch,
     first_row: u64,
-) -> Result<Vec<Option<i32>>, InputError> {
-    (0..text.len())
-        .map(|r| {
-            if text.is_null(r) {
-                return Ok(None);
-            }
-            let v = text.value(r);
-            NaiveDate::parse_from_str(v, "%Y-%m-%d").map(|d| Some(dates::to_days(d))).map_err(|_| {
-                InputError::bad(
-                    Location { object: object.into(), row: Some(first_row + r as u64), column: Some(column.into()) },
-                    format!("`{v}` is not a date (YYYY-MM-DD)"),
-                )
-            })
-        })
-        .collect()
+    lines: Option<Arc<[u64]>>,
+    bad: Vec<(usize, String, String)>,
 }
 
-/// Parses a type name of `[input.schema]`.
-pub fn parse_type(name: &str) -> Result<DataType, String> {
-    let n = name.trim().to_ascii_lowercase();
-    let t = match n.as_str() {
-        "utf8" | "string" | "text" => DataType::Utf8,
-        "int64" | "bigint" | "long" => DataType::Int64,
-        "int32" | "int" | "integer" => DataType::Int32,
-        "float64" | "double" => DataType::Float64,
-        "float32" | "float" => DataType::Float32,
-        "bool" | "boolean" => DataType::Boolean,
-        "date" | "date32" => DataType::Date32,
-        "timestamp" | "timestamp[us]" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-        "timestamp[ms]" => DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
-        "timestamp[s]" => DataType::Timestamp(TimeUnit::Second, Some("UTC".into())),
-        "timestamp[ns]" => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
-        _ => {
-            if let Some(args) = n.strip_prefix("decimal(").and_then(|r| r.strip_suffix(')')) {
-                let (p, s) = args.split_once(',').ok_or("decimal needs (precision, scale)")?;
-                let p: u8 = p.trim().parse().map_err(|_| "bad decimal precision")?;
-                let s: i8 = s.trim().parse().map_err(|_| "bad decimal scale")?;
-                if p == 0 || p > 38 || s < 0 || s as u8 > p {
-                    return Err(format!("decimal({p},{s}) is out of range: precision 1..38, 0 <= scale <= precision"));
-                }
-                DataType::Decimal128(p, s)
-            } else {
-                return Err(format!(
-                    "unknown type `{name}`; use utf8, int64, int32, float64, bool, date, timestamp, or decimal(p,s)"
-                ));
-            }
-        }
-    };
-    Ok(t)
-}
-
-/// Makes every field nullable: the record schema describes what may arrive, not a promise.
-fn relaxed(schema: &Schema) -> SchemaRef {
-    Arc::new(Schema::new(
-        schema.fields().iter().map(|f| Field::new(f.name(), f.data_type().clone(), true)).collect::<Vec<_>>(),
-    ))
-}
-
-/// Reads the record schema from the first object (Parquet footer, CSV header and a sample,
-/// NDJSON sample), applying declared `[input.schema]` types.
-pub fn infer_schema(cfg: &JobConfig, object: &str, bytes: &Bytes) -> Result<SchemaRef, InputError> {
-    let at = || Location::object(object);
-    let mut schema = match cfg.input.format {
-        Format::Parquet => {
-            let meta = ArrowReaderMetadata::load(bytes, ArrowReaderOptions::new())
-                .map_err(|e| InputError::bad(at(), format!("not a readable Parquet file: {e}")))?;
-            meta.schema().as_ref().clone()
-        }
-        Format::Csv => {
-            let fmt = arrow::csv::reader::Format::default()
-                .with_header(cfg.input.header)
-                .with_delimiter(cfg.input.delimiter.as_bytes()[0]);
-            fmt.infer_schema(Cursor::new(bytes), Some(1000))
-                .map_err(|e| InputError::bad(at(), format!("cannot read the CSV header: {e}")))?
-                .0
-        }
-        Format::Ndjson => {
-            arrow::json::reader::infer_json_schema(Cursor::new(bytes), Some(1000))
-                .map_err(|e| InputError::bad(at(), format!("not valid NDJSON: {e}")))?
-                .0
-        }
-    };
-    if !cfg.input.schema.is_empty() {
-        let fields: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| match cfg.input.schema.get(f.name()) {
-                Some(t) => Field::new(f.name(), parse_type(t).unwrap_or(f.data_type().clone()), true),
-                None => f.as_ref().clone(),
-            })
-            .collect();
-        schema = Schema::new(fields);
-    }
-    Ok(relaxed(&schema))
+fn at(object: &str, row: Option<u64>, line: Option<u64>, column: Option<&str>) -> Location {
+    Location { object: object.into(), row, line, column: column.map(str::to_string) }
 }
 
 impl Decoder {
-    /// Decodes one object into pieces per date, keeping only rows whose date is in `wanted`.
-    /// `path_date` is the date of the object's `col=date/` folder, when the input is Hive
-    /// partitioned.
+    /// The declared type of a column, including what the partition source implies: the
+    /// partition column is a date, a `from_timestamp` column read from text a timestamp.
+    fn declared(&self, column: &str) -> Option<Declared> {
+        if let Some(d) = self.declared.get(column) {
+            return Some(d.clone());
+        }
+        match &self.date_source {
+            DateSource::Column(c) if c == column => Some(Declared::plain(DataType::Date32)),
+            _ => None,
+        }
+    }
+
+    /// The type a text value of `column` is read as when nothing is declared for it.
+    fn implied_text(&self, column: &str) -> Option<Declared> {
+        match &self.date_source {
+            DateSource::Timestamp(c) if c == column => {
+                Some(Declared::plain(DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))))
+            }
+            _ => None,
+        }
+    }
+
+    /// The record schema one object gives (Parquet: from its footer alone), under the same
+    /// conversions as its rows.
+    pub fn schema_of(&self, object: &str, bytes: &Bytes) -> Result<SchemaRef, InputError> {
+        match self.format {
+            Format::Parquet => {
+                let meta = parquet_meta(object, bytes)?;
+                let fields = meta.schema().fields().iter().map(|f| {
+                    let t = match self.declared(f.name()) {
+                        Some(d) => d.ty,
+                        None => match (self.implied_text(f.name()), f.data_type()) {
+                            (Some(d), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => d.ty,
+                            (_, t) => unify::base(t).clone(),
+                        },
+                    };
+                    Field::new(f.name(), t, true)
+                });
+                Ok(Arc::new(Schema::new(fields.collect::<Vec<_>>())))
+            }
+            Format::Csv | Format::Ndjson => {
+                let rows = self.rows(object, bytes.clone(), &[], None)?;
+                match rows.first() {
+                    Some(r) => Ok(r.batch.schema()),
+                    None => Ok(Arc::new(Schema::empty())),
+                }
+            }
+        }
+    }
+
+    /// Decodes one object into pieces per date, keeping only rows whose date is in `wanted`
+    /// (all dates when `wanted` is empty). `path_date` is the date of the object's `col=date/`
+    /// folder, when the input is Hive partitioned. An error fails every date the object serves.
     pub fn decode(
         &self,
         object: &str,
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-    ) -> Result<Vec<Piece>, InputError> {
-        let batches = match self.format {
-            Format::Parquet => self.decode_parquet(object, bytes, wanted, path_date)?,
-            Format::Csv => self.decode_csv(object, bytes)?,
-            Format::Ndjson => self.decode_ndjson(object, bytes)?,
-        };
+    ) -> Result<Decoded, InputError> {
         let object: Arc<str> = Arc::from(object);
-        let mut out = Vec::new();
-        for (batch, first_row) in batches {
-            out.extend(self.split_by_date(&object, batch, first_row, wanted, path_date)?);
+        let mut out = Decoded::default();
+        for r in self.rows(&object, bytes, wanted, path_date)? {
+            self.split_by_date(&object, r, wanted, path_date, &mut out)?;
         }
         Ok(out)
     }
 
-    fn check_schema(&self, object: &str, got: &Schema) -> Result<(), InputError> {
-        for f in self.schema.fields() {
-            match got.field_with_name(f.name()) {
-                Err(_) => {
-                    return Err(InputError::bad(
-                        Location { object: object.into(), row: None, column: Some(f.name().clone()) },
-                        "missing column (the first input object has it); every input object needs the same columns",
-                    ))
-                }
-                Ok(g) if g.data_type() != f.data_type() => {
-                    return Err(InputError::bad(
-                        Location { object: object.into(), row: None, column: Some(f.name().clone()) },
-                        format!(
-                            "wrong column type {} (the first input object has {}); fix the writer or declare the type",
-                            g.data_type(),
-                            f.data_type()
-                        ),
-                    ))
-                }
-                Ok(_) => {}
-            }
-        }
-        for g in got.fields() {
-            if self.schema.field_with_name(g.name()).is_err() {
-                return Err(InputError::bad(
-                    Location { object: object.into(), row: None, column: Some(g.name().clone()) },
-                    "unexpected column (the first input object does not have it); every input object needs the same columns",
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn decode_parquet(
+    fn rows(
         &self,
         object: &str,
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-    ) -> Result<Vec<(RecordBatch, u64)>, InputError> {
-        let at = || Location::object(object);
-        if bytes.is_empty() {
-            return Err(InputError::bad(at(), "the object is empty (0 bytes), not a Parquet file"));
+    ) -> Result<Vec<Rows>, InputError> {
+        let rows = match self.format {
+            Format::Parquet => self.parquet_rows(object, bytes, wanted, path_date)?,
+            Format::Csv | Format::Ndjson => {
+                let bytes =
+                    text::decompress(object, bytes).map_err(|m| InputError::bad(Location::object(object), m))?;
+                if let Some(what) = sniff(&bytes) {
+                    return Err(InputError::bad(
+                        Location::object(object),
+                        format!("not {:?} text: {what}", self.format),
+                    ));
+                }
+                match self.format {
+                    Format::Csv => self.csv_rows(object, &bytes)?,
+                    _ => self.ndjson_rows(object, &bytes)?,
+                }
+            }
+        };
+        if let Some(first) = rows.first() {
+            let schema = first.batch.schema();
+            for c in &self.required {
+                if schema.field_with_name(c).is_err() {
+                    let has: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                    return Err(InputError::bad(
+                        at(object, None, None, Some(c)),
+                        format!("missing column: the config uses it, and this object has only {}", has.join(", ")),
+                    ));
+                }
+            }
         }
-        let meta = ArrowReaderMetadata::load(&bytes, ArrowReaderOptions::new())
-            .map_err(|e| InputError::bad(at(), format!("not a readable Parquet file (truncated or corrupt?): {e}")))?;
-        self.check_schema(object, meta.schema())?;
+        Ok(rows)
+    }
+
+    /// Converts every column to its declared type (or, for text, its inferred or implied one).
+    /// `text_inferred` gives the type of undeclared text columns.
+    fn convert(
+        &self,
+        batch: RecordBatch,
+        text_inferred: &dyn Fn(&str) -> Option<DataType>,
+    ) -> (RecordBatch, Vec<(usize, String, String)>) {
+        let mut bad = Vec::new();
+        let schema = batch.schema();
+        let mut fields = Vec::with_capacity(schema.fields().len());
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for (f, c) in schema.fields().iter().zip(batch.columns()) {
+            let name = f.name();
+            let is_text =
+                matches!(unify::base(c.data_type()), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+            let want = self
+                .declared(name)
+                .or_else(|| if is_text { self.implied_text(name) } else { None })
+                .or_else(|| if is_text { text_inferred(name).map(Declared::plain) } else { None });
+            let converted: ArrayRef = match want {
+                Some(d) if d.ty == DataType::Null => arrow::array::new_null_array(&DataType::Null, c.len()),
+                Some(d) if is_text && d.ty != DataType::Utf8 => {
+                    let s = arrow::compute::cast(c, &DataType::Utf8).unwrap_or_else(|_| c.clone());
+                    let parsed = text::parse_column(s.as_string::<i32>(), &d, self.tz);
+                    bad.extend(parsed.bad.into_iter().map(|(r, m)| (r, name.clone(), m)));
+                    parsed.array
+                }
+                Some(d) => match unify::exact_cast(c, &d.ty, self.tz) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Not value by value: every row of the batch is suspect.
+                        bad.push((e.row.unwrap_or(0), name.clone(), e.message));
+                        bad.extend((0..c.len()).map(|r| (r, name.clone(), String::new())));
+                        arrow::array::new_null_array(&d.ty, c.len())
+                    }
+                },
+                None => match c.data_type() {
+                    DataType::Dictionary(_, v) => arrow::compute::cast(c, v).unwrap_or_else(|_| c.clone()),
+                    _ => c.clone(),
+                },
+            };
+            fields.push(Field::new(name, converted.data_type().clone(), true));
+            columns.push(converted);
+        }
+        let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+        let out = RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &opts).unwrap_or(batch);
+        (out, bad)
+    }
+
+    fn parquet_rows(
+        &self,
+        object: &str,
+        bytes: Bytes,
+        wanted: &[NaiveDate],
+        path_date: Option<NaiveDate>,
+    ) -> Result<Vec<Rows>, InputError> {
+        let meta = parquet_meta(object, &bytes)?;
         let md = meta.metadata().clone();
         // Row groups that may hold a wanted date, by the date column's statistics.
-        let stats_col = match (&self.date_source, path_date) {
-            (DateSource::Column(c), None) => {
-                md.file_metadata().schema_descr().columns().iter().position(|cd| cd.path().string() == *c)
-            }
-            _ => None,
+        let ranges = match path_date {
+            None => row_group_dates(&md, meta.schema(), &self.date_source, self.tz),
+            Some(_) => vec![None; md.num_row_groups()],
         };
         let (lo, hi) = match (wanted.first(), wanted.last()) {
             (Some(a), Some(b)) => (dates::to_days(*a), dates::to_days(*b)),
@@ -237,29 +257,26 @@ impl Decoder {
         let mut first_row = 0u64;
         for (i, rg) in md.row_groups().iter().enumerate() {
             let n = rg.num_rows() as u64;
-            let skip = stats_col.is_some_and(|c| match rg.column(c).statistics() {
-                Some(Statistics::Int32(s)) => match (s.min_opt(), s.max_opt()) {
-                    (Some(mn), Some(mx)) => *mx < lo || *mn > hi,
-                    _ => false,
-                },
-                _ => false,
-            });
+            let skip = ranges[i].is_some_and(|(mn, mx)| mx < lo || mn > hi);
             if !skip && n > 0 {
                 let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), meta.clone())
                     .with_row_groups(vec![i])
                     .with_batch_size(n as usize)
                     .build()
-                    .map_err(|e| InputError::bad(at(), format!("cannot decode row group {i}: {e}")))?;
+                    .map_err(|e| {
+                        InputError::bad(Location::object(object), format!("cannot decode row group {i}: {e}"))
+                    })?;
                 let mut row = first_row;
                 for b in reader {
                     let b = b.map_err(|e| {
                         InputError::bad(
-                            Location { object: object.into(), row: Some(row), column: None },
+                            at(object, Some(row), None, None),
                             format!("cannot decode row group {i} (truncated or corrupt?): {e}"),
                         )
                     })?;
                     let len = b.num_rows() as u64;
-                    out.push((self.conform(object, b)?, row));
+                    let (batch, bad) = self.convert(b, &|_| None);
+                    out.push(Rows { batch, first_row: row, lines: None, bad });
                     row += len;
                 }
             }
@@ -268,206 +285,172 @@ impl Decoder {
         Ok(out)
     }
 
-    fn decode_csv(&self, object: &str, bytes: Bytes) -> Result<Vec<(RecordBatch, u64)>, InputError> {
-        let reader = arrow::csv::ReaderBuilder::new(self.text_dates_schema())
-            .with_header(self.header)
-            .with_delimiter(self.delimiter)
-            .with_batch_size(65_536)
-            .build(Cursor::new(bytes))
-            .map_err(|e| InputError::bad(Location::object(object), format!("cannot read CSV: {e}")))?;
-        let mut out = Vec::new();
+    fn csv_rows(&self, object: &str, bytes: &[u8]) -> Result<Vec<Rows>, InputError> {
+        let t = text::read_csv(bytes, self.header, self.delimiter)
+            .map_err(|e| InputError::bad(at(object, e.row, e.line, e.column.as_deref()), e.message))?;
+        // Undeclared columns: the type every value of the object shares.
+        let inferred: BTreeMap<&str, DataType> = t
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), text::infer(&t.batches.iter().map(|b| &b[i]).collect::<Vec<_>>())))
+            .collect();
+        let schema =
+            Arc::new(Schema::new(t.names.iter().map(|n| Field::new(n, DataType::Utf8, true)).collect::<Vec<_>>()));
+        let lines: Arc<[u64]> = t.lines.into();
+        let mut out = Vec::with_capacity(t.batches.len());
         let mut row = 0u64;
-        for b in reader {
-            let b = b.map_err(|e| {
-                // arrow-csv counts "lines" from 0 with the header as line 0.
-                let msg = e.to_string();
-                let line = msg
-                    .split("at line ")
-                    .nth(1)
-                    .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-                    .and_then(|n| n.parse::<u64>().ok());
-                let row = line.map(|l| l.saturating_sub(self.header as u64));
-                let column = msg
-                    .split("for column ")
-                    .nth(1)
-                    .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .and_then(|i| self.schema.fields().get(i).map(|f| f.name().clone()));
-                InputError::bad(Location { object: object.into(), row, column }, msg)
-            })?;
-            let n = b.num_rows() as u64;
-            out.push((self.strict_dates(object, b, row)?, row));
-            row += n;
+        for cols in t.batches {
+            let n = cols.first().map_or(0, |c| c.len());
+            let columns: Vec<ArrayRef> = cols.into_iter().map(|c| Arc::new(c) as ArrayRef).collect();
+            let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
+            let batch = RecordBatch::try_new_with_options(schema.clone(), columns, &opts)
+                .map_err(|e| InputError::bad(Location::object(object), e.to_string()))?;
+            let (batch, bad) = self.convert(batch, &|c| inferred.get(c).cloned());
+            let slice: Arc<[u64]> = lines[row as usize..row as usize + n].into();
+            out.push(Rows { batch, first_row: row, lines: Some(slice), bad });
+            row += n as u64;
         }
         Ok(out)
     }
 
-    fn decode_ndjson(&self, object: &str, bytes: Bytes) -> Result<Vec<(RecordBatch, u64)>, InputError> {
-        let reader = arrow::json::ReaderBuilder::new(self.text_dates_schema())
-            .with_batch_size(65_536)
-            .build(Cursor::new(bytes))
-            .map_err(|e| InputError::bad(Location::object(object), format!("cannot read NDJSON: {e}")))?;
-        let mut out = Vec::new();
-        let mut row = 0u64;
-        for b in reader {
-            let b = b.map_err(|e| {
-                InputError::bad(
-                    Location { object: object.into(), row: None, column: None },
-                    format!("malformed NDJSON after {row} good rows: {e}"),
-                )
-            })?;
-            let n = b.num_rows() as u64;
-            out.push((self.strict_dates(object, b, row)?, row));
-            row += n;
-        }
-        Ok(out)
-    }
-
-    /// The record schema with date columns read as text: text formats' dates are parsed
-    /// strictly here (`2026-11-3x` is an error, not the 3rd).
-    fn text_dates_schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(
-            self.schema
+    fn ndjson_rows(&self, object: &str, bytes: &Bytes) -> Result<Vec<Rows>, InputError> {
+        let malformed = |fallback: String| match text::first_bad_json_line(bytes) {
+            Some((row, line, why)) => {
+                InputError::bad(at(object, Some(row), Some(line), None), format!("malformed NDJSON: {why}"))
+            }
+            None => InputError::bad(Location::object(object), format!("malformed NDJSON: {fallback}")),
+        };
+        let (inferred, _) =
+            arrow::json::reader::infer_json_schema(Cursor::new(bytes), None).map_err(|e| malformed(e.to_string()))?;
+        // Declared and implied columns are read as text and parsed exactly here.
+        let read_schema = Arc::new(Schema::new(
+            inferred
                 .fields()
                 .iter()
-                .map(|f| match f.data_type() {
-                    DataType::Date32 => Field::new(f.name(), DataType::Utf8, true),
-                    _ => f.as_ref().clone(),
+                .map(|f| {
+                    let as_text = self.declared(f.name()).is_some() || self.implied_text(f.name()).is_some();
+                    let t = if as_text { DataType::Utf8 } else { f.data_type().clone() };
+                    Field::new(f.name(), t, true)
                 })
                 .collect::<Vec<_>>(),
-        ))
-    }
-
-    /// Parses the text date columns of a batch read with [`Self::text_dates_schema`].
-    fn strict_dates(&self, object: &str, b: RecordBatch, first_row: u64) -> Result<RecordBatch, InputError> {
-        let mut cols = b.columns().to_vec();
-        for (i, f) in self.schema.fields().iter().enumerate() {
-            if f.data_type() != &DataType::Date32 {
-                continue;
-            }
-            let days = parse_dates(object, f.name(), cols[i].as_string::<i32>(), first_row)?;
-            cols[i] = Arc::new(arrow::array::Date32Array::from(days));
+        ));
+        let reader = arrow::json::ReaderBuilder::new(read_schema)
+            .with_batch_size(65_536)
+            .with_coerce_primitive(true)
+            .build(Cursor::new(bytes))
+            .map_err(|e| malformed(e.to_string()))?;
+        let lines: Arc<[u64]> = text::ndjson_lines(bytes).into();
+        let mut out = Vec::new();
+        let mut row = 0u64;
+        for b in reader {
+            let b = b.map_err(|e| malformed(e.to_string()))?;
+            let n = b.num_rows();
+            let (batch, bad) = self.convert(b, &|_| None);
+            let slice: Option<Arc<[u64]>> = lines.get(row as usize..row as usize + n).map(Into::into);
+            out.push(Rows { batch, first_row: row, lines: slice, bad });
+            row += n as u64;
         }
-        RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| {
-            InputError::bad(Location::object(object), format!("columns do not match the first object: {e}"))
-        })
+        Ok(out)
     }
 
-    /// The batch under the record schema (all fields nullable).
-    fn conform(&self, object: &str, b: RecordBatch) -> Result<RecordBatch, InputError> {
-        RecordBatch::try_new(self.schema.clone(), b.columns().to_vec()).map_err(|e| {
-            InputError::bad(Location::object(object), format!("columns do not match the first object: {e}"))
-        })
-    }
-
-    /// The partition date of every row, as days since the epoch.
-    fn row_dates(&self, object: &str, batch: &RecordBatch, first_row: u64) -> Result<Option<Int32Array>, InputError> {
-        let null_at = |col: &str, arr: &dyn Array| -> Result<(), InputError> {
-            if arr.null_count() > 0 {
-                let i = (0..arr.len()).find(|&i| arr.is_null(i)).unwrap_or(0);
-                return Err(InputError::bad(
-                    Location { object: object.into(), row: Some(first_row + i as u64), column: Some(col.into()) },
-                    "the partition date is null; every row needs one",
-                ));
-            }
-            Ok(())
+    /// The partition date of every row, as days since the epoch (`None`: the path gives it).
+    fn row_dates(&self, object: &str, r: &Rows) -> Result<Option<Int32Array>, InputError> {
+        let (c, what) = match &self.date_source {
+            DateSource::Path => return Ok(None),
+            DateSource::Column(c) => (c, "partition column"),
+            DateSource::Timestamp(c) => (c, "timestamp column"),
         };
-        match &self.date_source {
-            DateSource::Path => Ok(None),
-            DateSource::Column(c) => {
-                let arr = batch
-                    .column_by_name(c)
-                    .ok_or_else(|| InputError::bad(column_at(object, c), "missing partition column"))?;
-                null_at(c, arr.as_ref())?;
-                let days = match arr.data_type() {
-                    DataType::Date32 => arr.as_primitive::<Date32Type>().reinterpret_cast::<arrow::datatypes::Int32Type>(),
-                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-                        let s = arrow::compute::cast(arr, &DataType::Utf8)
-                            .map_err(|e| InputError::bad(column_at(object, c), e.to_string()))?;
-                        Int32Array::from(parse_dates(object, c, s.as_string::<i32>(), first_row)?)
-                    }
-                    other => {
-                        return Err(InputError::bad(
-                            column_at(object, c),
-                            format!("the partition column has type {other}; it must be a date (or set [partition] from_timestamp)"),
-                        ))
-                    }
-                };
-                Ok(Some(days))
+        let loc = |i: usize| {
+            at(object, Some(r.first_row + i as u64), r.lines.as_ref().and_then(|l| l.get(i).copied()), Some(c))
+        };
+        // A date that did not parse: the row's date is unknown, so the object fails as a whole.
+        if let Some((i, _, m)) = r.bad.iter().find(|(_, col, m)| col == c && !m.is_empty()) {
+            return Err(InputError::bad(loc(*i), m.clone()));
+        }
+        let arr = r
+            .batch
+            .column_by_name(c)
+            .ok_or_else(|| InputError::bad(at(object, None, None, Some(c)), format!("missing {what}")))?;
+        if arr.null_count() > 0 {
+            let i = (0..arr.len()).find(|&i| arr.is_null(i)).unwrap_or(0);
+            return Err(InputError::bad(loc(i), "the partition date is null; every row needs one"));
+        }
+        let days = match arr.data_type() {
+            DataType::Date32 => {
+                arr.as_primitive::<arrow::datatypes::Date32Type>().reinterpret_cast::<arrow::datatypes::Int32Type>()
             }
-            DateSource::Timestamp(c) => {
-                let arr = batch
-                    .column_by_name(c)
-                    .ok_or_else(|| InputError::bad(column_at(object, c), "missing timestamp column"))?;
-                null_at(c, arr.as_ref())?;
-                let per_sec = match arr.data_type() {
-                    DataType::Timestamp(u, _) => match u {
-                        TimeUnit::Second => 1i64,
-                        TimeUnit::Millisecond => 1_000,
-                        TimeUnit::Microsecond => 1_000_000,
-                        TimeUnit::Nanosecond => 1_000_000_000,
-                    },
-                    other => {
-                        return Err(InputError::bad(
-                            column_at(object, c),
-                            format!("from_timestamp column has type {other}; it must be a timestamp"),
-                        ))
-                    }
-                };
-                let ints = arrow::compute::cast(arr, &DataType::Int64)
-                    .map_err(|e| InputError::bad(column_at(object, c), e.to_string()))?;
+            DataType::Timestamp(unit, zone) => {
+                let per_day = 86_400 * per_second(*unit);
+                let ints =
+                    arrow::compute::cast(arr, &DataType::Int64).map_err(|e| InputError::bad(loc(0), e.to_string()))?;
                 let ints = ints.as_primitive::<arrow::datatypes::Int64Type>();
                 let mut v = Vec::with_capacity(ints.len());
                 for i in 0..ints.len() {
                     let t = ints.value(i);
-                    let secs = t.div_euclid(per_sec);
-                    let nanos = (t.rem_euclid(per_sec) * (1_000_000_000 / per_sec)) as u32;
-                    let local = self.tz.timestamp_opt(secs, nanos).single().map(|dt| dt.date_naive());
-                    let d = local.ok_or_else(|| {
-                        InputError::bad(
-                            Location {
-                                object: object.into(),
-                                row: Some(first_row + i as u64),
-                                column: Some(c.clone()),
-                            },
-                            "timestamp out of range",
-                        )
-                    })?;
-                    v.push(dates::to_days(d));
+                    let d = match zone {
+                        // Wall-clock time: its own date.
+                        None => Some(t.div_euclid(per_day) as i32),
+                        Some(_) => {
+                            let ps = per_second(*unit);
+                            let nanos = (t.rem_euclid(ps) * (1_000_000_000 / ps)) as u32;
+                            self.tz
+                                .timestamp_opt(t.div_euclid(ps), nanos)
+                                .single()
+                                .map(|dt| dates::to_days(dt.date_naive()))
+                        }
+                    };
+                    v.push(d.ok_or_else(|| InputError::bad(loc(i), "timestamp out of range"))?);
                 }
-                Ok(Some(Int32Array::from(v)))
+                Int32Array::from(v)
             }
-        }
+            other => {
+                return Err(InputError::bad(
+                    at(object, None, None, Some(c)),
+                    format!(
+                    "the {what} has type {other}; it must be a date (or a timestamp with [partition] from_timestamp)"
+                ),
+                ))
+            }
+        };
+        Ok(Some(days))
     }
 
     fn split_by_date(
         &self,
         object: &Arc<str>,
-        batch: RecordBatch,
-        first_row: u64,
+        r: Rows,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-    ) -> Result<Vec<Piece>, InputError> {
-        let n = batch.num_rows();
-        let days = self.row_dates(object, &batch, first_row)?;
+        out: &mut Decoded,
+    ) -> Result<(), InputError> {
+        let n = r.batch.num_rows();
+        let days = self.row_dates(object, &r)?;
+        let lines = |idx: &dyn Fn(usize) -> usize, len: usize| -> Option<Arc<[u64]>> {
+            r.lines.as_ref().map(|l| (0..len).map(|i| l.get(idx(i)).copied().unwrap_or(0)).collect())
+        };
+        let bad_at = |i: usize, col: &str, m: &str| {
+            InputError::bad(
+                at(object, Some(r.first_row + i as u64), r.lines.as_ref().and_then(|l| l.get(i).copied()), Some(col)),
+                m.to_string(),
+            )
+        };
         if let Some(pd) = path_date {
             // Hive layout: every row belongs to the folder's date.
             if let (Some(days), DateSource::Column(c)) = (&days, &self.date_source) {
                 let want = dates::to_days(pd);
                 if let Some(i) = days.values().iter().position(|d| *d != want) {
                     let got = dates::from_days(days.value(i)).map(|d| d.to_string()).unwrap_or_default();
-                    return Err(InputError::bad(
-                        Location {
-                            object: object.to_string(),
-                            row: Some(first_row + i as u64),
-                            column: Some(c.clone()),
-                        },
-                        format!("holds {got} but the object lies under the {c}={pd}/ folder"),
-                    ));
+                    return Err(bad_at(i, c, &format!("holds {got} but the object lies under the {c}={pd}/ folder")));
                 }
             }
-            let rows: Arc<[u64]> = (first_row..first_row + n as u64).collect();
-            return Ok(vec![Piece { date: pd, batch, object: object.clone(), object_rows: rows }]);
+            if let Some((i, col, m)) = r.bad.iter().find(|(_, _, m)| !m.is_empty()) {
+                out.bad.entry(pd).or_insert_with(|| bad_at(*i, col, m));
+            }
+            let rows: Arc<[u64]> = (r.first_row..r.first_row + n as u64).collect();
+            let lines = r.lines.clone();
+            out.pieces.push(Piece { date: pd, batch: r.batch, object: object.clone(), object_rows: rows, lines });
+            return Ok(());
         }
         let days = days.ok_or_else(|| {
             InputError::bad(
@@ -475,31 +458,151 @@ impl Decoder {
                 "no partition date: the input is not Hive partitioned and has no date column",
             )
         })?;
-        let mut by_date: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
         let (lo, hi) = match (wanted.first(), wanted.last()) {
             (Some(a), Some(b)) => (dates::to_days(*a), dates::to_days(*b)),
             _ => (i32::MIN, i32::MAX),
         };
+        let is_wanted = |d: i32| {
+            d >= lo
+                && d <= hi
+                && (wanted.is_empty() || dates::from_days(d).is_some_and(|x| wanted.binary_search(&x).is_ok()))
+        };
+        // A bad value fails the date of its row (the first one found per date).
+        for (i, col, m) in &r.bad {
+            let d = days.value(*i);
+            if is_wanted(d) {
+                if let Some(date) = dates::from_days(d) {
+                    let m = if m.is_empty() { "does not convert to the declared type" } else { m.as_str() };
+                    out.bad.entry(date).or_insert_with(|| bad_at(*i, col, m));
+                }
+            }
+        }
+        let mut by_date: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
         for (i, d) in days.values().iter().enumerate() {
-            if *d >= lo && *d <= hi {
+            if is_wanted(*d) {
                 by_date.entry(*d).or_default().push(i as u32);
             }
         }
-        let mut out = Vec::with_capacity(by_date.len());
         for (d, idx) in by_date {
             let date = dates::from_days(d).unwrap_or_default();
-            if !wanted.is_empty() && wanted.binary_search(&date).is_err() {
-                continue;
-            }
-            let rows: Arc<[u64]> = idx.iter().map(|i| first_row + *i as u64).collect();
-            let piece = if idx.len() == n {
-                batch.clone()
+            let rows: Arc<[u64]> = idx.iter().map(|i| r.first_row + *i as u64).collect();
+            let piece_lines = lines(&|i| idx[i] as usize, idx.len());
+            let batch = if idx.len() == n {
+                r.batch.clone()
             } else {
-                take_record_batch(&batch, &UInt32Array::from(idx))
+                take_record_batch(&r.batch, &UInt32Array::from(idx))
                     .map_err(|e| InputError::unreadable(Location::object(object.to_string()), e.to_string()))?
             };
-            out.push(Piece { date, batch: piece, object: object.clone(), object_rows: rows });
+            out.pieces.push(Piece { date, batch, object: object.clone(), object_rows: rows, lines: piece_lines });
         }
-        Ok(out)
+        Ok(())
+    }
+}
+
+fn per_second(u: TimeUnit) -> i64 {
+    match u {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+        TimeUnit::Nanosecond => 1_000_000_000,
+    }
+}
+
+/// The footer of a Parquet object held in memory.
+fn parquet_meta(object: &str, bytes: &Bytes) -> Result<ArrowReaderMetadata, InputError> {
+    if bytes.is_empty() {
+        return Err(InputError::bad(Location::object(object), "the object is empty (0 bytes), not a Parquet file"));
+    }
+    ArrowReaderMetadata::load(bytes, ArrowReaderOptions::new()).map_err(|e| {
+        let hint = if bytes.starts_with(b"PAR1") {
+            ""
+        } else {
+            " (it does not start like a Parquet file; check input.format)"
+        };
+        InputError::bad(
+            Location::object(object),
+            format!("not a readable Parquet file (truncated or corrupt?){hint}: {e}"),
+        )
+    })
+}
+
+/// The dates each row group may hold, by the statistics of the date source's column (as days
+/// since the epoch, inclusive); `None` where the statistics do not tell.
+pub fn row_group_dates(md: &ParquetMetaData, arrow: &Schema, source: &DateSource, tz: Tz) -> Vec<Option<(i32, i32)>> {
+    let none = vec![None; md.num_row_groups()];
+    let name = match source {
+        DateSource::Column(c) | DateSource::Timestamp(c) => c,
+        DateSource::Path => return none,
+    };
+    let Some(col) = md.file_metadata().schema_descr().columns().iter().position(|cd| cd.path().string() == *name)
+    else {
+        return none;
+    };
+    let Ok(field) = arrow.field_with_name(name) else { return none };
+    let ty = field.data_type().clone();
+    md.row_groups()
+        .iter()
+        .map(|rg| {
+            let stats = rg.column(col).statistics()?;
+            match (stats, &ty) {
+                (Statistics::Int32(s), DataType::Date32) => Some((*s.min_opt()?, *s.max_opt()?)),
+                (Statistics::Int64(s), DataType::Timestamp(unit, zone)) => {
+                    let day = |t: i64| -> Option<i32> {
+                        let ps = per_second(*unit);
+                        match zone {
+                            None => Some(t.div_euclid(86_400 * ps) as i32),
+                            Some(_) => {
+                                tz.timestamp_opt(t.div_euclid(ps), 0).single().map(|dt| dates::to_days(dt.date_naive()))
+                            }
+                        }
+                    };
+                    Some((day(*s.min_opt()?)?, day(*s.max_opt()?)?))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Reads a Parquet footer from the end of an object (a few ranged reads), without its data.
+pub async fn parquet_footer(
+    store: &dyn object_store::ObjectStore,
+    meta: &object_store::ObjectMeta,
+) -> Result<ParquetMetaData, String> {
+    use object_store::ObjectStoreExt;
+    let size = meta.size;
+    if size < 12 {
+        return Err(format!("the object is too small to be Parquet ({size} bytes)"));
+    }
+    let tail_len = size.min(64 * 1024);
+    let tail = store.get_range(&meta.location, size - tail_len..size).await.map_err(|e| e.to_string())?;
+    let end = tail.len() - 8;
+    let footer = parquet::file::metadata::FooterTail::try_from(&tail[end..]).map_err(|e| e.to_string())?;
+    let len = footer.metadata_length();
+    let raw = if len <= end {
+        tail.slice(end - len..end)
+    } else {
+        let start = (size - 8).checked_sub(len as u64).ok_or("the footer is longer than the object")?;
+        store.get_range(&meta.location, start..size - 8).await.map_err(|e| e.to_string())?
+    };
+    parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&raw).map_err(|e| e.to_string())
+}
+
+/// The arrow schema of a Parquet footer.
+pub fn footer_schema(md: &ParquetMetaData) -> Result<Schema, String> {
+    parquet::arrow::parquet_to_arrow_schema(md.file_metadata().schema_descr(), md.file_metadata().key_value_metadata())
+        .map_err(|e| e.to_string())
+}
+
+/// A short description of text that is not the expected format, for error messages.
+pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"PAR1") {
+        Some("this is a Parquet file; check input.format")
+    } else if bytes.starts_with(&[0x1f, 0x8b]) {
+        Some("this is gzip-compressed; name it *.gz")
+    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Some("this is zstd-compressed; name it *.zst")
+    } else {
+        None
     }
 }

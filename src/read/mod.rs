@@ -1,26 +1,31 @@
 //! Read: input objects decoded into one Arrow table per partition date.
 //!
 //! Formats: Parquet (row groups decoded in parallel, and skipped by their statistics when no
-//! row of a wanted date can be in them), CSV and NDJSON. Every row keeps where it came from —
-//! object and row number — so later stages can name the exact place of bad input. The first
-//! input object defines the record schema; an object whose columns differ is bad input.
-//! A row whose partition date is null, unparseable, or disagrees with the `col=date/` folder
-//! it lies in is bad input too.
+//! row of a wanted date can be in them), CSV and NDJSON, plain or gzip / zstd compressed.
+//! Every object is read by column name; the objects of one date are unified to one record
+//! schema by a written rule ([`unify`]) before prepare. Every row keeps where it came from —
+//! object, row number and, in text, line — so later stages can name the exact place of bad
+//! input. A row whose partition date is null, unparseable, or disagrees with the `col=date/`
+//! folder it lies in is bad input.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use chrono::NaiveDate;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStoreExt};
 
 use crate::error::{InputError, Location, PartitionError};
 use crate::store::StoreLocation;
 
 mod decode;
-pub use decode::{infer_schema, parse_type, DateSource, Decoder};
+pub mod list;
+pub mod text;
+pub mod unify;
+pub use decode::{footer_schema, parquet_footer, row_group_dates, DateSource, Decoded, Decoder};
+pub use text::{parse_type, Declared};
 
 /// Row ids of a [`Table`]: the chunk in the high bits, the row within it in the low
 /// `CHUNK_BITS`. Ids grow in row order; a chunk holds at most `CHUNK_ROWS` rows.
@@ -41,6 +46,7 @@ struct Span {
     first: usize,
     object: Arc<str>,
     object_rows: Arc<[u64]>,
+    lines: Option<Arc<[u64]>>,
     offset: usize,
 }
 
@@ -114,9 +120,10 @@ impl Table {
             Some(s) => Location {
                 object: s.object.to_string(),
                 row: s.object_rows.get(s.offset + id - s.first).copied(),
+                line: s.lines.as_ref().and_then(|l| l.get(s.offset + id - s.first).copied()),
                 column: column.map(str::to_string),
             },
-            None => Location { object: "?".into(), row: None, column: column.map(str::to_string) },
+            None => Location { object: "?".into(), row: None, line: None, column: column.map(str::to_string) },
         }
     }
 
@@ -170,7 +177,8 @@ impl Table {
             let mut offset = 0;
             while offset < n {
                 let len = (n - offset).min(CHUNK_ROWS);
-                let part = (p.batch.slice(offset, len), p.object.clone(), p.object_rows.clone(), offset);
+                let part =
+                    (p.batch.slice(offset, len), p.object.clone(), p.object_rows.clone(), p.lines.clone(), offset);
                 if len >= CHUNK_ROWS / 2 {
                     t.push_chunk(std::mem::take(&mut small))?;
                     t.push_chunk(vec![part])?;
@@ -200,11 +208,12 @@ impl Table {
         }
         let base = self.chunks.len() << CHUNK_BITS;
         let mut at = 0;
-        for (b, object, object_rows, offset) in &parts {
+        for (b, object, object_rows, lines, offset) in &parts {
             self.spans.push(Span {
                 first: base + at,
                 object: object.clone(),
                 object_rows: object_rows.clone(),
+                lines: lines.clone(),
                 offset: *offset,
             });
             at += b.num_rows();
@@ -224,52 +233,156 @@ impl Table {
     }
 }
 
-/// A slice of a piece on its way into a chunk: rows, object, object rows, offset in those.
-type Part = (RecordBatch, Arc<str>, Arc<[u64]>, usize);
+/// A slice of a piece on its way into a chunk: rows, object, object rows, their lines, offset
+/// in those.
+type Part = (RecordBatch, Arc<str>, Arc<[u64]>, Option<Arc<[u64]>>, usize);
 
 /// A decoded piece of one object, destined for one date.
 #[derive(Debug, Clone)]
 pub struct Piece {
     pub date: NaiveDate,
+    /// The rows, in the object's own schema (unified per date by [`assemble`]).
     pub batch: RecordBatch,
     pub object: Arc<str>,
     pub object_rows: Arc<[u64]>,
+    /// The line of each row, for text objects.
+    pub lines: Option<Arc<[u64]>>,
 }
 
-/// Fetches objects (a few at a time) and decodes them in parallel, keeping the objects' order.
+/// The rows of one date's pieces as one table: their schemas unified by the written rule
+/// ([`unify`]), every piece conformed to it by column name, exactly.
+pub fn assemble(
+    pieces: Vec<Piece>,
+    declared: &dyn Fn(&str) -> Option<DataType>,
+    tz: chrono_tz::Tz,
+) -> Result<Table, InputError> {
+    let schemas: Vec<(&str, SchemaRef)> = pieces.iter().map(|p| (p.object.as_ref(), p.batch.schema())).collect();
+    let refs: Vec<(&str, &arrow::datatypes::Schema)> = schemas.iter().map(|(o, s)| (*o, s.as_ref())).collect();
+    let schema = unify::unify(&refs, declared).map_err(|c| {
+        let objects = format!("{} and {}", c.types[0].1, c.types[1].1);
+        InputError::bad(
+            Location { object: objects, row: None, line: None, column: Some(c.column.clone()) },
+            c.to_string(),
+        )
+    })?;
+    drop(schemas);
+    let mut conformed = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        let batch = unify::conform(&p.batch, &schema, tz).map_err(|(column, e)| {
+            let i = e.row.unwrap_or(0);
+            InputError::bad(
+                Location {
+                    object: p.object.to_string(),
+                    row: e.row.and_then(|r| p.object_rows.get(r).copied()),
+                    line: p.lines.as_ref().and_then(|l| l.get(i).copied()).filter(|_| e.row.is_some()),
+                    column: Some(column),
+                },
+                e.message,
+            )
+        })?;
+        conformed.push(Piece { batch, ..p });
+    }
+    Table::from_pieces(schema, conformed)
+}
+
+/// Fetches objects (a few at a time) and decodes them in parallel; the results in the
+/// objects' order. An object that cannot be fetched or decoded is an error for every date it
+/// serves.
 pub async fn read_objects(
     input: &StoreLocation,
     decoder: &Decoder,
     objects: &[ObjectMeta],
     dates: &[NaiveDate],
     path_date: Option<NaiveDate>,
-) -> Result<Vec<Piece>, PartitionError> {
+) -> Vec<Result<Decoded, InputError>> {
     let wanted: Arc<[NaiveDate]> = Arc::from(dates);
-    let pieces: Vec<Vec<Piece>> = futures::stream::iter(objects.iter().cloned())
+    futures::stream::iter(objects.iter().cloned())
         .map(|m| {
             let decoder = decoder.clone();
             let wanted = wanted.clone();
             async move {
                 let name = input.display(&m.location);
-                let unreadable = |e: object_store::Error| {
-                    PartitionError::Input(InputError::unreadable(Location::object(name.clone()), e.to_string()))
-                };
+                let unreadable =
+                    |e: object_store::Error| InputError::unreadable(Location::object(name.clone()), e.to_string());
                 let bytes =
                     input.store.get(&m.location).await.map_err(unreadable)?.bytes().await.map_err(unreadable)?;
-                tokio::task::spawn_blocking(move || decoder.decode(&name, bytes, &wanted, path_date))
+                let task = name.clone();
+                tokio::task::spawn_blocking(move || decoder.decode(&task, bytes, &wanted, path_date))
                     .await
-                    .map_err(|e| PartitionError::Other(format!("decoding task failed: {e}")))?
-                    .map_err(PartitionError::from)
+                    .map_err(|e| InputError::unreadable(Location::object(name), format!("decoding task failed: {e}")))?
             }
         })
         .buffered(4)
-        .try_collect()
-        .await?;
-    Ok(pieces.into_iter().flatten().collect())
+        .collect()
+        .await
 }
 
-/// The pieces of a flat input, read once and split by date.
-pub type FlatInput = Result<BTreeMap<NaiveDate, Vec<Piece>>, String>;
+/// The rows of one date, read from objects that serve only it (a Hive folder): its table, or
+/// why the date fails.
+pub async fn read_date(
+    input: &StoreLocation,
+    decoder: &Decoder,
+    objects: &[ObjectMeta],
+    date: NaiveDate,
+    path_date: Option<NaiveDate>,
+) -> Result<Table, PartitionError> {
+    let mut pieces = Vec::new();
+    for r in read_objects(input, decoder, objects, &[date], path_date).await {
+        let mut d = r?;
+        if let Some(e) = d.bad.remove(&date) {
+            return Err(e.into());
+        }
+        pieces.append(&mut d.pieces);
+    }
+    Ok(assemble(pieces, &|c| decoder.declared.get(c).map(|d| d.ty.clone()), decoder.tz)?)
+}
+
+/// A flat input, read once for every wanted date: each object's rows split by date.
+#[derive(Debug, Default)]
+pub struct FlatInput {
+    pub by_date: BTreeMap<NaiveDate, Vec<Piece>>,
+    /// The first bad value of each date.
+    pub bad: BTreeMap<NaiveDate, InputError>,
+    /// Objects that could not be read at all, by location.
+    pub failed: BTreeMap<String, InputError>,
+}
+
+impl FlatInput {
+    /// The dates found.
+    pub fn dates(&self) -> Vec<NaiveDate> {
+        let mut d: Vec<NaiveDate> = self.by_date.keys().chain(self.bad.keys()).copied().collect();
+        d.sort();
+        d.dedup();
+        d
+    }
+
+    /// The objects among `all` that hold rows of `date` (or a bad value of it).
+    pub fn objects_of(&self, date: NaiveDate, all: &[ObjectMeta], input: &StoreLocation) -> Vec<ObjectMeta> {
+        let mut names: std::collections::HashSet<&str> =
+            self.by_date.get(&date).into_iter().flatten().map(|p| p.object.as_ref()).collect();
+        if let Some(e) = self.bad.get(&date) {
+            names.insert(e.location().object.as_str());
+        }
+        all.iter()
+            .filter(|m| {
+                names.contains(input.display(&m.location).as_str()) || self.failed.contains_key(m.location.as_ref())
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The table of `date`, whose rows may lie in `objects`.
+    pub fn table(&self, date: NaiveDate, objects: &[ObjectMeta], decoder: &Decoder) -> Result<Table, PartitionError> {
+        if let Some(e) = objects.iter().find_map(|m| self.failed.get(m.location.as_ref())) {
+            return Err(e.clone().into());
+        }
+        if let Some(e) = self.bad.get(&date) {
+            return Err(e.clone().into());
+        }
+        let pieces = self.by_date.get(&date).cloned().unwrap_or_default();
+        Ok(assemble(pieces, &|c| decoder.declared.get(c).map(|d| d.ty.clone()), decoder.tz)?)
+    }
+}
 
 /// Reads every object of a flat input once, splitting its rows by date.
 pub async fn read_flat(
@@ -278,12 +391,23 @@ pub async fn read_flat(
     objects: &[ObjectMeta],
     dates: &[NaiveDate],
 ) -> FlatInput {
-    let pieces = read_objects(input, decoder, objects, dates, None).await.map_err(|e| e.to_string())?;
-    let mut by_date: BTreeMap<NaiveDate, Vec<Piece>> = BTreeMap::new();
-    for p in pieces {
-        by_date.entry(p.date).or_default().push(p);
+    let mut flat = FlatInput::default();
+    for (m, r) in objects.iter().zip(read_objects(input, decoder, objects, dates, None).await) {
+        match r {
+            Err(e) => {
+                flat.failed.insert(m.location.to_string(), e);
+            }
+            Ok(d) => {
+                for (date, e) in d.bad {
+                    flat.bad.entry(date).or_insert(e);
+                }
+                for p in d.pieces {
+                    flat.by_date.entry(p.date).or_default().push(p);
+                }
+            }
+        }
     }
-    Ok(by_date)
+    flat
 }
 
 /// Pairs of chunks whose comparators an [`IdCmp`] keeps at once.
@@ -336,7 +460,13 @@ mod tests {
         let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(values.clone()))]).unwrap();
         // Object rows 100, 101, ...: distinguishable from positions in the table.
         let object_rows: Arc<[u64]> = (0..(values.end - values.start) as u64).map(|i| 100 + i).collect();
-        Piece { date: NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(), batch, object: object.into(), object_rows }
+        Piece {
+            date: NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
+            batch,
+            object: object.into(),
+            object_rows,
+            lines: None,
+        }
     }
 
     #[test]

@@ -1,0 +1,218 @@
+//! Listing the input: what is listed is what is meant (G8). No object or folder is skipped or
+//! shadowed silently.
+//!
+//! - Names starting with `_` or `.` (in any folder of the path) and `*.crc` files are markers of
+//!   other tools (`_SUCCESS`, `.part.crc`, `_temporary/`), not data.
+//! - A zero-byte object standing for a folder (an S3 "folder marker" `key/`, as the AWS
+//!   console and pyarrow create) is not data.
+//! - Hive folder values are parsed as dates, so `event_date=2026-11-1/` and
+//!   `event_date=2026-11-01/` are the same date and both are read. A folder whose value is not
+//!   a date, another folder, or an object beside the date folders is refused by name.
+//! - On a local folder, a dangling symbolic link or an entry that cannot be read is an error
+//!   naming it (the object store API would pass over it without a word).
+
+use std::collections::BTreeMap;
+
+use chrono::NaiveDate;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::ObjectMeta;
+
+use crate::error::{Error, InputError, Location, Result};
+use crate::store::StoreLocation;
+
+/// Whether a path (relative to the input) names data rather than another tool's marker.
+pub fn is_data_name(rel: &str) -> bool {
+    !rel.split('/').any(|seg| seg.starts_with('_') || seg.starts_with('.')) && !rel.ends_with(".crc")
+}
+
+fn refuse(object: String, message: String) -> Error {
+    Error::Input(InputError::bad(Location::object(object), message))
+}
+
+/// Every data object under `prefix`, sorted by location.
+pub async fn objects(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+    check_local_tree(input, prefix)?;
+    let mut v: Vec<ObjectMeta> = input
+        .store
+        .list(Some(prefix))
+        .try_collect()
+        .await
+        .map_err(|e| Error::store("cannot list", input.display(prefix), e))?;
+    v.retain(|m| is_data_name(&input.relative(&m.location)));
+    v.sort_by(|a, b| a.location.cmp(&b.location));
+    // Zero-byte folder markers: the listed folder itself, or a folder of another object.
+    let folders: std::collections::HashSet<String> = v
+        .iter()
+        .flat_map(|m| {
+            let parts: Vec<&str> = m.location.as_ref().split('/').collect();
+            (1..parts.len()).map(move |i| parts[..i].join("/"))
+        })
+        .collect();
+    v.retain(|m| m.size > 0 || (m.location != *prefix && !folders.contains(m.location.as_ref())));
+    Ok(v)
+}
+
+/// On a local folder, walks the tree under `prefix` and refuses what the object store API
+/// would silently pass over: dangling symbolic links and entries that cannot be read.
+fn check_local_tree(input: &StoreLocation, prefix: &Path) -> Result<()> {
+    let Some(root) = input.local_path(prefix) else { return Ok(()) };
+    let mut stack = vec![root];
+    while let Some(dir) = stack.pop() {
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(Error::Input(InputError::unreadable(
+                    Location::object(dir.display().to_string()),
+                    format!("cannot list the folder: {e}"),
+                )))
+            }
+        };
+        for e in rd {
+            let e = e.map_err(|e| {
+                Error::Input(InputError::unreadable(Location::object(dir.display().to_string()), e.to_string()))
+            })?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('_') || name.starts_with('.') {
+                continue;
+            }
+            let path = e.path();
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => stack.push(path),
+                Ok(_) => {}
+                Err(err) => {
+                    let what = if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                        "a dangling symbolic link (its target does not exist)".to_string()
+                    } else {
+                        format!("cannot be read: {err}")
+                    };
+                    return Err(Error::Input(InputError::unreadable(
+                        Location::object(path.display().to_string()),
+                        format!("{what}; remove it, or give it a name starting with `_` to have it ignored"),
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `<column>=<date>/` folders directly under the input, by date (several folder names can
+/// spell one date: all of them are read). Empty when the input is not Hive partitioned. In a
+/// Hive layout, anything else beside the date folders is refused by name.
+pub async fn hive_folders(input: &StoreLocation, column: &str) -> Result<BTreeMap<NaiveDate, Vec<Path>>> {
+    let res = input
+        .store
+        .list_with_delimiter(Some(&input.prefix))
+        .await
+        .map_err(|e| Error::store("cannot list", &input.url, e))?;
+    let want = format!("{column}=");
+    let mut out: BTreeMap<NaiveDate, Vec<Path>> = BTreeMap::new();
+    let mut strays: Vec<String> = Vec::new();
+    for p in &res.common_prefixes {
+        let name = p.filename().unwrap_or_default().to_string();
+        let decoded = percent_decode(&name);
+        match decoded.strip_prefix(&want) {
+            Some(v) => match NaiveDate::parse_from_str(v.trim(), "%Y-%m-%d") {
+                Ok(d) => out.entry(d).or_default().push(p.clone()),
+                Err(_) => strays.push(format!("{name}/ (`{v}` is not a date YYYY-MM-DD)")),
+            },
+            None if is_data_name(&name) => strays.push(format!("{name}/")),
+            None => {}
+        }
+    }
+    if out.is_empty() {
+        return Ok(out);
+    }
+    for m in &res.objects {
+        let name = m.location.filename().unwrap_or_default().to_string();
+        let marker = m.size == 0 && (m.location == input.prefix || res.common_prefixes.contains(&m.location));
+        if is_data_name(&name) && !marker {
+            strays.push(name);
+        }
+    }
+    if !strays.is_empty() {
+        strays.sort();
+        return Err(refuse(
+            input.url.clone(),
+            format!(
+                "the input is laid out in {column}=YYYY-MM-DD/ folders, but also holds {}; lakeswap would not know \
+                 which date they belong to. Move them into a date folder, or give them a name starting with `_` \
+                 to have them ignored",
+                strays.join(", ")
+            ),
+        ));
+    }
+    for folders in out.values_mut() {
+        folders.sort();
+    }
+    Ok(out)
+}
+
+/// `%XX` escapes decoded (object stores keep `:` and spaces of folder names escaped).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
+}
+
+/// Whether one location (a store URL or a local path) lies inside the other or is the same.
+pub fn nested(a: &str, b: &str) -> bool {
+    fn norm(u: &str) -> Vec<String> {
+        let (scheme, rest) = match u.split_once("://") {
+            Some((s, r)) => (s.to_ascii_lowercase(), r.to_string()),
+            None => {
+                let p = std::path::Path::new(u);
+                let abs = std::fs::canonicalize(p)
+                    .unwrap_or_else(|_| std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf()));
+                ("file".to_string(), abs.display().to_string())
+            }
+        };
+        let scheme = match scheme.as_str() {
+            "s3a" => "s3".to_string(),
+            "azure" | "abfs" | "abfss" | "adl" => "az".to_string(),
+            "gcs" => "gs".to_string(),
+            s => s.to_string(),
+        };
+        std::iter::once(scheme)
+            .chain(rest.split('/').filter(|s| !s.is_empty() && *s != ".").map(str::to_string))
+            .collect()
+    }
+    let (x, y) = (norm(a), norm(b));
+    let n = x.len().min(y.len());
+    x[..n] == y[..n]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting() {
+        assert!(nested("s3://b/lake", "s3://b/lake/out"));
+        assert!(nested("s3a://b/lake/", "s3://b/lake"));
+        assert!(!nested("s3://b/lake", "s3://b/lake2"));
+        assert!(!nested("s3://b/lake", "gs://b/lake"));
+        assert!(nested("/tmp/x/in", "/tmp/x/in/out"));
+        assert!(!nested("/tmp/x/in", "/tmp/x/out"));
+    }
+
+    #[test]
+    fn percent() {
+        assert_eq!(percent_decode("event_date=2026-11-01%2000%3A00"), "event_date=2026-11-01 00:00");
+        assert_eq!(percent_decode("a%2"), "a%2");
+    }
+}

@@ -1,0 +1,630 @@
+//! Text values and text objects: the types of `[input.schema]`, exact parsers for the values of
+//! CSV and NDJSON (and text columns of Parquet), and the readers that turn a CSV or NDJSON
+//! object into columns of text keyed by name, with the true line of every row.
+//!
+//! Invariant: a value is either converted exactly or reported with its row; nothing is rounded,
+//! truncated or guessed. Decimals keep every digit or fail, timestamps with an offset are that
+//! instant, timestamps without one are wall-clock time in the job's time zone.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder,
+    Int64Builder, PrimitiveBuilder, StringArray, StringBuilder,
+};
+use arrow::datatypes::{
+    DataType, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType,
+};
+use chrono::{NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeZone};
+use chrono_tz::Tz;
+
+use crate::dates;
+
+/// A column type declared in `[input.schema]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declared {
+    pub ty: DataType,
+    /// Integers are epoch values in the timestamp's unit (`timestamp(s)`, `timestamp(ms)` …).
+    pub epoch: bool,
+}
+
+impl Declared {
+    pub fn plain(ty: DataType) -> Self {
+        Declared { ty, epoch: false }
+    }
+}
+
+const TYPES: &str = "utf8, int64, int32, float64, float32, bool, date, timestamp, timestamp(s|ms|us|ns), \
+                     timestamp_ntz[(unit)], or decimal(p,s)";
+
+/// Parses a type name of `[input.schema]`.
+///
+/// `timestamp` is an instant (stored in UTC); `timestamp(UNIT)` also reads integers as epoch
+/// values in that unit; `timestamp_ntz` is wall-clock time without a zone.
+pub fn parse_type(name: &str) -> Result<Declared, String> {
+    let n: String = name.trim().to_ascii_lowercase().chars().filter(|c| !c.is_whitespace()).collect();
+    let plain = |t| Ok(Declared::plain(t));
+    match n.as_str() {
+        "utf8" | "string" | "text" | "varchar" => return plain(DataType::Utf8),
+        "int64" | "bigint" | "long" => return plain(DataType::Int64),
+        "int32" | "int" | "integer" => return plain(DataType::Int32),
+        "float64" | "double" => return plain(DataType::Float64),
+        "float32" | "float" | "real" => return plain(DataType::Float32),
+        "bool" | "boolean" => return plain(DataType::Boolean),
+        "date" | "date32" => return plain(DataType::Date32),
+        "timestamp" | "timestamptz" => return plain(DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))),
+        "timestamp_ntz" | "datetime" => return plain(DataType::Timestamp(TimeUnit::Microsecond, None)),
+        _ => {}
+    }
+    let unit = |u: &str| -> Result<TimeUnit, String> {
+        Ok(match u {
+            "s" => TimeUnit::Second,
+            "ms" => TimeUnit::Millisecond,
+            "us" => TimeUnit::Microsecond,
+            "ns" => TimeUnit::Nanosecond,
+            _ => return Err(format!("unknown timestamp unit `{u}` in `{name}`: use s, ms, us or ns")),
+        })
+    };
+    let args = |prefix: &str| {
+        n.strip_prefix(prefix).and_then(|r| {
+            r.strip_prefix('(')
+                .and_then(|r| r.strip_suffix(')'))
+                .or_else(|| r.strip_prefix('[').and_then(|r| r.strip_suffix(']')))
+        })
+    };
+    if let Some(u) = args("timestamp_ntz") {
+        return Ok(Declared { ty: DataType::Timestamp(unit(u)?, None), epoch: true });
+    }
+    if let Some(u) = args("timestamp") {
+        return Ok(Declared { ty: DataType::Timestamp(unit(u)?, Some("UTC".into())), epoch: true });
+    }
+    if let Some(a) = args("decimal") {
+        let (p, s) = a.split_once(',').ok_or("decimal needs (precision, scale), e.g. decimal(12,2)")?;
+        let p: u8 = p.parse().map_err(|_| "bad decimal precision")?;
+        let s: i8 = s.parse().map_err(|_| "bad decimal scale")?;
+        if p == 0 || p > 38 || s < 0 || s as u8 > p {
+            return Err(format!("decimal({p},{s}) is out of range: precision 1..38, 0 <= scale <= precision"));
+        }
+        return plain(DataType::Decimal128(p, s));
+    }
+    Err(format!("unknown type `{name}`; use {TYPES}"))
+}
+
+/// A column parsed from text: the values (null where a value failed) and the failed rows.
+pub struct Parsed {
+    pub array: ArrayRef,
+    /// Rows whose value is not of the type, with the reason.
+    pub bad: Vec<(usize, String)>,
+}
+
+/// Parses text values into `d`'s type, exactly. Nulls stay null.
+pub fn parse_column(values: &StringArray, d: &Declared, tz: Tz) -> Parsed {
+    let mut bad = Vec::new();
+    macro_rules! each {
+        ($builder:expr, $parse:expr) => {{
+            let mut b = $builder;
+            for i in 0..values.len() {
+                if values.is_null(i) {
+                    b.append_null();
+                    continue;
+                }
+                match $parse(values.value(i)) {
+                    Ok(v) => b.append_value(v),
+                    Err(m) => {
+                        bad.push((i, m));
+                        b.append_null();
+                    }
+                }
+            }
+            Arc::new(b.finish()) as ArrayRef
+        }};
+    }
+    let n = values.len();
+    let array: ArrayRef = match &d.ty {
+        DataType::Utf8 => Arc::new(values.clone()),
+        DataType::Int64 => each!(Int64Builder::with_capacity(n), |s: &str| parse_int(s)),
+        DataType::Int32 => each!(Int32Builder::with_capacity(n), |s: &str| parse_int(s)
+            .and_then(|v| i32::try_from(v).map_err(|_| format!("`{s}` does not fit int32")))),
+        DataType::Float64 => each!(Float64Builder::with_capacity(n), |s: &str| s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| format!("`{s}` is not a number"))),
+        DataType::Float32 => each!(Float32Builder::with_capacity(n), |s: &str| s
+            .trim()
+            .parse::<f32>()
+            .map_err(|_| format!("`{s}` is not a number"))),
+        DataType::Boolean => each!(BooleanBuilder::with_capacity(n), |s: &str| parse_bool(s)),
+        DataType::Date32 => each!(Date32Builder::with_capacity(n), |s: &str| parse_date(s).map(dates::to_days)),
+        &DataType::Decimal128(p, s) => {
+            let a = each!(Decimal128Builder::with_capacity(n), |v: &str| parse_decimal(v, p, s));
+            let a = a
+                .as_any()
+                .downcast_ref::<arrow::array::Decimal128Array>()
+                .cloned()
+                .unwrap_or_else(|| arrow::array::Decimal128Array::from(vec![None::<i128>; n]));
+            Arc::new(a.with_precision_and_scale(p, s).unwrap_or_else(|_| arrow::array::Decimal128Array::new_null(n)))
+        }
+        DataType::Timestamp(unit, zone) => {
+            let (aware, epoch) = (zone.is_some(), d.epoch);
+            let parse = |s: &str| parse_timestamp(s, *unit, aware, epoch, tz);
+            // The builders carry the declared zone (metadata only: the values are UTC instants).
+            match unit {
+                TimeUnit::Second => each!(
+                    PrimitiveBuilder::<TimestampSecondType>::with_capacity(n).with_timezone_opt(zone.clone()),
+                    parse
+                ),
+                TimeUnit::Millisecond => {
+                    each!(
+                        PrimitiveBuilder::<TimestampMillisecondType>::with_capacity(n).with_timezone_opt(zone.clone()),
+                        parse
+                    )
+                }
+                TimeUnit::Microsecond => {
+                    each!(
+                        PrimitiveBuilder::<TimestampMicrosecondType>::with_capacity(n).with_timezone_opt(zone.clone()),
+                        parse
+                    )
+                }
+                TimeUnit::Nanosecond => {
+                    each!(
+                        PrimitiveBuilder::<TimestampNanosecondType>::with_capacity(n).with_timezone_opt(zone.clone()),
+                        parse
+                    )
+                }
+            }
+        }
+        other => {
+            bad.push((0, format!("type {other} cannot be read from text")));
+            arrow::array::new_null_array(other, n)
+        }
+    };
+    Parsed { array, bad }
+}
+
+fn parse_int(s: &str) -> Result<i64, String> {
+    s.trim().parse::<i64>().map_err(|_| format!("`{s}` is not an integer"))
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!("`{s}` is not a boolean (true / false)")),
+    }
+}
+
+/// A date `YYYY-MM-DD`, strictly: `2026-11-3x` is an error, never the 3rd.
+pub fn parse_date(s: &str) -> Result<NaiveDate, String> {
+    NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d").map_err(|_| format!("`{s}` is not a date (YYYY-MM-DD)"))
+}
+
+/// An exact decimal: `[+-]digits[.digits][e[+-]digits]` with at most `scale` decimal places
+/// (trailing zeros aside) and at most `precision` digits in all.
+pub fn parse_decimal(s: &str, precision: u8, scale: i8) -> Result<i128, String> {
+    let t = s.trim();
+    let err = |why: &str| format!("`{s}` is not a decimal({precision},{scale}): {why}");
+    let (neg, body) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let (mantissa, exp) = match body.find(['e', 'E']) {
+        Some(i) => (&body[..i], body[i + 1..].parse::<i32>().map_err(|_| err("bad exponent"))?),
+        None => (body, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() && frac.is_empty() {
+        return Err(err("no digits"));
+    }
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return Err(err("not a number"));
+    }
+    let digits: String = int.chars().chain(frac.chars()).collect();
+    let digits = digits.trim_start_matches('0');
+    // value = digits * 10^(exp - frac.len()), wanted as an integer count of 10^-scale.
+    let mut shift = scale as i64 + exp as i64 - frac.len() as i64;
+    let mut digits = digits.to_string();
+    while shift < 0 {
+        match digits.pop() {
+            Some('0') => shift += 1,
+            Some(_) => return Err(err(&format!("more than {scale} decimal places"))),
+            None => {
+                shift = 0;
+            }
+        }
+    }
+    if digits.len() as i64 + shift > precision as i64 {
+        return Err(err("too many digits"));
+    }
+    let mut v: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| err("too many digits"))? };
+    for _ in 0..shift {
+        v = v.checked_mul(10).ok_or_else(|| err("too many digits"))?;
+    }
+    Ok(if neg { -v } else { v })
+}
+
+fn per_second(unit: TimeUnit) -> i64 {
+    match unit {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+        TimeUnit::Nanosecond => 1_000_000_000,
+    }
+}
+
+/// A local date-time in `tz` as an instant: a time that happens twice (clocks going back) is
+/// the earlier one; a time that does not exist (clocks going forward) is an error.
+pub fn local_to_utc(ndt: NaiveDateTime, tz: Tz) -> Result<NaiveDateTime, String> {
+    match tz.from_local_datetime(&ndt) {
+        chrono::LocalResult::Single(t) => Ok(t.naive_utc()),
+        chrono::LocalResult::Ambiguous(a, b) => Ok(a.naive_utc().min(b.naive_utc())),
+        chrono::LocalResult::None => {
+            Err(format!("{ndt} does not exist in {tz} (the clocks skip it); write the value with its offset"))
+        }
+    }
+}
+
+/// A timestamp: ISO 8601 (`2026-11-01`, `2026-11-01T02:00`, `… 02:00:00.123`, each optionally
+/// followed by `Z` or an offset `+01:00` / `+0100` / `+01`), or, when `epoch`, an integer in
+/// `unit` since 1970-01-01T00:00Z. Returned in `unit`: an instant (UTC) when `aware`, else
+/// wall-clock time in `tz`.
+pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz) -> Result<i64, String> {
+    let t = s.trim();
+    let scale = per_second(unit);
+    let magnitude = t.strip_prefix('-').unwrap_or(t);
+    if !magnitude.is_empty() && magnitude.bytes().all(|b| b.is_ascii_digit()) {
+        if !epoch {
+            return Err(format!(
+                "`{s}` is a number: declare the column `timestamp(s)` or `timestamp(ms)` (or us, ns) to read epoch values"
+            ));
+        }
+        let v: i64 = t.parse().map_err(|_| format!("`{s}` is out of range"))?;
+        if aware {
+            return Ok(v);
+        }
+        let utc = chrono::DateTime::from_timestamp(
+            v.div_euclid(scale),
+            (v.rem_euclid(scale) * (1_000_000_000 / scale)) as u32,
+        )
+        .ok_or_else(|| format!("`{s}` is out of range"))?;
+        return to_unit(utc.with_timezone(&tz).naive_local(), unit).ok_or_else(|| format!("`{s}` is out of range"));
+    }
+    let bad = || format!("`{s}` is not a timestamp (ISO 8601, e.g. 2026-11-01T02:00:00Z)");
+    let (date_part, rest) = match t.find(['T', 't', ' ']) {
+        Some(i) => (&t[..i], t[i + 1..].trim_start()),
+        None => (t, ""),
+    };
+    let date = NaiveDate::parse_from_str(date_part, "%Y-%m-%d").map_err(|_| bad())?;
+    // The offset: `Z`, or a sign after the time's first characters.
+    let (time_part, offset) = if let Some(r) = rest.strip_suffix(['Z', 'z']) {
+        (r, Some(0))
+    } else if let Some(i) = rest.get(2..).and_then(|r| r.rfind(['+', '-'])).map(|i| i + 2) {
+        (&rest[..i], Some(parse_offset(&rest[i..]).ok_or_else(bad)?))
+    } else {
+        (rest, None)
+    };
+    let time_part = time_part.trim_end();
+    let time = if time_part.is_empty() {
+        NaiveTime::MIN
+    } else {
+        NaiveTime::parse_from_str(time_part, "%H:%M:%S%.f")
+            .or_else(|_| NaiveTime::parse_from_str(time_part, "%H:%M"))
+            .map_err(|_| bad())?
+    };
+    let wall = NaiveDateTime::new(date, time);
+    let value = match (offset, aware) {
+        (Some(off), true) => wall - chrono::Duration::seconds(off as i64),
+        (Some(off), false) => {
+            let utc = wall - chrono::Duration::seconds(off as i64);
+            tz.from_utc_datetime(&utc).naive_local()
+        }
+        (None, true) => local_to_utc(wall, tz).map_err(|m| format!("`{s}`: {m}"))?,
+        (None, false) => wall,
+    };
+    let nanos = value.and_utc().timestamp_subsec_nanos() as i64;
+    if nanos % (1_000_000_000 / scale) != 0 {
+        return Err(format!("`{s}` is finer than the column's unit ({unit:?}); declare a finer unit"));
+    }
+    to_unit(value, unit).ok_or_else(|| format!("`{s}` is out of range"))
+}
+
+fn to_unit(t: NaiveDateTime, unit: TimeUnit) -> Option<i64> {
+    let u = t.and_utc();
+    match unit {
+        TimeUnit::Second => Some(u.timestamp()),
+        TimeUnit::Millisecond => Some(u.timestamp_millis()),
+        TimeUnit::Microsecond => Some(u.timestamp_micros()),
+        TimeUnit::Nanosecond => u.timestamp_nanos_opt(),
+    }
+}
+
+/// `+01:00`, `-0530`, `+01` as seconds east of UTC.
+fn parse_offset(s: &str) -> Option<i32> {
+    let (sign, body) = match s.as_bytes().first()? {
+        b'+' => (1, &s[1..]),
+        b'-' => (-1, &s[1..]),
+        _ => return None,
+    };
+    let digits: String = body.chars().filter(|c| *c != ':').collect();
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (h, m) = match digits.len() {
+        2 => (digits.parse::<i32>().ok()?, 0),
+        4 => (digits[..2].parse::<i32>().ok()?, digits[2..].parse::<i32>().ok()?),
+        _ => return None,
+    };
+    if h > 23 || m > 59 {
+        return None;
+    }
+    Some(sign * (h * 3600 + m * 60))
+}
+
+/// The seconds east of UTC of `tz` at instant `utc` (for messages and tests).
+pub fn offset_at(tz: Tz, utc: NaiveDateTime) -> i32 {
+    tz.offset_from_utc_datetime(&utc).fix().local_minus_utc()
+}
+
+/// The type of a text column whose type is not declared, from every one of its values: int64
+/// when each is a plain integer (no leading zeros, which identifiers keep), float64 when each
+/// is a number, bool when each is true / false, else utf8; a column of nulls only is `Null`.
+pub fn infer(columns: &[&StringArray]) -> DataType {
+    let mut all_int = true;
+    let mut all_num = true;
+    let mut all_bool = true;
+    let mut any = false;
+    for c in columns {
+        for i in 0..c.len() {
+            if c.is_null(i) {
+                continue;
+            }
+            any = true;
+            let v = c.value(i);
+            if all_int {
+                let digits = v.strip_prefix('-').unwrap_or(v);
+                all_int = !digits.is_empty()
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && (digits == "0" || !digits.starts_with('0'))
+                    && v.parse::<i64>().is_ok();
+            }
+            if all_num && !all_int {
+                let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
+                let int_part = unsigned.split(['.', 'e', 'E']).next().unwrap_or("");
+                all_num = v.parse::<f64>().is_ok_and(f64::is_finite)
+                    && v.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
+                    && !(int_part.len() > 1 && int_part.starts_with('0'));
+            }
+            if all_bool {
+                all_bool = v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false");
+            }
+            if !all_int && !all_num && !all_bool {
+                return DataType::Utf8;
+            }
+        }
+    }
+    match (any, all_int, all_num, all_bool) {
+        (false, ..) => DataType::Null,
+        (_, true, ..) => DataType::Int64,
+        (_, _, true, _) => DataType::Float64,
+        (_, _, _, true) => DataType::Boolean,
+        _ => DataType::Utf8,
+    }
+}
+
+/// Rows of a text object as text columns, in batches: the column names (the object's own
+/// header, or `column_1` … without one), and the line each row starts on (1-based).
+pub struct TextRows {
+    pub names: Vec<String>,
+    pub batches: Vec<Vec<StringArray>>,
+    pub lines: Vec<u64>,
+}
+
+/// A problem in a text object: the row (0-based, data rows) and line (1-based) when known.
+pub struct TextError {
+    pub row: Option<u64>,
+    pub line: Option<u64>,
+    pub column: Option<String>,
+    pub message: String,
+}
+
+/// Rows per batch of text columns.
+const TEXT_BATCH: usize = 65_536;
+
+/// Reads a CSV object into text columns, by its own header.
+pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, TextError> {
+    let mut rdr = csv::ReaderBuilder::new().has_headers(false).delimiter(delimiter).flexible(true).from_reader(bytes);
+    let mut rec = csv::ByteRecord::new();
+    let err_at = |row: Option<u64>, line: Option<u64>, message: String| TextError { row, line, column: None, message };
+    let csv_err = |e: csv::Error, row: u64| {
+        let line = e.position().map(|p| p.line());
+        let message = match e.kind() {
+            csv::ErrorKind::Io(io) => format!("cannot read CSV: {io}"),
+            _ => format!("malformed CSV: {e}"),
+        };
+        err_at(Some(row), line, message)
+    };
+    let names: Vec<String> = if header {
+        if !rdr.read_byte_record(&mut rec).map_err(|e| csv_err(e, 0))? {
+            return Ok(TextRows { names: Vec::new(), batches: Vec::new(), lines: Vec::new() });
+        }
+        let mut names = Vec::with_capacity(rec.len());
+        for (i, f) in rec.iter().enumerate() {
+            let n = std::str::from_utf8(f)
+                .map_err(|_| err_at(None, Some(1), format!("header field {} is not valid UTF-8", i + 1)))?;
+            let n = n.trim_start_matches('\u{feff}').to_string();
+            if names.contains(&n) {
+                return Err(err_at(None, Some(1), format!("the header names column `{n}` twice")));
+            }
+            names.push(n);
+        }
+        names
+    } else {
+        Vec::new()
+    };
+    let mut names = names;
+    let mut width = names.len();
+    let mut builders: Vec<StringBuilder> = Vec::new();
+    let mut batches = Vec::new();
+    let mut lines = Vec::new();
+    let mut row = 0u64;
+    while rdr.read_byte_record(&mut rec).map_err(|e| csv_err(e, row))? {
+        let line = rec.position().map_or(0, |p| p.line());
+        if !header && row == 0 && names.is_empty() {
+            width = rec.len();
+            names = (1..=width).map(|i| format!("column_{i}")).collect();
+        }
+        if rec.len() == 1 && rec.get(0).is_some_and(<[u8]>::is_empty) && width != 1 {
+            continue; // a blank line
+        }
+        if rec.len() != width {
+            return Err(err_at(Some(row), Some(line), format!("{} field(s), but the header has {width}", rec.len())));
+        }
+        if builders.is_empty() {
+            builders = (0..width).map(|_| StringBuilder::with_capacity(TEXT_BATCH, TEXT_BATCH * 8)).collect();
+        }
+        for (i, (f, b)) in rec.iter().zip(builders.iter_mut()).enumerate() {
+            if f.is_empty() {
+                b.append_null();
+            } else {
+                let v = std::str::from_utf8(f).map_err(|_| TextError {
+                    row: Some(row),
+                    line: Some(line),
+                    column: Some(names[i].clone()),
+                    message: "the value is not valid UTF-8 text".into(),
+                })?;
+                b.append_value(v);
+            }
+        }
+        lines.push(line);
+        row += 1;
+        if (row as usize).is_multiple_of(TEXT_BATCH) {
+            batches.push(builders.iter_mut().map(|b| b.finish()).collect());
+        }
+    }
+    if !(row as usize).is_multiple_of(TEXT_BATCH) {
+        batches.push(builders.iter_mut().map(|b| b.finish()).collect());
+    }
+    Ok(TextRows { names, batches, lines })
+}
+
+/// The line (1-based) of every non-blank line of NDJSON text: row `i` is on `lines[i]`.
+pub fn ndjson_lines(bytes: &[u8]) -> Vec<u64> {
+    let mut lines = Vec::new();
+    for (i, l) in bytes.split(|&b| b == b'\n').enumerate() {
+        if l.iter().any(|b| !b.is_ascii_whitespace()) {
+            lines.push(i as u64 + 1);
+        }
+    }
+    lines
+}
+
+/// The first line of NDJSON text that is not one JSON value, with the parser's reason.
+pub fn first_bad_json_line(bytes: &[u8]) -> Option<(u64, u64, String)> {
+    let mut row = 0u64;
+    for (i, l) in bytes.split(|&b| b == b'\n').enumerate() {
+        if l.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        if let Err(e) = serde_json::from_slice::<serde_json::Value>(l) {
+            return Some((row, i as u64 + 1, e.to_string()));
+        }
+        row += 1;
+    }
+    None
+}
+
+/// Decompresses a text object named `*.gz` or `*.zst`; other objects are returned as they are.
+pub fn decompress(name: &str, bytes: bytes::Bytes) -> Result<bytes::Bytes, String> {
+    use std::io::Read;
+    let lower = name.to_ascii_lowercase();
+    if lower.ends_with(".gz") || lower.ends_with(".gzip") {
+        let mut out = Vec::with_capacity(bytes.len() * 4);
+        flate2::read::MultiGzDecoder::new(&bytes[..])
+            .read_to_end(&mut out)
+            .map_err(|e| format!("cannot decompress the gzip object: {e}"))?;
+        Ok(out.into())
+    } else if lower.ends_with(".zst") || lower.ends_with(".zstd") {
+        zstd::stream::decode_all(&bytes[..])
+            .map(Into::into)
+            .map_err(|e| format!("cannot decompress the zstd object: {e}"))
+    } else {
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_exact_or_refused() {
+        assert_eq!(parse_decimal("0.7", 12, 2), Ok(70));
+        assert_eq!(parse_decimal("0.70", 12, 2), Ok(70));
+        assert_eq!(parse_decimal("-1.500", 12, 2), Ok(-150));
+        assert_eq!(parse_decimal("12", 12, 2), Ok(1200));
+        assert_eq!(parse_decimal("1.5e2", 12, 2), Ok(15000));
+        assert_eq!(parse_decimal(".5", 12, 2), Ok(50));
+        assert!(parse_decimal("1.005", 12, 2).unwrap_err().contains("more than 2 decimal places"));
+        assert!(parse_decimal("12345678901", 12, 2).unwrap_err().contains("too many digits"));
+        assert!(parse_decimal("1,5", 12, 2).is_err());
+        assert!(parse_decimal("", 12, 2).is_err());
+    }
+
+    #[test]
+    fn timestamps_with_and_without_offsets() {
+        let ny: Tz = "America/New_York".parse().unwrap();
+        let us = TimeUnit::Microsecond;
+        let utc = |s: &str| parse_timestamp(s, us, true, false, ny).unwrap();
+        let at = |s: &str| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S").unwrap().and_utc().timestamp_micros();
+        assert_eq!(utc("2026-11-01T06:00:00Z"), at("2026-11-01 06:00:00"));
+        assert_eq!(utc("2026-11-01T01:00:00-05:00"), at("2026-11-01 06:00:00"));
+        assert_eq!(utc("2026-11-01 01:00:00-0500"), at("2026-11-01 06:00:00"));
+        // Without an offset: wall-clock time in the job's zone (EDT before the change).
+        assert_eq!(utc("2026-10-31T22:00"), at("2026-11-01 02:00:00"));
+        // 01:30 happens twice on 2026-11-01 in New York: the earlier instant.
+        assert_eq!(utc("2026-11-01 01:30:00"), at("2026-11-01 05:30:00"));
+        // 02:30 does not exist on 2026-03-08.
+        assert!(parse_timestamp("2026-03-08 02:30", us, true, false, ny).unwrap_err().contains("does not exist"));
+        assert!(parse_timestamp("1700000000", us, true, false, ny).unwrap_err().contains("timestamp(s)"));
+        assert_eq!(parse_timestamp("1700000000", TimeUnit::Second, true, true, ny), Ok(1_700_000_000));
+        assert!(parse_timestamp("2026-11-01T01:00:00.5Z", TimeUnit::Second, true, false, ny).is_err());
+        assert!(parse_timestamp("yesterday", us, true, false, ny).is_err());
+        // Wall-clock columns keep the wall clock; an offset is converted to the job's zone.
+        let ntz = |s: &str| parse_timestamp(s, us, false, false, ny).unwrap();
+        assert_eq!(ntz("2026-11-01 02:00"), at("2026-11-01 02:00:00"));
+        assert_eq!(ntz("2026-11-01T07:00:00Z"), at("2026-11-01 02:00:00"));
+    }
+
+    #[test]
+    fn types_of_the_config() {
+        assert_eq!(
+            parse_type("timestamp(ms)").unwrap(),
+            Declared { ty: DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), epoch: true }
+        );
+        assert_eq!(parse_type("Decimal(12, 2)").unwrap().ty, DataType::Decimal128(12, 2));
+        assert!(parse_type("timestamp(h)").is_err());
+        assert!(parse_type("money").unwrap_err().contains("decimal(p,s)"));
+    }
+
+    #[test]
+    fn inference_keeps_identifiers_text() {
+        let a = |v: &[&str]| StringArray::from(v.to_vec());
+        assert_eq!(infer(&[&a(&["1", "-2", "30"])]), DataType::Int64);
+        assert_eq!(infer(&[&a(&["007", "8"])]), DataType::Utf8, "leading zeros are kept");
+        assert_eq!(infer(&[&a(&["1", "2.5"])]), DataType::Float64);
+        assert_eq!(infer(&[&a(&["true", "False"])]), DataType::Boolean);
+        assert_eq!(infer(&[&a(&["2026-11-01"])]), DataType::Utf8);
+        assert_eq!(infer(&[&StringArray::from(vec![None::<&str>])]), DataType::Null);
+    }
+
+    #[test]
+    fn csv_by_header_with_true_lines() {
+        let t = read_csv(b"b,a\n1,\"x\ny\"\n2,z\n", true, b',').ok().unwrap();
+        assert_eq!(t.names, ["b", "a"]);
+        assert_eq!(t.lines, [2, 4], "a quoted newline moves the next row's line");
+        let e = read_csv(b"a,b\n1,2\n3\n", true, b',').err().unwrap();
+        assert_eq!((e.row, e.line), (Some(1), Some(3)));
+        assert!(read_csv(b"a,a\n1,2\n", true, b',').err().unwrap().message.contains("twice"));
+    }
+}

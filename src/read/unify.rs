@@ -1,0 +1,413 @@
+//! Schema drift, by a written rule: the objects of one partition date are unified to one record
+//! schema before prepare, and each object's rows are conformed to it by column name — never by
+//! position.
+//!
+//! The rule (also in README.md, "Schema drift"):
+//! - integers widen: int8 < int16 < int32 < int64; an unsigned type joins a signed one as the
+//!   signed type that holds both (uint64 and a signed type do not unify);
+//! - float32 and float64 give float64; integers and floats do not mix;
+//! - decimals widen to hold both: the larger scale, the larger count of integer digits
+//!   (precision at most 38); an integer joins a decimal as the digits it needs;
+//! - text (utf8, large utf8, utf8 view, dictionary) unifies to utf8 (large utf8 when one is);
+//!   binary alike;
+//! - timestamps take the finest unit; one zone stays, different zones become UTC, and a
+//!   timestamp without a zone (wall-clock time in the job's `timezone`) joins a zoned one as UTC;
+//! - date32 and date64 give date32;
+//! - a column missing from an object is null there (a column the config uses must be in every
+//!   object: that is checked when the object is read);
+//! - a declared type (`[input.schema]`) is the column's type, whatever the objects hold;
+//! - anything else — a string where a number was — cannot be unified: the date fails, and the
+//!   error names the column, both types and an object of each.
+//!
+//! Conforming is exact: a value that does not survive the conversion unchanged (an integer
+//! that does not fit, a decimal that would lose a digit, a timestamp finer than the unit) is an
+//! error naming its row.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
+use chrono::TimeZone;
+use chrono_tz::Tz;
+
+/// Two types that cannot be unified, with an object holding each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clash {
+    pub column: String,
+    pub types: [(DataType, String); 2],
+}
+
+impl std::fmt::Display for Clash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [(a, oa), (b, ob)] = &self.types;
+        write!(
+            f,
+            "column `{}` cannot be unified: {a} in {oa}, {b} in {ob}. Fix the writer, or declare the column's \
+             type in [input.schema] if every value fits it",
+            self.column
+        )
+    }
+}
+
+/// The type a dictionary stands for; other types as they are.
+pub fn base(t: &DataType) -> &DataType {
+    match t {
+        DataType::Dictionary(_, v) => base(v),
+        t => t,
+    }
+}
+
+fn int_bits(t: &DataType) -> Option<(bool, u8)> {
+    Some(match t {
+        DataType::Int8 => (true, 8),
+        DataType::Int16 => (true, 16),
+        DataType::Int32 => (true, 32),
+        DataType::Int64 => (true, 64),
+        DataType::UInt8 => (false, 8),
+        DataType::UInt16 => (false, 16),
+        DataType::UInt32 => (false, 32),
+        DataType::UInt64 => (false, 64),
+        _ => return None,
+    })
+}
+
+fn int_type(signed: bool, bits: u8) -> DataType {
+    match (signed, bits) {
+        (true, 8) => DataType::Int8,
+        (true, 16) => DataType::Int16,
+        (true, 32) => DataType::Int32,
+        (true, _) => DataType::Int64,
+        (false, 8) => DataType::UInt8,
+        (false, 16) => DataType::UInt16,
+        (false, 32) => DataType::UInt32,
+        (false, _) => DataType::UInt64,
+    }
+}
+
+/// The decimal digits an integer type needs.
+fn int_digits(bits: u8, signed: bool) -> u8 {
+    match (bits, signed) {
+        (8, _) => 3,
+        (16, _) => 5,
+        (32, _) => 10,
+        (_, true) => 19,
+        (_, false) => 20,
+    }
+}
+
+fn unit_rank(u: &TimeUnit) -> u8 {
+    match u {
+        TimeUnit::Second => 0,
+        TimeUnit::Millisecond => 1,
+        TimeUnit::Microsecond => 2,
+        TimeUnit::Nanosecond => 3,
+    }
+}
+
+/// The type both `a` and `b` convert into exactly, by the rule above; `None` when there is none.
+pub fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
+    use DataType::*;
+    let (a, b) = (base(a), base(b));
+    if a == b {
+        return Some(a.clone());
+    }
+    if let (Some((sa, ba)), Some((sb, bb))) = (int_bits(a), int_bits(b)) {
+        return match (sa, sb) {
+            (true, true) | (false, false) => Some(int_type(sa, ba.max(bb))),
+            _ => {
+                let (s, u) = if sa { (ba, bb) } else { (bb, ba) };
+                (u < 64).then(|| int_type(true, s.max(u * 2)))
+            }
+        };
+    }
+    let decimal = |p: u8, s: i8, q: u8, t: i8| {
+        let scale = s.max(t);
+        let int = (p as i16 - s as i16).max(q as i16 - t as i16);
+        let precision = int + scale as i16;
+        (precision <= 38 && scale >= 0).then_some(Decimal128(precision as u8, scale))
+    };
+    match (a, b) {
+        (Null, t) | (t, Null) => Some(t.clone()),
+        (Float16 | Float32 | Float64, Float16 | Float32 | Float64) => {
+            Some(if matches!(a, Float64) || matches!(b, Float64) { Float64 } else { Float32 })
+        }
+        (&Decimal128(p, s), &Decimal128(q, t)) => decimal(p, s, q, t),
+        (&Decimal128(p, s), i) | (i, &Decimal128(p, s)) if int_bits(i).is_some() => {
+            let (signed, bits) = int_bits(i)?;
+            decimal(p, s, int_digits(bits, signed), 0)
+        }
+        (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => {
+            Some(if matches!(a, LargeUtf8) || matches!(b, LargeUtf8) { LargeUtf8 } else { Utf8 })
+        }
+        (Binary | LargeBinary | BinaryView, Binary | LargeBinary | BinaryView) => {
+            Some(if matches!(a, LargeBinary) || matches!(b, LargeBinary) { LargeBinary } else { Binary })
+        }
+        (Date32 | Date64, Date32 | Date64) => Some(Date32),
+        (Timestamp(ua, za), Timestamp(ub, zb)) => {
+            let unit = if unit_rank(ua) >= unit_rank(ub) { *ua } else { *ub };
+            let zone = if za == zb { za.clone() } else { Some("UTC".into()) };
+            Some(Timestamp(unit, zone))
+        }
+        _ => None,
+    }
+}
+
+/// The record schema of some objects: every column of any of them, in order of first
+/// appearance, each of its unified type (or its declared type).
+pub fn unify(objects: &[(&str, &Schema)], declared: &dyn Fn(&str) -> Option<DataType>) -> Result<SchemaRef, Clash> {
+    let mut fields: Vec<(String, DataType, String)> = Vec::new();
+    for (object, schema) in objects {
+        for f in schema.fields() {
+            let t = base(f.data_type()).clone();
+            match fields.iter_mut().find(|(n, _, _)| n == f.name()) {
+                None => fields.push((f.name().clone(), declared(f.name()).unwrap_or(t), object.to_string())),
+                Some(_) if declared(f.name()).is_some() => {}
+                Some((name, have, first)) => match unify_types(have, &t) {
+                    Some(u) => *have = u,
+                    None => {
+                        return Err(Clash {
+                            column: name.clone(),
+                            types: [(have.clone(), first.clone()), (t, object.to_string())],
+                        })
+                    }
+                },
+            }
+        }
+    }
+    Ok(Arc::new(Schema::new(
+        fields
+            .into_iter()
+            .map(|(n, t, _)| Field::new(n, if t == DataType::Null { DataType::Utf8 } else { t }, true))
+            .collect::<Vec<_>>(),
+    )))
+}
+
+/// A value that does not convert exactly.
+#[derive(Debug)]
+pub struct Inexact {
+    pub row: Option<usize>,
+    pub message: String,
+}
+
+/// `batch` under `target`, columns taken by name (absent ones null), each converted exactly.
+pub fn conform(batch: &RecordBatch, target: &SchemaRef, tz: Tz) -> Result<RecordBatch, (String, Inexact)> {
+    if batch.schema().fields() == target.fields() {
+        return Ok(batch.clone());
+    }
+    let n = batch.num_rows();
+    let columns: Vec<ArrayRef> = target
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) => exact_cast(c, f.data_type(), tz).map_err(|e| (f.name().clone(), e)),
+            None => Ok(arrow::array::new_null_array(f.data_type(), n)),
+        })
+        .collect::<Result<_, _>>()?;
+    let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
+    RecordBatch::try_new_with_options(target.clone(), columns, &opts)
+        .map_err(|e| (String::new(), Inexact { row: None, message: e.to_string() }))
+}
+
+/// `arr` as type `to`, exactly: every value survives the conversion unchanged, or the first
+/// row where one does not is named.
+pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Inexact> {
+    let from = arr.data_type();
+    if from == to {
+        return Ok(arr.clone());
+    }
+    let fail = |message: String| Inexact { row: None, message };
+    if let DataType::Dictionary(_, v) = from {
+        let plain = arrow::compute::cast(arr, v).map_err(|e| fail(e.to_string()))?;
+        return exact_cast(&plain, to, tz);
+    }
+    if from == &DataType::Null {
+        return Ok(arrow::array::new_null_array(to, arr.len()));
+    }
+    if let (DataType::Timestamp(fu, None), DataType::Timestamp(tu, Some(_))) = (from, to) {
+        return wall_clock_to_instant(arr, *fu, *tu, to, tz);
+    }
+    if let (DataType::Timestamp(_, Some(_)), DataType::Timestamp(tu, None)) = (from, to) {
+        return instant_to_wall_clock(arr, *tu, to, tz);
+    }
+    let opts = CastOptions { safe: true, ..Default::default() };
+    let out = cast_with_options(arr, to, &opts).map_err(|e| fail(format!("cannot convert {from} to {to}: {e}")))?;
+    // Exact means the round trip gives every value back (and no value became null).
+    let back =
+        cast_with_options(&out, from, &opts).map_err(|e| fail(format!("cannot convert {to} back to {from}: {e}")))?;
+    let differs = arrow::compute::kernels::cmp::distinct(arr, &back).map_err(|e| fail(e.to_string()))?;
+    if let Some(row) = differs.values().set_indices().next() {
+        let shown = arrow::util::display::ArrayFormatter::try_new(arr.as_ref(), &Default::default())
+            .map(|f| f.value(row).to_string())
+            .unwrap_or_default();
+        return Err(Inexact {
+            row: Some(row),
+            message: format!("the value {shown} does not convert exactly from {from} to {to}"),
+        });
+    }
+    Ok(out)
+}
+
+fn per_second(u: TimeUnit) -> i64 {
+    match u {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+        TimeUnit::Nanosecond => 1_000_000_000,
+    }
+}
+
+fn raw(arr: &ArrayRef) -> Result<Int64Array, Inexact> {
+    let ints =
+        arrow::compute::cast(arr, &DataType::Int64).map_err(|e| Inexact { row: None, message: e.to_string() })?;
+    Ok(ints.as_primitive::<Int64Type>().clone())
+}
+
+fn with_unit(v: i64, from: TimeUnit, to: TimeUnit) -> Option<i64> {
+    let (f, t) = (per_second(from), per_second(to));
+    if t >= f {
+        v.checked_mul(t / f)
+    } else {
+        (v % (f / t) == 0).then_some(v / (f / t))
+    }
+}
+
+fn timestamps(values: Vec<Option<i64>>, to: &DataType) -> Result<ArrayRef, Inexact> {
+    arrow::compute::cast(&(Arc::new(Int64Array::from(values)) as ArrayRef), to)
+        .map_err(|e| Inexact { row: None, message: e.to_string() })
+}
+
+/// Wall-clock timestamps (no zone) as instants: the wall clock is in the job's time zone.
+fn wall_clock_to_instant(
+    arr: &ArrayRef,
+    fu: TimeUnit,
+    tu: TimeUnit,
+    to: &DataType,
+    tz: Tz,
+) -> Result<ArrayRef, Inexact> {
+    let v = raw(arr)?;
+    let scale = per_second(fu);
+    let mut out = Vec::with_capacity(v.len());
+    for i in 0..v.len() {
+        if v.is_null(i) {
+            out.push(None);
+            continue;
+        }
+        let x = v.value(i);
+        let bad = |m: String| Inexact { row: Some(i), message: m };
+        let wall = chrono::DateTime::from_timestamp(
+            x.div_euclid(scale),
+            (x.rem_euclid(scale) * (1_000_000_000 / scale)) as u32,
+        )
+        .ok_or_else(|| bad("timestamp out of range".into()))?
+        .naive_utc();
+        let utc = super::text::local_to_utc(wall, tz).map_err(bad)?;
+        let nanos = utc.and_utc().timestamp_nanos_opt().ok_or_else(|| bad("timestamp out of range".into()))?;
+        let in_unit = with_unit(nanos, TimeUnit::Nanosecond, tu)
+            .ok_or_else(|| bad(format!("{wall} is finer than the unit {tu:?}")))?;
+        out.push(Some(in_unit));
+    }
+    timestamps(out, to)
+}
+
+/// Instants as wall-clock time in the job's time zone (a column declared `timestamp_ntz`).
+fn instant_to_wall_clock(arr: &ArrayRef, tu: TimeUnit, to: &DataType, tz: Tz) -> Result<ArrayRef, Inexact> {
+    let DataType::Timestamp(fu, _) = arr.data_type() else {
+        return Err(Inexact { row: None, message: "not a timestamp".into() });
+    };
+    let v = raw(arr)?;
+    let scale = per_second(*fu);
+    let mut out = Vec::with_capacity(v.len());
+    for i in 0..v.len() {
+        if v.is_null(i) {
+            out.push(None);
+            continue;
+        }
+        let x = v.value(i);
+        let bad = |m: &str| Inexact { row: Some(i), message: m.to_string() };
+        let utc = chrono::DateTime::from_timestamp(
+            x.div_euclid(scale),
+            (x.rem_euclid(scale) * (1_000_000_000 / scale)) as u32,
+        )
+        .ok_or_else(|| bad("timestamp out of range"))?;
+        let wall = tz.from_utc_datetime(&utc.naive_utc()).naive_local();
+        let nanos = wall.and_utc().timestamp_nanos_opt().ok_or_else(|| bad("timestamp out of range"))?;
+        out.push(Some(with_unit(nanos, TimeUnit::Nanosecond, tu).ok_or_else(|| bad("finer than the unit"))?));
+    }
+    timestamps(out, to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Decimal128Array, Int32Array, StringArray};
+    use DataType::*;
+
+    #[test]
+    fn the_written_rule() {
+        assert_eq!(unify_types(&Int32, &Int64), Some(Int64));
+        assert_eq!(unify_types(&UInt32, &Int16), Some(Int64));
+        assert_eq!(unify_types(&UInt64, &Int64), None);
+        assert_eq!(unify_types(&Decimal128(12, 2), &Decimal128(14, 2)), Some(Decimal128(14, 2)));
+        assert_eq!(unify_types(&Decimal128(12, 2), &Decimal128(10, 4)), Some(Decimal128(14, 4)));
+        assert_eq!(unify_types(&Decimal128(38, 2), &Decimal128(38, 3)), None);
+        assert_eq!(unify_types(&Decimal128(12, 2), &Int32), Some(Decimal128(12, 2)));
+        assert_eq!(unify_types(&Decimal128(5, 2), &Int64), Some(Decimal128(21, 2)));
+        assert_eq!(unify_types(&Int64, &Float64), None);
+        assert_eq!(unify_types(&Utf8, &Int64), None);
+        assert_eq!(unify_types(&Utf8View, &Dictionary(Box::new(Int32), Box::new(Utf8))), Some(Utf8));
+        assert_eq!(unify_types(&Utf8, &LargeUtf8), Some(LargeUtf8));
+        let ts = |u, z: Option<&str>| Timestamp(u, z.map(Into::into));
+        assert_eq!(
+            unify_types(&ts(TimeUnit::Millisecond, Some("UTC")), &ts(TimeUnit::Microsecond, Some("UTC"))),
+            Some(ts(TimeUnit::Microsecond, Some("UTC")))
+        );
+        assert_eq!(
+            unify_types(&ts(TimeUnit::Microsecond, None), &ts(TimeUnit::Microsecond, Some("+01:00"))),
+            Some(ts(TimeUnit::Microsecond, Some("UTC")))
+        );
+        assert_eq!(unify_types(&Date32, &Timestamp(TimeUnit::Second, None)), None);
+    }
+
+    #[test]
+    fn unify_names_the_column_both_types_and_objects() {
+        let a = Schema::new(vec![Field::new("id", Utf8, true), Field::new("v", Int32, true)]);
+        let b =
+            Schema::new(vec![Field::new("v", Int64, true), Field::new("id", Utf8, true), Field::new("x", Utf8, true)]);
+        let s = unify(&[("a.parquet", &a), ("b.parquet", &b)], &|_| None).unwrap();
+        let names: Vec<_> = s.fields().iter().map(|f| (f.name().as_str(), f.data_type().clone())).collect();
+        assert_eq!(names, [("id", Utf8), ("v", Int64), ("x", Utf8)]);
+        let c = Schema::new(vec![Field::new("v", Utf8, true)]);
+        let e = unify(&[("a.parquet", &a), ("c.parquet", &c)], &|_| None).unwrap_err().to_string();
+        assert!(e.contains("`v`") && e.contains("Int32 in a.parquet") && e.contains("Utf8 in c.parquet"), "{e}");
+    }
+
+    #[test]
+    fn conversions_are_exact_or_name_the_row() {
+        let tz = chrono_tz::UTC;
+        let ints: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None, Some(-7)]));
+        assert_eq!(exact_cast(&ints, &Int64, tz).unwrap().as_primitive::<Int64Type>().values().to_vec(), [1, 0, -7]);
+        let wide: ArrayRef = Arc::new(Int64Array::from(vec![1, 5_000_000_000]));
+        assert_eq!(exact_cast(&wide, &Int32, tz).unwrap_err().row, Some(1));
+        let dec: ArrayRef = Arc::new(Decimal128Array::from(vec![1500, 1505]).with_precision_and_scale(12, 3).unwrap());
+        let e = exact_cast(&dec, &Decimal128(12, 2), tz).unwrap_err();
+        assert_eq!(e.row, Some(1), "1.505 would lose a digit: {}", e.message);
+        let up = exact_cast(&dec, &Decimal128(14, 4), tz).unwrap();
+        assert_eq!(up.as_primitive::<arrow::datatypes::Decimal128Type>().value(1), 15050);
+        let text: ArrayRef = Arc::new(StringArray::from(vec!["a"]));
+        assert!(exact_cast(&text, &LargeUtf8, tz).is_ok());
+    }
+
+    #[test]
+    fn wall_clock_joins_instants_in_the_job_zone() {
+        let ny: Tz = "America/New_York".parse().unwrap();
+        // 2026-11-01 02:00 wall clock (after the change: EST, -05:00) is 07:00Z.
+        let wall = chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap().and_hms_opt(2, 0, 0).unwrap();
+        let arr: ArrayRef =
+            Arc::new(arrow::array::TimestampMicrosecondArray::from(vec![wall.and_utc().timestamp_micros()]));
+        let to = Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let got = exact_cast(&arr, &to, ny).unwrap();
+        let v = got.as_primitive::<arrow::datatypes::TimestampMicrosecondType>().value(0);
+        assert_eq!(v, wall.and_utc().timestamp_micros() + 5 * 3600 * 1_000_000);
+    }
+}

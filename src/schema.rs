@@ -1,0 +1,160 @@
+//! The table's schema: output schema changes are deliberate, never silent (G8).
+//!
+//! The schema a table holds is recorded in `OUT/_lakeswap/table-schema`, a zero-row Parquet
+//! file (named without `.parquet`, so that readers globbing `OUT/*/*.parquet` pass it by) written before the first partition is swapped in (a table written before this record
+//! existed is read from its newest partition). A run whose partitions would have another
+//! schema — a column added, removed, renamed, reordered or retyped — is refused before
+//! anything is done (exit 2), naming the difference, unless it says `--schema-change rebuild`:
+//! then its range must cover every committed partition, the record is replaced, and every
+//! partition is rewritten. `status` shows partitions still written under an older schema.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Schema, SchemaRef};
+use bytes::Bytes;
+use chrono::NaiveDate;
+use object_store::ObjectStoreExt;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::commit;
+use crate::error::{Error, Result};
+use crate::store::StoreLocation;
+
+/// What a run does when its output schema differs from the table's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SchemaChange {
+    /// Refuse the run (exit 2).
+    #[default]
+    Refuse,
+    /// Rewrite every committed partition under the new schema (the range must cover them).
+    Rebuild,
+}
+
+fn record_path(out: &StoreLocation) -> object_store::path::Path {
+    out.child(&["_lakeswap", "table-schema"])
+}
+
+/// The differences between the table's schema and a run's, in words (names and types; a
+/// column's nullability is not part of it). Empty when they agree.
+pub fn differences(table: &Schema, run: &Schema) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in run.fields() {
+        match table.field_with_name(f.name()) {
+            Err(_) => out.push(format!("column `{}` ({}) added", f.name(), f.data_type())),
+            Ok(t) if t.data_type() != f.data_type() => out.push(format!(
+                "column `{}` is {} in the table, {} in this run",
+                f.name(),
+                t.data_type(),
+                f.data_type()
+            )),
+            Ok(_) => {}
+        }
+    }
+    for t in table.fields() {
+        if run.field_with_name(t.name()).is_err() {
+            out.push(format!("column `{}` ({}) removed", t.name(), t.data_type()));
+        }
+    }
+    if out.is_empty() {
+        let names = |s: &Schema| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
+        if names(table) != names(run) {
+            out.push(format!("the columns are reordered: {} in the table", names(table).join(", ")));
+        }
+    }
+    out
+}
+
+/// `Ok` when a partition's output schema is the expected one, else the difference in words.
+pub fn same_output(expected: &Schema, got: &Schema) -> std::result::Result<(), String> {
+    let d = differences(expected, got);
+    if d.is_empty() {
+        Ok(())
+    } else {
+        Err(d.join("; "))
+    }
+}
+
+/// The arrow schema of a Parquet footer.
+pub fn of_footer(md: &parquet::file::metadata::ParquetMetaData) -> Option<Schema> {
+    crate::read::footer_schema(md).ok()
+}
+
+/// The committed partitions' dates: the `<column>=<date>/` folders of the output.
+pub async fn committed_dates(out: &StoreLocation, column: &str) -> Result<Vec<NaiveDate>> {
+    let listing =
+        out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;
+    let prefix = format!("{column}=");
+    let mut v: Vec<NaiveDate> = listing
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename()?.strip_prefix(&prefix).and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()))
+        .collect();
+    v.sort();
+    v.dedup();
+    Ok(v)
+}
+
+/// The schema the table holds: its record, or (a table written before the record existed) its
+/// newest partition's. `None` for a table without partitions.
+pub async fn table_schema(out: &StoreLocation, column: &str) -> Result<Option<SchemaRef>> {
+    let path = record_path(out);
+    match out.store.get(&path).await {
+        Ok(r) => {
+            let bytes = r.bytes().await.map_err(|e| Error::store("cannot read", out.display(&path), e))?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| Error::Internal {
+                what: "the table's schema record",
+                message: format!("{} is damaged: {e}", out.display(&path)),
+            })?;
+            return Ok(Some(reader.schema().clone()));
+        }
+        Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(Error::store("cannot read", out.display(&path), e)),
+    }
+    for date in committed_dates(out, column).await?.into_iter().rev() {
+        let target = commit::target_path(out, &commit::partition_dir(column, date));
+        let footer = commit::committed_footer(out, &target).await.map_err(|e| Error::Usage(e.to_string()))?;
+        if let Some(Some(md)) = footer {
+            return Ok(of_footer(&md).map(Arc::new));
+        }
+    }
+    Ok(None)
+}
+
+/// Records `schema` as the table's.
+pub async fn record(out: &StoreLocation, schema: &SchemaRef) -> Result<()> {
+    let path = record_path(out);
+    let mut buf = Vec::new();
+    let internal = |e: parquet::errors::ParquetError| Error::Internal {
+        what: "the table's schema record",
+        message: e.to_string(),
+    };
+    let w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema.clone(), None).map_err(internal)?;
+    w.close().map_err(internal)?;
+    out.store
+        .put(&path, Bytes::from(buf).into())
+        .await
+        .map_err(|e| Error::store("cannot write", out.display(&path), e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field};
+
+    #[test]
+    fn differences_in_words() {
+        let t = Schema::new(vec![Field::new("country", DataType::Utf8, true), Field::new("n", DataType::Int64, false)]);
+        assert!(differences(&t, &t).is_empty());
+        let r = Schema::new(vec![
+            Field::new("country", DataType::Utf8, true),
+            Field::new("url", DataType::Utf8, true),
+            Field::new("n", DataType::Int32, true),
+        ]);
+        let d = differences(&t, &r).join("; ");
+        assert!(d.contains("`url` (Utf8) added") && d.contains("`n` is Int64 in the table, Int32 in this run"), "{d}");
+        let swapped =
+            Schema::new(vec![Field::new("n", DataType::Int64, false), Field::new("country", DataType::Utf8, true)]);
+        assert!(differences(&t, &swapped)[0].contains("reordered"));
+    }
+}
