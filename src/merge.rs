@@ -87,40 +87,49 @@ pub fn encode_tombstones(t: &RecordBatch) -> Result<String, PartitionError> {
     Ok(base64::engine::general_purpose::STANDARD.encode(buf))
 }
 
-fn decode_parquet(bytes: Bytes, schema: &SchemaRef, what: &str) -> Result<RecordBatch, PartitionError> {
+fn decode_parquet(
+    bytes: Bytes,
+    schema: &SchemaRef,
+    what: &str,
+    rebuild: Option<chrono_tz::Tz>,
+) -> Result<RecordBatch, PartitionError> {
     let bad = |m: String| PartitionError::Other(format!("the stored {what} cannot be read: {m}"));
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| bad(e.to_string()))?;
     let got = reader.schema().clone();
-    let same = got.fields().len() == schema.fields().len()
-        && got
-            .fields()
-            .iter()
-            .zip(schema.fields())
-            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-    if !same {
-        return Err(PartitionError::Other(format!(
-            "the stored {what} has other columns than the input ({got:?}); the input's schema changed. \
-             Write to a new output, or rewrite the table"
-        )));
+    let differences = crate::schema::differences(&got, schema);
+    if !differences.is_empty() && rebuild.is_none() {
+        return Err(PartitionError::OutputSchema { why: format!("the stored {what}: {}", differences.join("; ")) });
     }
     let batches: Vec<RecordBatch> =
         reader.build().map_err(|e| bad(e.to_string()))?.collect::<Result<_, _>>().map_err(|e| bad(e.to_string()))?;
     let relaxed = Arc::new(Schema::new(
         schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
     ));
-    let batches: Vec<RecordBatch> = batches
-        .into_iter()
-        .map(|b| RecordBatch::try_new(relaxed.clone(), b.columns().to_vec()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| bad(e.to_string()))?;
+    // A rebuild under a new schema: the stored rows by column name, added columns null,
+    // removed ones dropped, every value converted exactly.
+    let batches: Vec<RecordBatch> = match rebuild {
+        Some(tz) => batches
+            .iter()
+            .map(|b| crate::read::unify::conform(b, &relaxed, tz))
+            .collect::<Result<_, _>>()
+            .map_err(|(c, e)| bad(format!("column `{c}`: {}", e.message)))?,
+        None => batches
+            .into_iter()
+            .map(|b| RecordBatch::try_new(relaxed.clone(), b.columns().to_vec()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad(e.to_string()))?,
+    };
     arrow::compute::concat_batches(&relaxed, &batches).map_err(|e| bad(e.to_string()))
 }
 
 /// Reads a stored partition file: its rows and its tombstones.
+/// With `rebuild` (the table's schema changes: `--schema-change rebuild`), stored rows are
+/// converted to `output` by column name, in the job's time zone.
 pub fn read_stored(
     bytes: &Bytes,
     output: &SchemaRef,
     tombs: &SchemaRef,
+    rebuild: Option<chrono_tz::Tz>,
 ) -> Result<(RecordBatch, RecordBatch), PartitionError> {
     let meta = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
         .map_err(|e| PartitionError::Other(format!("the stored partition cannot be read: {e}")))?;
@@ -130,13 +139,13 @@ pub fn read_stored(
         .key_value_metadata()
         .and_then(|kv| kv.iter().find(|k| k.key == TOMBSTONES_KEY))
         .and_then(|k| k.value.clone());
-    let rows = decode_parquet(bytes.clone(), output, "partition")?;
+    let rows = decode_parquet(bytes.clone(), output, "partition", rebuild)?;
     let tombstones = match encoded {
         Some(b64) => {
             let raw = base64::engine::general_purpose::STANDARD
                 .decode(b64)
                 .map_err(|e| PartitionError::Other(format!("the stored tombstones are damaged: {e}")))?;
-            decode_parquet(Bytes::from(raw), tombs, "tombstones")?
+            decode_parquet(Bytes::from(raw), tombs, "tombstones", rebuild)?
         }
         None => RecordBatch::new_empty(Arc::new(Schema::new(
             tombs.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),

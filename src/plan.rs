@@ -349,11 +349,15 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
 }
 
 impl Plan {
-    /// Adds partitions for dates found in a flat input (a merge without a range).
+    /// Adds partitions for dates found in a flat input (a merge without a range), or for
+    /// stored dates a merge rebuilds.
     pub fn add_partitions(&mut self, cfg: &JobConfig, dates: &[NaiveDate]) {
         for &date in dates {
             let dir = commit::partition_dir(&cfg.partition.column, date);
-            let inputs = objects_for(&self.objects, &self.object_dates, date);
+            let inputs = match self.layout {
+                Layout::Flat => objects_for(&self.objects, &self.object_dates, date),
+                Layout::Hive => Vec::new(),
+            };
             self.partitions.push(PartitionPlan { date, dir, inputs, seen: Seen::default() });
         }
     }

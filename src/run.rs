@@ -213,7 +213,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     }
     // The table's schema: a run never changes it silently.
     let table_schema = crate::schema::table_schema(&job.output, &cfg.partition.column).await?;
-    let record_schema = match (&table_schema, &plan.output_schema) {
+    let new_table_schema = match (&table_schema, &plan.output_schema) {
         (Some(t), Some(o)) if !crate::schema::differences(t, o).is_empty() => {
             if opts.schema_change != crate::schema::SchemaChange::Rebuild || opts.verify {
                 return Err(Error::Usage(format!(
@@ -225,6 +225,13 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
                 )));
             }
             let committed = crate::schema::committed_dates(&job.output, &cfg.partition.column).await?;
+            if merging && opts.dates.is_none() {
+                // A merged table is rebuilt from its stored state: every committed date.
+                let batch: std::collections::BTreeSet<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
+                let rest: Vec<NaiveDate> = committed.iter().copied().filter(|d| !batch.contains(d)).collect();
+                plan.add_partitions(cfg, &rest);
+                plan.partitions.sort_by_key(|p| p.date);
+            }
             let planned: std::collections::BTreeSet<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
             let missing: Vec<String> =
                 committed.iter().filter(|d| !planned.contains(d)).map(|d| d.to_string()).collect();
@@ -243,6 +250,9 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
         (None, Some(o)) => Some(o.clone()),
         _ => None,
     };
+    // Rebuilding under a new schema: stored merge state is converted, and rewritten even
+    // where the batch has no rows.
+    let rebuild = table_schema.is_some() && new_table_schema.is_some();
     let dates_owned: Vec<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
     let dates = dates_owned.as_slice();
     tracing::info!(run_id = %run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = started.elapsed().as_secs_f64(), "planned");
@@ -334,7 +344,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
             let (plan, id, flat, progress) = (plan.clone(), id.clone(), flat.clone(), &progress);
             async move {
                 let t = Instant::now();
-                let result = compute_partition(job, &plan, &p, &id, flat.as_deref(), opts.allow_empty).await;
+                let result = compute_partition(job, &plan, &p, &id, flat.as_deref(), opts.allow_empty, rebuild).await;
                 match &result {
                     Ok(c) => progress.done(p.date, "computed", c.stats.input_rows),
                     Err(_) => progress.done(p.date, "failed", 0),
@@ -354,7 +364,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     tracing::info!(seconds = started.elapsed().as_secs_f64(), "checked keys across dates");
 
     // Phase 3: commit. A table without a schema record (new, or being rebuilt) gets one first.
-    if let (Some(schema), false) = (&record_schema, opts.verify) {
+    if let (Some(schema), false) = (&new_table_schema, opts.verify) {
         if outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|c| !c.skip)) {
             crate::schema::record(&job.output, schema).await?;
         }
@@ -499,6 +509,7 @@ async fn compute_partition(
     id: &Arc<Identity>,
     flat: Option<&FlatInput>,
     allow_empty: bool,
+    rebuild: bool,
 ) -> std::result::Result<Computed, PartitionError> {
     let started = std::time::Instant::now();
     let table = load_table(job, plan, p, flat).await?;
@@ -537,7 +548,9 @@ async fn compute_partition(
         let mut quarantined = prepared.quarantined.clone();
         let (batch, lineage, extra, merge_stats) = if merging {
             let tombs = merge::tombstone_schema(&schema, &id.key);
-            let stored = stored.map(|b| merge::read_stored(&b, &schema, &tombs)).transpose()?;
+            let stored = stored
+                .map(|b| merge::read_stored(&b, &schema, &tombs, rebuild.then_some(cfg.timezone())))
+                .transpose()?;
             let m = merge::merge(&prepared, &id, &schema, &tombs, stored)?;
             // The bytes of a merged partition depend on its state only, not on the batch.
             let lineage =
@@ -573,7 +586,7 @@ async fn compute_partition(
             key_hashes: prepared.key_hashes,
             quarantine,
             merge: merge_stats,
-            skip: merging && prepared.stats.input_rows == 0,
+            skip: merging && prepared.stats.input_rows == 0 && !rebuild,
         })
     })
     .await

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use arrow::array::{ArrayRef, RecordBatch, TimestampMicrosecondArray};
+use arrow::array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use chrono::{NaiveDateTime, TimeZone};
 use common::backends::{Backend, Kind};
@@ -532,6 +532,66 @@ async fn a_schema_change_is_refused_then_rebuilt(kind: Kind) {
     assert!(older[0].contains("2026-11-03"), "{st}");
 }
 
+/// A merged table is rebuilt from its stored state: an added column is null in the rows
+/// stored before it existed.
+async fn a_merged_table_is_rebuilt_under_a_new_schema(kind: Kind) {
+    let p = Place::new(kind);
+    let rows =
+        vec![order("a", 1, "2026-11-01", "USD", 100, "placed"), order("b", 1, "2026-11-02", "EUR", 200, "placed")];
+    p.b.put("b1", "x.parquet", parquet_bytes(&batch(&rows))).await;
+    let merge_cfg = |batch: &str| {
+        if kind == Kind::Local {
+            std::fs::create_dir_all(p.b.url(batch)).unwrap();
+        }
+        let text = format!(
+            "[job]\nname = \"m\"\nkind = \"merge\"\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\
+             [identity]\nkey = [\"order_id\"]\nversion = \"source_version\"\n[output]\nurl = \"{}\"\n",
+            p.b.url(batch),
+            p.b.url("out")
+        );
+        let path = p.dir.path().join(format!("{batch}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let o = p.run(&merge_cfg("b1"), &[]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    // The producer adds a column `channel`.
+    let newer = batch(&[order("a", 2, "2026-11-01", "USD", 150, "shipped")]);
+    let channel: ArrayRef = Arc::new(arrow::array::StringArray::from(vec!["web"]));
+    let mut fields: Vec<Field> = newer.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("channel", DataType::Utf8, true));
+    let mut cols = newer.columns().to_vec();
+    cols.push(channel);
+    let with_channel = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap();
+    p.b.put("b2", "x.parquet", parquet_bytes(&with_channel)).await;
+    let before = p.b.partitions().await;
+    let o = p.run(&merge_cfg("b2"), &[]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("column `channel` (Utf8) added"), "{}", text(&o));
+    assert_eq!(p.b.partitions().await, before);
+    let o = p.run(&merge_cfg("b2"), &["--schema-change", "rebuild"]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    for (k, v) in p.b.partitions().await {
+        let b = read_batch_bytes(&v);
+        let ch = b.column_by_name("channel").unwrap_or_else(|| panic!("{k} has the new column"));
+        let ids = b.column_by_name("order_id").unwrap();
+        let ids = arrow::array::AsArray::as_string::<i32>(ids);
+        let ch = arrow::array::AsArray::as_string::<i32>(ch);
+        for i in 0..b.num_rows() {
+            let want = if ids.value(i) == "a" { Some("web") } else { None };
+            assert_eq!(ch.is_valid(i).then(|| ch.value(i)), want, "{k}");
+        }
+    }
+}
+
+fn read_batch_bytes(bytes: &[u8]) -> RecordBatch {
+    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes.to_vec()))
+        .unwrap()
+        .build()
+        .unwrap();
+    r.map(|b| b.unwrap()).next().unwrap()
+}
+
 // ---------------------------------------------------------------------------------------
 // 6. Flat input: per-date lineage, and a bad row fails only its date.
 
@@ -642,6 +702,11 @@ macro_rules! suite {
             $(#[$attr])?
             async fn a_schema_change_is_refused_then_rebuilt() {
                 super::a_schema_change_is_refused_then_rebuilt($kind).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn a_merged_table_is_rebuilt_under_a_new_schema() {
+                super::a_merged_table_is_rebuilt_under_a_new_schema($kind).await
             }
             #[tokio::test(flavor = "multi_thread")]
             $(#[$attr])?
