@@ -13,14 +13,17 @@
 //! 5. when the outcome of the swap is unknown (timeout, dropped connection), read the target
 //!    back before anything is cleaned up; delete the staged copy only once the swap is known.
 //!
-//! The one store-specific step is `swap`, chosen by [`SwapMethod`].
+//! The one store-specific step, the swap, belongs to the store's
+//! [`Protocol`](crate::store::Protocol). A partition folder holds exactly one object (G3):
+//! anything else in it fails the partition ([`foreign_objects`]), unless the job says
+//! `foreign_files = "remove"`.
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
+use object_store::{ObjectMeta, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -30,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::PartitionError;
 use crate::lineage::{self, Lineage};
-use crate::store::{StoreLocation, SwapMethod};
+use crate::store::StoreLocation;
 
 /// The one data object of a partition.
 pub const PART_FILE: &str = "part-00000.parquet";
@@ -193,7 +196,8 @@ pub struct Seen {
 }
 
 impl Seen {
-    fn same_object(&self, now: &Option<ObjectMeta>) -> bool {
+    /// Whether `now` is the object seen.
+    pub fn same_object(&self, now: &Option<ObjectMeta>) -> bool {
         match (&self.meta, now) {
             (None, None) => true,
             (Some(a), Some(b)) => a.e_tag == b.e_tag && a.version == b.version && a.size == b.size,
@@ -246,6 +250,63 @@ pub async fn upload(out: &StoreLocation, path: &Path, bytes: Bytes) -> Result<()
     Ok(())
 }
 
+/// A partition file on its way in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Staged {
+    /// The committed file already has these bytes: nothing to write.
+    Unchanged,
+    /// Staged and verified at this path: ready to swap in.
+    Ready(Path),
+}
+
+/// Stages one partition's bytes: compare with what is committed (a change since planning
+/// means another run won), write the staged copy, read it back and verify it.
+pub async fn stage(
+    out: &StoreLocation,
+    run_id: &str,
+    dir: &str,
+    bytes: &Bytes,
+    schema: &SchemaRef,
+    rows: usize,
+    seen: &Seen,
+) -> Result<Staged, PartitionError> {
+    let target = target_path(out, dir);
+    let now = head(out, &target).await?;
+    if !seen.same_object(&now) {
+        return Err(PartitionError::Fenced { path: out.display(&target) });
+    }
+    if now.is_some() && get(out, &target).await?.as_ref() == Some(bytes) {
+        return Ok(Staged::Unchanged);
+    }
+    let staged = staging_path(out, run_id, dir);
+    upload(out, &staged, bytes.clone()).await?;
+    let staged_back = get(out, &staged).await?.unwrap_or_default();
+    if let Err(message) = verify(&staged_back, schema, rows).and_then(|_| {
+        if staged_back == *bytes {
+            Ok(())
+        } else {
+            Err("the staged bytes differ from the bytes written".to_string())
+        }
+    }) {
+        let _ = out.store.delete(&staged).await;
+        return Err(PartitionError::Verify { path: out.display(&staged), message });
+    }
+    Ok(Staged::Ready(staged))
+}
+
+/// Swaps a staged file in (the store's protocol: a compare-and-swap against `seen`).
+pub async fn swap_in(
+    out: &StoreLocation,
+    staged: &Path,
+    dir: &str,
+    bytes: Bytes,
+    seen: &Seen,
+) -> Result<Action, PartitionError> {
+    let target = target_path(out, dir);
+    out.protocol.swap(out, staged, &target, bytes, seen).await?;
+    Ok(if seen.meta.is_some() { Action::Replaced } else { Action::Created })
+}
+
 /// Commits one partition's bytes: compare, stage, verify, swap, clean up.
 pub async fn commit(
     out: &StoreLocation,
@@ -256,91 +317,21 @@ pub async fn commit(
     rows: usize,
     seen: &Seen,
 ) -> Result<Action, PartitionError> {
-    let target = target_path(out, dir);
-    let fenced = || PartitionError::Fenced { path: out.display(&target) };
-
-    // Compare with what is committed now; a change since planning means another run won.
-    let now = head(out, &target).await?;
-    if !seen.same_object(&now) {
-        return Err(fenced());
+    match stage(out, run_id, dir, &bytes, schema, rows, seen).await? {
+        Staged::Unchanged => Ok(Action::Unchanged),
+        Staged::Ready(staged) => swap_in(out, &staged, dir, bytes, seen).await,
     }
-    if now.is_some() && get(out, &target).await?.as_ref() == Some(&bytes) {
-        return Ok(Action::Unchanged);
-    }
-
-    let staged = staging_path(out, run_id, dir);
-    upload(out, &staged, bytes.clone()).await?;
-    let staged_back = get(out, &staged).await?.unwrap_or_default();
-    if let Err(message) = verify(&staged_back, schema, rows).and_then(|_| {
-        if staged_back == bytes {
-            Ok(())
-        } else {
-            Err("the staged bytes differ from the bytes written".to_string())
-        }
-    }) {
-        let _ = out.store.delete(&staged).await;
-        return Err(PartitionError::Verify { path: out.display(&staged), message });
-    }
-
-    swap(out, &staged, &target, bytes, seen).await?;
-    Ok(if seen.meta.is_some() { Action::Replaced } else { Action::Created })
 }
 
-/// The atomic, conditional replacement of `target` by the staged object.
-async fn swap(
-    out: &StoreLocation,
-    staged: &Path,
-    target: &Path,
-    bytes: Bytes,
-    seen: &Seen,
-) -> Result<(), PartitionError> {
-    let fenced = || PartitionError::Fenced { path: out.display(target) };
-    match out.swap {
-        SwapMethod::Rename => {
-            // The lease keeps other lakeswap runs out; this check catches a commit that
-            // happened between planning and now.
-            if !seen.same_object(&head(out, target).await?) {
-                let _ = out.store.delete(staged).await;
-                return Err(fenced());
-            }
-            out.store
-                .rename(staged, target)
-                .await
-                .map_err(|e| PartitionError::store("cannot swap in", out.display(target), e))?;
-            Ok(())
-        }
-        SwapMethod::ConditionalPut => {
-            let mode = match &seen.meta {
-                Some(m) => PutMode::Update(UpdateVersion { e_tag: m.e_tag.clone(), version: m.version.clone() }),
-                None => PutMode::Create,
-            };
-            let res = out.store.put_opts(target, bytes.clone().into(), PutOptions { mode, ..Default::default() }).await;
-            match res {
-                Ok(_) => {}
-                Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
-                    let _ = out.store.delete(staged).await;
-                    return Err(fenced());
-                }
-                Err(e) => {
-                    // Outcome unknown: read the partition back before cleaning anything up.
-                    match get(out, target).await {
-                        Ok(Some(b)) if b == bytes => {}
-                        _ => {
-                            return Err(PartitionError::store(
-                                "cannot swap in (outcome checked: not committed)",
-                                out.display(target),
-                                e,
-                            ))
-                        }
-                    }
-                }
-            }
-            out.store
-                .delete(staged)
-                .await
-                .or_else(|e| if matches!(e, object_store::Error::NotFound { .. }) { Ok(()) } else { Err(e) })
-                .map_err(|e| PartitionError::store("cannot remove the staged copy", out.display(staged), e))?;
-            Ok(())
-        }
-    }
+/// Objects in a partition folder besides its one data file: another tool's or a person's.
+pub async fn foreign_objects(out: &StoreLocation, dir: &str) -> Result<Vec<Path>, PartitionError> {
+    let folder = out.child(&[dir]);
+    let target = target_path(out, dir);
+    let listed: Vec<ObjectMeta> = out
+        .store
+        .list(Some(&folder))
+        .try_collect()
+        .await
+        .map_err(|e| PartitionError::store("cannot list", out.display(&folder), e))?;
+    Ok(listed.into_iter().map(|m| m.location).filter(|l| *l != target).collect())
 }

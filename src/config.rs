@@ -184,12 +184,67 @@ pub struct AggregateSection {
     pub measures: Vec<Measure>,
 }
 
+/// What a run does with objects in a partition folder that lakeswap did not write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ForeignFiles {
+    /// Fail the partition (exit 1), naming them; nothing is deleted.
+    #[default]
+    Fail,
+    /// Remove them once the partition is swapped in.
+    Remove,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSection {
     pub url: String,
     #[serde(default, skip_serializing)]
     pub options: BTreeMap<String, String>,
+    /// Objects in a partition folder besides its one data file.
+    #[serde(default, skip_serializing)]
+    pub foreign_files: ForeignFiles,
+}
+
+/// What a merge does with a key whose newest version carries another date than the one it
+/// is stored under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDateChange {
+    /// Move it: the new date gains the row, the old date loses it.
+    #[default]
+    Move,
+    /// Refuse the batch's dates that would move a key (exit 3).
+    Fail,
+}
+
+/// `[merge]`: options of a merge job.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MergeSection {
+    /// Tombstones whose version is older than this (`30d`, `12h`) before now are dropped at the
+    /// next write of their partition. Needs a date or timestamp version column.
+    #[serde(default)]
+    pub tombstone_retention: Option<String>,
+    #[serde(default)]
+    pub on_date_change: OnDateChange,
+}
+
+/// A duration of the config: `<n>w`, `<n>d`, `<n>h`, `<n>m` or `<n>s`.
+pub fn parse_duration(s: &str) -> Result<chrono::Duration, String> {
+    let t = s.trim();
+    let err = || format!("`{s}` is not a duration: write e.g. 30d, 12h, 90m (w, d, h, m, s)");
+    let (n, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?);
+    let n: i64 = n.parse().map_err(|_| err())?;
+    let d = match unit {
+        "w" => chrono::Duration::try_weeks(n),
+        "d" => chrono::Duration::try_days(n),
+        "h" => chrono::Duration::try_hours(n),
+        "m" => chrono::Duration::try_minutes(n),
+        "s" => chrono::Duration::try_seconds(n),
+        _ => None,
+    };
+    d.filter(|d| *d > chrono::Duration::zero()).ok_or_else(err)
 }
 
 /// The whole job config, as written in TOML.
@@ -205,6 +260,8 @@ pub struct JobConfig {
     pub prepare: PrepareSection,
     #[serde(default)]
     pub aggregate: Option<AggregateSection>,
+    #[serde(default)]
+    pub merge: Option<MergeSection>,
     pub output: OutputSection,
     /// Where the config came from (its file), for messages.
     #[serde(skip)]
@@ -327,6 +384,14 @@ impl JobConfig {
             }
             _ => {}
         }
+        if let Some(m) = &self.merge {
+            if self.job.kind != JobKind::Merge {
+                return Err(bad("merge", "a [merge] section belongs to kind = \"merge\"".into()));
+            }
+            if let Some(r) = &m.tombstone_retention {
+                parse_duration(r).map_err(|e| bad("merge.tombstone_retention", e))?;
+            }
+        }
         if let Some(agg) = &self.aggregate {
             if agg.measures.is_empty() {
                 return Err(bad("aggregate.measures", "list at least one measure".into()));
@@ -385,6 +450,8 @@ impl JobConfig {
             partition: &'a PartitionSection,
             prepare: &'a PrepareSection,
             aggregate: &'a Option<AggregateSection>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            retention: Option<&'a String>,
         }
         let d = Decisive {
             kind: self.job.kind,
@@ -395,6 +462,7 @@ impl JobConfig {
             partition: &self.partition,
             prepare: &self.prepare,
             aggregate: &self.aggregate,
+            retention: self.merge.as_ref().and_then(|m| m.tombstone_retention.as_ref()),
         };
         let json = serde_json::to_vec(&d).unwrap_or_default();
         hex(&Sha256::digest(&json)[..16])

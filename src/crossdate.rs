@@ -1,10 +1,75 @@
-//! The run-wide check that no key appears under two partition dates (SPEC §1): each
-//! partition's sorted key hashes are merged, and a hash in two lists makes both partitions
-//! candidates, whose real keys [`crate::run`] then names.
+//! The run-wide check of an aggregate that no key appears under two partition dates (SPEC §1):
+//! each partition's sorted key hashes are merged, and a hash in two lists makes both partitions
+//! candidates, whose partitions are read again to name the real keys (and rule out hash
+//! collisions). Both partitions fail, before either is written.
 //!
 //! The hash space is cut into 256 ranges by the top byte, and each range's slices of the
 //! lists are merged pairwise as a tree, the ranges split between two threads: the merged
 //! copies stay as small as one range (a 256th of the keys), not the size of the run.
+
+use std::collections::BTreeMap;
+
+use crate::error::{ConflictKey, Location, PartitionError};
+use crate::kind::{Context, Outcome};
+use crate::prepare;
+
+/// A key's bytes, its text, and where it was found.
+type NamedKey = (Vec<u8>, String, Location);
+
+/// Fails every pair of computed partitions that share a key (`done`: each outcome with the
+/// sorted hashes of its keys).
+pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Vec<u64>)]) {
+    let ok: Vec<usize> = (0..done.len()).filter(|&i| done[i].0.result.is_ok()).collect();
+    if ok.len() < 2 {
+        return;
+    }
+    let lists: Vec<&[u64]> = ok.iter().map(|&i| done[i].1.as_slice()).collect();
+    let mut shared = shared_hashes(&lists);
+    if shared.is_empty() {
+        return;
+    }
+    shared.sort_unstable();
+    shared.dedup();
+    let mut candidates: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for (j, l) in lists.iter().enumerate() {
+        let hits: Vec<u64> = shared.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
+        if !hits.is_empty() {
+            candidates.insert(ok[j], hits);
+        }
+    }
+    // Name the real keys (equal bytes), per partition.
+    let mut found: Vec<(usize, Vec<NamedKey>)> = Vec::new();
+    for (idx, hashes) in candidates {
+        if let Ok(table) = cx.table(&done[idx].0.plan).await {
+            let id = cx.identity(&table);
+            let keys = prepare::keys_with_hashes(&table, &id, &hashes);
+            found.push((idx, keys.into_iter().map(|(b, s, row)| (b, s, table.locate(row, None))).collect()));
+        }
+    }
+    let mut by_key: BTreeMap<Vec<u8>, Vec<(usize, String, Location)>> = BTreeMap::new();
+    for (idx, keys) in &found {
+        for (b, s, loc) in keys {
+            by_key.entry(b.clone()).or_default().push((*idx, s.clone(), loc.clone()));
+        }
+    }
+    let mut per_partition: BTreeMap<usize, Vec<ConflictKey>> = BTreeMap::new();
+    for places in by_key.values().filter(|v| v.len() > 1) {
+        let at: Vec<_> = places.iter().map(|(_, _, l)| l.clone()).collect();
+        for (idx, key, _) in places {
+            per_partition.entry(*idx).or_default().push(ConflictKey {
+                key: key.clone(),
+                version: None,
+                at: at.clone(),
+            });
+        }
+    }
+    for (idx, mut keys) in per_partition {
+        keys.sort_by(|a, b| a.key.cmp(&b.key));
+        let total = keys.len();
+        keys.truncate(5);
+        done[idx].0.result = Err(PartitionError::KeyUnderTwoDates { keys, total });
+    }
+}
 
 /// Ranges of the hash space merged one at a time.
 const RANGES: usize = 256;

@@ -58,6 +58,10 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
+    /// Another live run holds what this run needs (exit 4).
+    #[error("{0}")]
+    Leased(String),
+
     #[error("{what} {path}: {source}")]
     Store {
         what: &'static str,
@@ -84,6 +88,7 @@ impl Error {
     pub fn exit_code(&self) -> ExitCode {
         match self {
             Error::Config(_) | Error::Usage(_) => ExitCode::Usage,
+            Error::Leased(_) => ExitCode::Leased,
             Error::Input(e) => e.exit_code(),
             Error::Store { .. } | Error::Io { .. } | Error::Internal { .. } => ExitCode::PartialFailure,
         }
@@ -238,6 +243,14 @@ pub enum PartitionError {
     )]
     Fenced { path: String },
 
+    #[error(
+        "the partition folder {dir} holds objects lakeswap did not write: {}. A partition is exactly one \
+         object, or readers mix other rows into it; lakeswap never deletes what it did not write. Move them \
+         away, or set `[output] foreign_files = \"remove\"`",
+        objects.join(", ")
+    )]
+    Foreign { dir: String, objects: Vec<String> },
+
     #[error("{path} does not match its input: {why}. Run the date again to rewrite it")]
     Differs { path: String, why: String },
 
@@ -270,6 +283,7 @@ impl PartitionError {
             PartitionError::Input(e) => e.exit_code(),
             PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,
             PartitionError::MissingInput { .. }
+            | PartitionError::Foreign { .. }
             | PartitionError::Fenced { .. }
             | PartitionError::Verify { .. }
             | PartitionError::Differs { .. }

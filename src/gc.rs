@@ -1,34 +1,124 @@
-//! Cleanup of what crashed runs leave behind (G4): staged files under `_staging/<run_id>/`,
-//! expired leases, and (on a local folder) the temporary files of interrupted writes.
+//! Cleanup of what interrupted runs leave behind (G4), and only that (G9): lakeswap deletes
+//! an object only when its name is one lakeswap makes, in a place lakeswap writes.
 //!
-//! Staging of a partition is stale unless the partition's lease is live and held by the run
-//! that staged it; a live run's staging is never touched. Staging is never the committed
-//! copy of a partition (the swap writes or renames into `<col>=<date>/`), so removing stale
-//! staging can never lose committed data. Every `run` does this for its own partitions once
-//! it holds their leases; `lakeswap gc` does it for the whole output.
+//! What is removed:
+//! - staged files `_staging/<run id>/<col>=<date>/part-00000.parquet` of runs that do not hold
+//!   a live lease on the partition (never a live run's; never staging an unfinished move still
+//!   needs);
+//! - expired leases `_lakeswap/leases/<col>=<date>.json` (and the table lease of merges), and
+//!   leases set aside during a take-over;
+//! - on a local folder, temporary files of interrupted writes (`<name>#<n>`, which the object
+//!   store API never lists) beside the paths lakeswap writes, once older than
+//!   [`lease::TEMP_FILE_AGE`];
+//! - tombstone and key-index objects of merged partitions that no committed footer names any
+//!   more, once older than that too.
+//!
+//! Everything else under the output is reported as "not mine" and left alone. Staging is never
+//! the committed copy of a partition, so removing stale staging can never lose committed data.
+//! Every `run` does this for its own partitions once it holds their leases; `lakeswap gc` does
+//! it for the whole output.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::Utc;
 use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
+use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 
+use crate::commit;
 use crate::error::{Error, Result};
 use crate::lease;
+use crate::sidecar;
 use crate::store::StoreLocation;
 
-/// What `gc` removed.
+/// What `gc` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GcReport {
     pub expired_leases: usize,
+    /// (run, partition) staging folders removed.
     pub staging_removed: usize,
+    /// (run, partition) staging folders kept: their run is alive, or its move is unfinished.
     pub staging_kept: usize,
     /// Temporary files of interrupted writes on a local folder (`<name>#<n>`).
     pub temp_files_removed: usize,
+    /// Tombstone and key-index objects no footer names.
+    pub sidecars_removed: usize,
+    /// Objects under the output that lakeswap did not write: listed, left alone.
+    pub not_mine: Vec<String>,
 }
 
-async fn list(out: &StoreLocation, parts: &[&str]) -> Result<Vec<object_store::ObjectMeta>> {
-    let prefix = out.child(parts);
-    out.store.list(Some(&prefix)).try_collect().await.map_err(|e| Error::store("cannot list", out.display(&prefix), e))
+/// A run id as [`crate::journal::new_run_id`] makes them: `20261129T115652.471Z-afcf82`.
+pub fn is_run_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 27
+        && b[..8].iter().all(u8::is_ascii_digit)
+        && b[8] == b'T'
+        && b[9..15].iter().all(u8::is_ascii_digit)
+        && b[15] == b'.'
+        && b[16..19].iter().all(u8::is_ascii_digit)
+        && &b[19..21] == b"Z-"
+        && b[21..].iter().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+}
+
+/// A partition folder name `<column>=YYYY-MM-DD`.
+pub fn is_partition_dir(s: &str, column: &str) -> bool {
+    s.strip_prefix(column)
+        .and_then(|r| r.strip_prefix('='))
+        .is_some_and(|d| d.len() == 10 && chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok())
+}
+
+/// What a path under the output is to lakeswap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    /// A committed partition file, a journal, the schema record, a quarantined file: kept.
+    Kept,
+    /// A staged file of (run, partition folder).
+    Staged(String, String),
+    /// A partition lease, or the merge table lease.
+    Lease,
+    /// A lease set aside during a take-over.
+    AsideLease,
+    /// A tombstone or key-index object of a partition folder.
+    Sidecar(String),
+    /// Not a name lakeswap makes.
+    NotMine,
+}
+
+fn classify(rel: &str, column: &str) -> Entry {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let lease_name =
+        |n: &str| n == "_merge.json" || n.strip_suffix(".json").is_some_and(|d| is_partition_dir(d, column));
+    match parts.as_slice() {
+        [dir, commit::PART_FILE] if is_partition_dir(dir, column) => Entry::Kept,
+        ["_staging", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => {
+            Entry::Staged(run.to_string(), dir.to_string())
+        }
+        ["_quarantine", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => Entry::Kept,
+        ["_lakeswap", "runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Kept,
+        ["_lakeswap", "table-schema"] => Entry::Kept,
+        ["_lakeswap", "leases", name] if lease_name(name) => Entry::Lease,
+        ["_lakeswap", "leases", name]
+            if name
+                .split_once(".json.expired-")
+                .is_some_and(|(d, r)| lease_name(&format!("{d}.json")) && is_run_id(r)) =>
+        {
+            Entry::AsideLease
+        }
+        _ => match sidecar::parse_name(rel) {
+            Some((_, dir)) if is_partition_dir(&dir, column) => Entry::Sidecar(dir),
+            _ => Entry::NotMine,
+        },
+    }
+}
+
+/// `name#<n>`: a temporary file of a local write, and the name it was for.
+fn temp_base(name: &str) -> Option<&str> {
+    let (base, n) = name.rsplit_once('#')?;
+    (!base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(base)
+}
+
+async fn list_all(out: &StoreLocation) -> Result<Vec<ObjectMeta>> {
+    out.store.list(Some(&out.prefix)).try_collect().await.map_err(|e| Error::store("cannot list", &out.url, e))
 }
 
 async fn delete(out: &StoreLocation, path: &object_store::path::Path) -> Result<()> {
@@ -38,122 +128,185 @@ async fn delete(out: &StoreLocation, path: &object_store::path::Path) -> Result<
     }
 }
 
-/// The `(run id, partition folder)` pairs under `_staging/`.
-async fn staging_pairs(out: &StoreLocation) -> Result<Vec<(String, String)>> {
-    let root = out.child(&["_staging"]);
-    if let Some(runs) = out.local_subdirs(&root) {
-        let mut pairs = Vec::new();
-        for run in runs {
-            for dir in out.local_subdirs(&out.child(&["_staging", &run])).unwrap_or_default() {
-                pairs.push((run.clone(), dir));
-            }
-        }
-        return Ok(pairs);
+/// Whether staging of `run` for `dir` is stale: the partition's lease is not a live lease of
+/// that run. An unreadable lease store keeps it (never delete what may be live).
+async fn stale(out: &StoreLocation, run: &str, dir: &str) -> bool {
+    match lease::read(out, &lease::lease_path(out, dir)).await {
+        Ok(Some((Some(b), _))) => !(b.run_id == run && b.expires > Utc::now()),
+        Ok(_) => true,
+        Err(_) => false,
     }
-    let mut pairs: Vec<(String, String)> = list(out, &["_staging"])
-        .await?
-        .iter()
-        .filter_map(|m| {
-            let rel = out.relative(&m.location);
-            let mut parts = rel.split('/').skip(1);
-            Some((parts.next()?.to_string(), parts.next()?.to_string()))
-        })
-        .collect();
-    pairs.sort();
-    pairs.dedup();
-    Ok(pairs)
 }
 
-/// Removes staged files of other runs: for the partition folders in `dirs` (whose leases the
-/// caller holds), or, with `None`, wherever the staging run does not hold a live lease.
-/// Returns the number of (run, partition) staging folders removed and kept.
+/// Removes the staged files of other runs for the partition folders in `dirs`, whose leases
+/// the caller holds; staging an unfinished move needs (`keep`) stays. Only names lakeswap makes
+/// are removed. Returns the number of (run, partition) staging folders removed.
 pub async fn remove_stale_staging(
     out: &StoreLocation,
+    column: &str,
     own_run: &str,
-    dirs: Option<&[String]>,
-) -> Result<(usize, usize)> {
-    let (mut removed, mut kept) = (0, 0);
-    for (run, dir) in staging_pairs(out).await? {
-        if run == own_run || dirs.is_some_and(|d| !d.contains(&dir)) {
-            continue;
+    dirs: &[String],
+    keep: &BTreeSet<String>,
+) -> Result<usize> {
+    let mut removed = BTreeSet::new();
+    for m in list_prefix(out, &["_staging"]).await? {
+        if let Entry::Staged(run, dir) = classify(&out.relative(&m.location), column) {
+            if run != own_run && dirs.contains(&dir) && !keep.contains(&format!("{run}/{dir}")) {
+                delete(out, &m.location).await?;
+                removed.insert((run, dir));
+            }
         }
-        let stale = dirs.is_some()
-            || match lease::read(out, &lease::lease_path(out, &dir)).await {
-                Ok(Some((Some(b), _))) => !(b.run_id == run && b.expires > Utc::now()),
-                Ok(_) => true,
-                Err(_) => false,
-            };
-        if !stale {
-            kept += 1;
-            continue;
+    }
+    // Temporary files of an interrupted staging write (local folders).
+    for (path, rel, _) in local_temp_files(out, &["_staging"]) {
+        if let Some(base) = temp_base(&rel) {
+            if let Entry::Staged(run, dir) = classify(base, column) {
+                if run != own_run && dirs.contains(&dir) && !keep.contains(&format!("{run}/{dir}")) {
+                    let _ = std::fs::remove_file(path);
+                    removed.insert((run, dir));
+                }
+            }
         }
-        for m in list(out, &["_staging", &run, &dir]).await? {
-            delete(out, &m.location).await?;
-        }
-        // On a local folder, also the temporary files of a write that was interrupted.
-        if let Some(p) = out.local_path(&out.child(&["_staging", &run, &dir])) {
-            let _ = std::fs::remove_dir_all(p);
-        }
-        removed += 1;
     }
     out.tidy(&out.child(&["_staging"]));
-    Ok((removed, kept))
+    Ok(removed.len())
 }
 
-/// Removes expired leases and stale staging under the output.
-pub async fn gc(out: &StoreLocation) -> Result<GcReport> {
-    let mut report = GcReport::default();
-    let now = Utc::now();
-    for m in list(out, &["_lakeswap", "leases"]).await? {
-        let name = m.location.filename().unwrap_or_default().to_string();
-        let expired = if name.contains(".json.expired-") {
-            true
-        } else if name.ends_with(".json") {
-            match lease::read(out, &m.location).await {
-                Ok(Some((Some(b), _))) => b.expires <= now,
-                Ok(Some((None, _))) => true,
-                _ => false,
+async fn list_prefix(out: &StoreLocation, parts: &[&str]) -> Result<Vec<ObjectMeta>> {
+    let prefix = out.child(parts);
+    out.store.list(Some(&prefix)).try_collect().await.map_err(|e| Error::store("cannot list", out.display(&prefix), e))
+}
+
+/// On a local folder, the temporary files (`name#n`) under `parts`: path, path relative to the
+/// output, age.
+fn local_temp_files(out: &StoreLocation, parts: &[&str]) -> Vec<(std::path::PathBuf, String, std::time::Duration)> {
+    let mut found = Vec::new();
+    let (Some(root), Some(start)) = (out.local_path(&out.child(&[])), out.local_path(&out.child(parts))) else {
+        return found;
+    };
+    let mut stack = vec![start];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            let path = e.path();
+            if meta.is_dir() {
+                stack.push(path);
+            } else if temp_base(&e.file_name().to_string_lossy()).is_some() {
+                let rel = path.strip_prefix(&root).map(|p| p.to_string_lossy().replace('\\', "/")).unwrap_or_default();
+                let age = meta.modified().ok().and_then(|t| t.elapsed().ok()).unwrap_or_default();
+                found.push((path, rel, age));
             }
-        } else {
-            false
-        };
-        if expired {
-            delete(out, &m.location).await?;
-            report.expired_leases += 1;
         }
     }
-    let (removed, kept) = remove_stale_staging(out, "", None).await?;
-    report.staging_removed = removed;
-    report.staging_kept = kept;
-    report.temp_files_removed = remove_temp_files(out);
+    found
+}
+
+/// Cleans the whole output: see the module documentation.
+pub async fn gc(out: &StoreLocation, column: &str) -> Result<GcReport> {
+    let mut report = GcReport::default();
+    let now = Utc::now();
+    let pending = crate::journal::pending_staging(out).await?;
+    let mut staged: BTreeMap<(String, String), Vec<ObjectMeta>> = BTreeMap::new();
+    let mut sidecars: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
+    for m in list_all(out).await? {
+        let rel = out.relative(&m.location);
+        match classify(&rel, column) {
+            Entry::Kept => {}
+            Entry::Staged(run, dir) => staged.entry((run, dir)).or_default().push(m),
+            Entry::Lease => {
+                let expired = match lease::read(out, &m.location).await {
+                    Ok(Some((Some(b), _))) => b.expires <= now,
+                    Ok(Some((None, _))) => {
+                        report.not_mine.push(format!("{rel} (not a lakeswap lease)"));
+                        false
+                    }
+                    _ => false,
+                };
+                if expired {
+                    delete(out, &m.location).await?;
+                    report.expired_leases += 1;
+                }
+            }
+            Entry::AsideLease => {
+                delete(out, &m.location).await?;
+                report.expired_leases += 1;
+            }
+            Entry::Sidecar(dir) => sidecars.entry(dir).or_default().push(m),
+            Entry::NotMine => report.not_mine.push(rel),
+        }
+    }
+    for ((run, dir), files) in staged {
+        if pending.contains(&format!("{run}/{dir}")) || !stale(out, &run, &dir).await {
+            report.staging_kept += 1;
+            continue;
+        }
+        for m in files {
+            delete(out, &m.location).await?;
+        }
+        report.staging_removed += 1;
+    }
+    // Tombstones and key indexes no committed footer names (and no unfinished move needs).
+    for (dir, objects) in sidecars {
+        let target = commit::target_path(out, &dir);
+        let named: Vec<String> = match commit::committed_footer(out, &target).await {
+            Ok(Some(Some(md))) => sidecar::referenced(md.file_metadata().key_value_metadata())
+                .into_iter()
+                .map(|(_, r)| r.object)
+                .collect(),
+            Ok(_) => Vec::new(),
+            Err(_) => continue,
+        };
+        if pending.iter().any(|p| p.ends_with(&format!("/{dir}"))) {
+            continue;
+        }
+        for m in objects {
+            let old = (now - m.last_modified).to_std().unwrap_or_default() > lease::TEMP_FILE_AGE;
+            if old && !named.contains(&out.relative(&m.location)) {
+                delete(out, &m.location).await?;
+                report.sidecars_removed += 1;
+            }
+        }
+    }
+    // Temporary files of interrupted local writes, beside the paths lakeswap writes.
+    for (path, rel, age) in local_temp_files(out, &[]) {
+        let ours = temp_base(&rel).is_some_and(|base| classify(base, column) != Entry::NotMine);
+        if !ours {
+            report.not_mine.push(rel);
+        } else if age > lease::TEMP_FILE_AGE && std::fs::remove_file(&path).is_ok() {
+            report.temp_files_removed += 1;
+        }
+    }
+    out.tidy(&out.child(&["_staging"]));
+    report.not_mine.sort();
     Ok(report)
 }
 
-/// On a local folder, removes the temporary files that interrupted writes left anywhere under
-/// the output — `<name>#<n>`, which the object store API neither lists nor overwrites — once
-/// they are older than [`lease::TEMP_FILE_AGE`] (a younger one may be a write in flight).
-fn remove_temp_files(out: &StoreLocation) -> usize {
-    fn is_temp(name: &str) -> bool {
-        name.rsplit_once('#')
-            .is_some_and(|(base, n)| !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-    }
-    fn walk(dir: &std::path::Path, removed: &mut usize) {
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
-        for e in rd.flatten() {
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                walk(&e.path(), removed);
-            } else if is_temp(&e.file_name().to_string_lossy())
-                && meta.modified().is_ok_and(|t| t.elapsed().unwrap_or_default() > lease::TEMP_FILE_AGE)
-                && std::fs::remove_file(e.path()).is_ok()
-            {
-                *removed += 1;
-            }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_lakeswap_makes() {
+        let c = "event_date";
+        assert!(is_run_id("20261129T115652.471Z-afcf82"));
+        assert!(!is_run_id("othertool") && !is_run_id("20261129T115652.471Z-AFCF82"));
+        let staged = "_staging/20261129T115652.471Z-afcf82/event_date=2026-11-01/part-00000.parquet";
+        assert!(matches!(classify(staged, c), Entry::Staged(..)));
+        for foreign in [
+            "_staging/othertool/keep/data.bin",
+            "_staging/20261129T115652.471Z-afcf82/notes.txt",
+            "_staging/20261129T115652.471Z-afcf82/event_date=2026-11-01/backup.parquet",
+            "docs/report",
+            "event_date=2026-11-01/backup.parquet",
+            "_lakeswap/leases/other.json",
+            "_lakeswap/runs/notes.json",
+            "_lakeswap/keys/event_date=2026-11-01/x.keys",
+        ] {
+            assert_eq!(classify(foreign, c), Entry::NotMine, "{foreign}");
         }
+        assert_eq!(classify("_lakeswap/leases/event_date=2026-11-01.json", c), Entry::Lease);
+        assert_eq!(temp_base("part-00000.parquet#12"), Some("part-00000.parquet"));
+        assert_eq!(temp_base("report#x"), None);
     }
-    let mut removed = 0;
-    if let Some(root) = out.local_path(&out.child(&[])) {
-        walk(&root, &mut removed);
-    }
-    removed
 }

@@ -28,6 +28,23 @@ pub struct PartitionReport {
     pub exit_code: i32,
 }
 
+/// A partition file a merge staged and has still to swap in: the swaps of a merge that moves
+/// keys between dates are recorded before the first one, so the next merge run completes them
+/// after a crash (rolls forward).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingSwap {
+    /// The partition folder, `<col>=<date>`.
+    pub dir: String,
+    /// The committed object's e-tag and version when the run planned the swap (none: the
+    /// partition did not exist).
+    pub e_tag: Option<String>,
+    pub version: Option<String>,
+    /// Whether the committed object existed, and its size.
+    pub existed: bool,
+    #[serde(default)]
+    pub size: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Journal {
     pub run_id: String,
@@ -44,6 +61,12 @@ pub struct Journal {
     pub exit_code: Option<i32>,
     pub dates: Vec<NaiveDate>,
     pub partitions: Vec<PartitionReport>,
+    /// Swaps staged and not yet known to be done (merges that move keys between dates).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingSwap>,
+    /// Keys this run moves from one date to another (merges), for `status`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<crate::merge::Move>,
 }
 
 /// A new, sortable run id: UTC start time and a random suffix.
@@ -69,6 +92,8 @@ impl Journal {
             exit_code: None,
             dates,
             partitions: Vec::new(),
+            pending: Vec::new(),
+            moves: Vec::new(),
         }
     }
 
@@ -111,4 +136,13 @@ pub async fn read_all(out: &StoreLocation) -> Result<Vec<Journal>> {
     }
     v.sort_by(|a, b| a.run_id.cmp(&b.run_id));
     Ok(v)
+}
+
+/// The staging (`<run id>/<partition folder>`) that unfinished swaps of merges still need.
+pub async fn pending_staging(out: &StoreLocation) -> Result<std::collections::BTreeSet<String>> {
+    Ok(read_all(out)
+        .await?
+        .iter()
+        .flat_map(|j| j.pending.iter().map(move |p| format!("{}/{}", j.run_id, p.dir)))
+        .collect())
 }

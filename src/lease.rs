@@ -5,10 +5,10 @@
 //! and released after the partition is committed. A holder that died stops renewing, so its
 //! lease expires and the next run takes it over — a retry is never blocked forever.
 //!
-//! Taking over an expired lease is itself a compare-and-swap: on object stores a conditional
-//! put against the expired lease's e-tag; on a local folder (no conditional update there) the
-//! expired lease is first renamed aside, which only one contender can do, and checked to be
-//! the one that was read. A holder that finds its lease gone, or past its expiry, stops before
+//! Taking over an expired lease is itself a compare-and-swap, done by the store's
+//! [`Protocol`](crate::store::Protocol): on object stores a conditional put against the expired
+//! lease's e-tag; on a local folder (no conditional update there) the expired lease is first
+//! renamed aside, which only one contender can do, and checked to be the one that was read. A holder that finds its lease gone, or past its expiry, stops before
 //! swapping anything in ([`Leases::check`]); the swap's own compare-and-swap stays the last
 //! line of defence.
 
@@ -23,7 +23,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 use serde::{Deserialize, Serialize};
 
 use crate::error::PartitionError;
-use crate::store::{StoreLocation, SwapMethod};
+use crate::store::StoreLocation;
 
 /// Temporary files of interrupted writes older than this are debris.
 pub const TEMP_FILE_AGE: Duration = Duration::from_secs(600);
@@ -138,36 +138,10 @@ impl Leases {
             }
             // Expired (or unreadable): take it over, as a compare-and-swap.
             tracing::info!(lease = %self.out.display(&path), "taking over an expired lease");
-            match self.out.swap {
-                SwapMethod::ConditionalPut => {
-                    let update = PutOptions { mode: PutMode::Update(version), ..Default::default() };
-                    match self.out.store.put_opts(&path, bytes.into(), update).await {
-                        Ok(r) => {
-                            let version = UpdateVersion { e_tag: r.e_tag, version: r.version };
-                            self.held().insert(dir.to_string(), Held { body, version, lost: false });
-                            return Ok(());
-                        }
-                        Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
-                            continue
-                        }
-                        Err(e) => return Err(store_err("cannot take over the lease", e)),
-                    }
-                }
-                SwapMethod::Rename => {
-                    let aside =
-                        self.out.child(&["_lakeswap", "leases", &format!("{dir}.json.expired-{}", self.run_id)]);
-                    match self.out.store.rename(&path, &aside).await {
-                        Ok(()) => {}
-                        Err(object_store::Error::NotFound { .. }) => continue,
-                        Err(e) => return Err(store_err("cannot take over the lease", e)),
-                    }
-                    let moved = read(&self.out, &aside).await?.and_then(|(b, _)| b);
-                    if moved != current {
-                        // Someone renewed or took it in between: put it back.
-                        let _ = self.out.store.rename_if_not_exists(&aside, &path).await;
-                    }
-                    let _ = self.out.store.delete(&aside).await;
-                }
+            let protocol = self.out.protocol.clone();
+            if let Some(version) = protocol.take_over(&self.out, &path, version, current, bytes, &self.run_id).await? {
+                self.held().insert(dir.to_string(), Held { body, version, lost: false });
+                return Ok(());
             }
         }
     }
@@ -198,25 +172,14 @@ impl Leases {
             let path = lease_path(&self.out, &dir);
             let body = self.body(Some(h.body.since));
             let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-            let result = match self.out.swap {
-                SwapMethod::ConditionalPut => {
-                    let opts = PutOptions { mode: PutMode::Update(h.version.clone()), ..Default::default() };
-                    self.out.store.put_opts(&path, bytes.into(), opts).await
-                }
-                SwapMethod::Rename => match read(&self.out, &path).await {
-                    Ok(Some((Some(b), _))) if b.run_id == self.run_id => self.out.store.put(&path, bytes.into()).await,
-                    Ok(_) => {
-                        Err(object_store::Error::Precondition { path: path.to_string(), source: "lease taken".into() })
-                    }
-                    Err(e) => Err(object_store::Error::Generic { store: "lease", source: Box::new(e) }),
-                },
-            };
+            let protocol = self.out.protocol.clone();
+            let result = protocol.renew(&self.out, &path, h.version.clone(), &self.run_id, bytes).await;
             let mut held = self.held();
             let Some(entry) = held.get_mut(&dir) else { continue };
             match result {
-                Ok(r) => {
+                Ok(version) => {
                     entry.body = body;
-                    entry.version = UpdateVersion { e_tag: r.e_tag, version: r.version };
+                    entry.version = version;
                 }
                 Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
                     tracing::warn!(lease = %self.out.display(&path), "lease lost to another run");

@@ -29,6 +29,7 @@ pub mod error;
 pub mod gc;
 pub mod generate;
 pub mod journal;
+pub mod kind;
 pub mod lease;
 pub mod lineage;
 pub mod merge;
@@ -39,6 +40,7 @@ pub mod read;
 pub mod report;
 pub mod run;
 pub mod schema;
+pub mod sidecar;
 pub mod status;
 pub mod store;
 

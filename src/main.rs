@@ -4,6 +4,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode as ProcessExit;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -279,7 +280,7 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
         let all = dates.take().ok_or_else(|| usage("--shard needs a range (--from/--to)"))?;
         dates = Some(all.into_iter().enumerate().filter(|(k, _)| k % n == i).map(|(_, d)| d).collect());
     }
-    if dates.is_none() && job.config.job.kind != lakeswap::config::JobKind::Merge {
+    if dates.is_none() && job.kind.needs_dates() {
         return Err(usage("name the dates: --date D, or --from A --to B (see lakeswap run --help)"));
     }
     if a.concurrency == Some(0) {
@@ -287,44 +288,100 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     }
     let n = dates.as_ref().map_or(0, Vec::len) as u64;
     let terminal = std::io::stderr().is_terminal();
-    let progress = if terminal && n > 1 && !a.dry_run {
-        let pb = ProgressBar::new(n);
-        pb.set_style(
-            ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} partitions, {msg}, eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        pb
-    } else {
-        ProgressBar::hidden()
-    };
-    let opts = RunOptions {
+    let mut opts = RunOptions {
         dates,
         concurrency: a.concurrency.unwrap_or_else(run::default_concurrency),
         allow_empty: a.allow_empty,
-        dry_run: a.dry_run,
-        progress,
-        // Without a terminal (cron, CI, orchestrators): a plain line per partition, for long runs.
-        plain_progress: !terminal && n > 1 && !a.dry_run,
         lease_ttl: std::time::Duration::from_secs(a.lease_ttl.max(1)),
         wait: a.wait,
         skip_unchanged: a.skip_unchanged,
-        verify: false,
         schema_change: match a.schema_change {
             Some(SchemaChangeArg::Rebuild) => lakeswap::schema::SchemaChange::Rebuild,
             None => lakeswap::schema::SchemaChange::Refuse,
         },
+        ..Default::default()
     };
-    let summary = run::run(&job, &opts).await?;
-    if let Some(plan) = &summary.plan {
-        print!("{plan}");
+    if a.dry_run {
+        print!("{}", run::dry_run(&job, &opts).await?);
         return Ok(ExitCode::Ok);
     }
+    let progress = Arc::new(Progress::new(n, terminal));
+    opts.observer = progress.clone();
+    let summary = run::run(&job, &opts).await?;
+    progress.finish();
     print!("{}", report::table(&summary));
     if let Some(path) = &a.summary_json {
         std::fs::write(path, report::json(&summary))
             .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
     }
     Ok(summary.exit_code)
+}
+
+/// Progress of a run: a bar on a terminal, a plain line per partition otherwise (cron, CI,
+/// orchestrators), for runs of more than one partition.
+struct Progress {
+    bar: ProgressBar,
+    plain: bool,
+    total: std::sync::atomic::AtomicUsize,
+    done: std::sync::atomic::AtomicUsize,
+    rows: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    fn new(partitions: u64, terminal: bool) -> Self {
+        let bar = if terminal && partitions > 1 {
+            let pb = ProgressBar::new(partitions);
+            pb.set_style(
+                ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} partitions, {msg}, eta {eta}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            pb
+        } else {
+            ProgressBar::hidden()
+        };
+        Progress {
+            bar,
+            plain: !terminal,
+            total: std::sync::atomic::AtomicUsize::new(partitions as usize),
+            done: Default::default(),
+            rows: Default::default(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+
+    fn step(&self, date: chrono::NaiveDate, what: &str, input_rows: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.done.fetch_add(1, Relaxed) + 1;
+        let rows = self.rows.fetch_add(input_rows, Relaxed) + input_rows;
+        let rate = rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3) / 1e6;
+        self.bar.set_message(format!("{rate:.1} M rows/s"));
+        self.bar.inc(1);
+        let total = self.total.load(Relaxed);
+        if self.plain && total > 1 {
+            eprintln!("progress: {n}/{total} partitions ({date} {what}), {rate:.1} M rows/s");
+        }
+    }
+}
+
+impl run::Observer for Progress {
+    fn event(&self, e: &run::Event<'_>) {
+        match e {
+            run::Event::Planned { partitions, .. } => {
+                self.total.store(*partitions, std::sync::atomic::Ordering::Relaxed);
+                self.bar.set_length(*partitions as u64);
+            }
+            run::Event::Computed { date, input_rows, failed } => {
+                self.step(*date, if *failed { "failed" } else { "computed" }, *input_rows)
+            }
+            run::Event::Passed { date, why } => self.step(*date, why, 0),
+            run::Event::Done { .. } => {}
+        }
+    }
 }
 
 async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
@@ -348,13 +405,22 @@ async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
 
 async fn cmd_gc(a: GcArgs) -> Result<ExitCode, Error> {
     let job = Job::load(&a.config)?;
-    let r = lakeswap::gc::gc(&job.output).await?;
+    let r = lakeswap::gc::gc(&job.output, &job.config.partition.column).await?;
     println!(
-        "removed {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs",
+        "removed {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs or unfinished moves",
         r.expired_leases, r.staging_removed, r.staging_kept
     );
     if r.temp_files_removed > 0 {
         println!("removed {} temporary file(s) of interrupted writes", r.temp_files_removed);
+    }
+    if r.sidecars_removed > 0 {
+        println!("removed {} tombstone / key-index object(s) no partition names", r.sidecars_removed);
+    }
+    if !r.not_mine.is_empty() {
+        println!("not mine, left alone ({}):", r.not_mine.len());
+        for p in &r.not_mine {
+            println!("  {p}");
+        }
     }
     Ok(ExitCode::Ok)
 }
@@ -407,8 +473,8 @@ async fn cmd_verify(a: RangeArgs) -> Result<ExitCode, Error> {
     let dates = a
         .dates(job.config.timezone())?
         .ok_or_else(|| usage("name the dates to verify: --date D or --from A --to B"))?;
-    let opts = RunOptions { dates: Some(dates), verify: true, ..Default::default() };
-    let summary = run::run(&job, &opts).await?;
+    let opts = RunOptions { dates: Some(dates), ..Default::default() };
+    let summary = run::verify(&job, &opts).await?;
     print!("{}", report::table(&summary));
     Ok(summary.exit_code)
 }

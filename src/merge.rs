@@ -5,9 +5,10 @@
 //! greater. A replay (equal version, equal payload) changes nothing; equal version with
 //! another payload is a conflict; an older version is ignored and counted. A delete with a
 //! greater version removes the key and leaves a *tombstone* (key and version), so an older
-//! version arriving later never brings the key back. Tombstones are kept in the partition
-//! file's footer (key `lakeswap.tombstones`, a small Parquet file, base64), outside what
-//! readers read, and swap in atomically with the rows they belong to.
+//! version arriving later never brings the key back. Tombstones are kept in an object beside
+//! the partition file ([`crate::sidecar`]), named by its footer, outside what readers read, and
+//! swap in atomically with the rows they belong to; with `[merge] tombstone_retention` they are
+//! dropped once older than it, at the next write of their partition.
 //!
 //! Invariants: the output holds one row per live key, sorted by key; its bytes depend only on
 //! the resulting state (no input fingerprint, no counts), so any order of batches that leads
@@ -30,9 +31,6 @@ use crate::error::{ConflictKey, Location, PartitionError};
 use crate::predicate;
 use crate::prepare::{render_key, version_values, Identity, Prepared};
 
-/// The footer key holding a partition's tombstones.
-pub const TOMBSTONES_KEY: &str = "lakeswap.tombstones";
-
 /// What a merge did to one partition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergeStats {
@@ -44,6 +42,24 @@ pub struct MergeStats {
     /// Incoming rows with a stored key's version but another payload, set aside
     /// (`on_conflict = "quarantine"`; with the default `fail` the partition fails instead).
     pub conflicts: u64,
+    /// Keys that moved here from another date (their newest version carries this date).
+    #[serde(default)]
+    pub moved_in: u64,
+    /// Keys that moved from here to another date.
+    #[serde(default)]
+    pub moved_out: u64,
+    /// Tombstones dropped by the retention.
+    #[serde(default)]
+    pub expired_tombstones: u64,
+}
+
+/// A key moved from one date to another by a merge: its version now lives under `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub key: String,
+    pub version: i64,
+    pub from: chrono::NaiveDate,
+    pub to: chrono::NaiveDate,
 }
 
 /// A merged partition: the live rows, sorted by key, and the tombstones (keys + `version`).
@@ -77,14 +93,51 @@ pub fn tombstone_schema(output: &Schema, key: &[String]) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-/// Encodes tombstones for the footer.
-pub fn encode_tombstones(t: &RecordBatch) -> Result<String, PartitionError> {
+/// Encodes tombstones as a Parquet file (the object the footer names).
+pub fn encode_tombstones(t: &RecordBatch) -> Result<Bytes, PartitionError> {
     let mut buf = Vec::new();
     let err = |e: parquet::errors::ParquetError| PartitionError::Other(format!("encoding tombstones: {e}"));
-    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, t.schema(), None).map_err(err)?;
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+        .set_created_by(crate::lineage::tool())
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, t.schema(), Some(props)).map_err(err)?;
     w.write(t).map_err(err)?;
     w.close().map_err(err)?;
-    Ok(base64::engine::general_purpose::STANDARD.encode(buf))
+    Ok(Bytes::from(buf))
+}
+
+/// Where a stored partition keeps its tombstones.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TombstonesAt {
+    None,
+    /// In an object beside the file.
+    Object(crate::sidecar::Reference),
+    /// In the footer itself, base64 (tables written before the objects existed).
+    Footer(Bytes),
+}
+
+/// What a stored partition file's footer says of its tombstones, and every object it names.
+pub fn stored_refs(file: &Bytes) -> Result<(TombstonesAt, Vec<String>), PartitionError> {
+    let meta = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+        .map_err(|e| PartitionError::Other(format!("the stored partition cannot be read: {e}")))?;
+    let kv = meta.metadata().file_metadata().key_value_metadata();
+    let refs = crate::sidecar::referenced(kv);
+    let named = refs.iter().map(|(_, r)| r.object.clone()).collect();
+    if let Some((_, r)) = refs.iter().find(|(k, _)| *k == crate::sidecar::Kind::Tombstones) {
+        return Ok((TombstonesAt::Object(r.clone()), named));
+    }
+    let key = crate::sidecar::Kind::Tombstones.footer_key();
+    let inline = kv.and_then(|kv| kv.iter().find(|k| k.key == key)).and_then(|k| k.value.clone());
+    match inline {
+        Some(b64) => {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| PartitionError::Other(format!("the stored tombstones are damaged: {e}")))?;
+            Ok((TombstonesAt::Footer(Bytes::from(raw)), named))
+        }
+        None => Ok((TombstonesAt::None, named)),
+    }
 }
 
 fn decode_parquet(
@@ -123,35 +176,86 @@ fn decode_parquet(
 }
 
 /// Reads a stored partition file: its rows and its tombstones.
-/// With `rebuild` (the table's schema changes: `--schema-change rebuild`), stored rows are
-/// converted to `output` by column name, in the job's time zone.
+/// Reads a stored partition: its rows (from `file`) and its tombstones (`tombstones`: the
+/// Parquet file of them, when there are any). With `rebuild` (the table's schema changes:
+/// `--schema-change rebuild`), stored rows are converted to `output` by column name, in the
+/// job's time zone.
 pub fn read_stored(
-    bytes: &Bytes,
+    file: &Bytes,
+    tombstones: Option<Bytes>,
     output: &SchemaRef,
     tombs: &SchemaRef,
     rebuild: Option<chrono_tz::Tz>,
 ) -> Result<(RecordBatch, RecordBatch), PartitionError> {
-    let meta = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
-        .map_err(|e| PartitionError::Other(format!("the stored partition cannot be read: {e}")))?;
-    let encoded = meta
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .and_then(|kv| kv.iter().find(|k| k.key == TOMBSTONES_KEY))
-        .and_then(|k| k.value.clone());
-    let rows = decode_parquet(bytes.clone(), output, "partition", rebuild)?;
-    let tombstones = match encoded {
-        Some(b64) => {
-            let raw = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map_err(|e| PartitionError::Other(format!("the stored tombstones are damaged: {e}")))?;
-            decode_parquet(Bytes::from(raw), tombs, "tombstones", rebuild)?
-        }
+    let rows = decode_parquet(file.clone(), output, "partition", rebuild)?;
+    let tombstones = match tombstones {
+        Some(b) => decode_parquet(b, tombs, "tombstones", rebuild)?,
         None => RecordBatch::new_empty(Arc::new(Schema::new(
             tombs.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
         ))),
     };
     Ok((rows, tombstones))
+}
+
+/// Calls `f(row, key bytes)` for every row of `batch`, the key bytes as [`crate::prepare`]
+/// makes them (so their hashes agree with the prepared batch's).
+pub fn each_key(batch: &RecordBatch, key: &[String], mut f: impl FnMut(usize, &[u8])) -> Result<(), String> {
+    let cols: Vec<ArrayRef> = key
+        .iter()
+        .map(|k| batch.column_by_name(k).cloned().ok_or(format!("no key column `{k}`")))
+        .collect::<Result<_, _>>()?;
+    let chunks: Vec<Vec<ArrayRef>> = (0..batch.num_rows())
+        .step_by(crate::read::CHUNK_ROWS)
+        .map(|at| {
+            let len = crate::read::CHUNK_ROWS.min(batch.num_rows() - at);
+            cols.iter().map(|c| c.slice(at, len)).collect()
+        })
+        .collect();
+    let keys = crate::prepare::key_bytes(&chunks)?;
+    for (c, chunk) in chunks.iter().enumerate() {
+        let n = chunk.first().map_or(0, |a| a.len());
+        for i in 0..n {
+            f(c * crate::read::CHUNK_ROWS + i, keys.get((c << crate::read::CHUNK_BITS) | i));
+        }
+    }
+    Ok(())
+}
+
+/// The key index of a partition: the sorted hashes of the keys of its rows and tombstones.
+pub fn key_index(rows: &RecordBatch, tombs: &RecordBatch, key: &[String]) -> Result<Vec<u64>, String> {
+    use std::hash::BuildHasher;
+    let hasher = crate::prepare::key_hasher();
+    let mut v = Vec::with_capacity(rows.num_rows() + tombs.num_rows());
+    each_key(rows, key, |_, k| v.push(hasher.hash_one(k)))?;
+    each_key(tombs, key, |_, k| v.push(hasher.hash_one(k)))?;
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+/// `batch` without the rows whose key is in `keys`, and how many went.
+pub fn without_keys(
+    batch: &RecordBatch,
+    key: &[String],
+    keys: &std::collections::HashSet<Vec<u8>>,
+) -> Result<(RecordBatch, u64), String> {
+    if keys.is_empty() {
+        return Ok((batch.clone(), 0));
+    }
+    let mut keep = Vec::with_capacity(batch.num_rows());
+    each_key(batch, key, |_, k| keep.push(!keys.contains(k)))?;
+    let gone = keep.iter().filter(|k| !**k).count() as u64;
+    let mask = arrow::array::BooleanArray::from(keep);
+    Ok((arrow::compute::filter_record_batch(batch, &mask).map_err(|e| e.to_string())?, gone))
+}
+
+/// Tombstones without those whose version is older than `cutoff`, and how many went.
+pub fn expire(tombs: &RecordBatch, cutoff: i64) -> Result<(RecordBatch, u64), String> {
+    let Some(v) = tombs.column_by_name("version") else { return Ok((tombs.clone(), 0)) };
+    let v = v.as_any().downcast_ref::<Int64Array>().ok_or("tombstone versions are not int64")?;
+    let keep: arrow::array::BooleanArray = v.iter().map(|x| Some(x.is_none_or(|x| x >= cutoff))).collect();
+    let gone = keep.iter().filter(|k| *k == Some(false)).count() as u64;
+    Ok((arrow::compute::filter_record_batch(tombs, &keep).map_err(|e| e.to_string())?, gone))
 }
 
 #[derive(Clone, Copy)]

@@ -19,11 +19,11 @@ use chrono::NaiveDate;
 use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStoreExt};
 
-use crate::aggregate;
 use crate::commit::{self, Seen};
 use crate::config::{ConfigError, Format, JobConfig};
 use crate::dates;
 use crate::error::{Error, InputError, Location, Result};
+use crate::kind::Kind;
 use crate::lineage::InputObject;
 use crate::prepare;
 use crate::read::{self, list, DateSource, Decoder};
@@ -80,7 +80,7 @@ fn config_err(cfg: &JobConfig, key: &str, message: String) -> Error {
 }
 
 /// The columns the config uses: every input object must hold them.
-fn required_columns(cfg: &JobConfig, date_source: &DateSource) -> Vec<String> {
+fn required_columns(cfg: &JobConfig, kind: &dyn Kind, date_source: &DateSource) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
     if let DateSource::Column(c) | DateSource::Timestamp(c) = date_source {
         v.push(c.clone());
@@ -90,20 +90,19 @@ fn required_columns(cfg: &JobConfig, date_source: &DateSource) -> Vec<String> {
     }
     v.extend(cfg.identity.version.iter().cloned());
     v.extend(cfg.identity.deleted.iter().map(|d| d.column.clone()));
-    if let Some(agg) = &cfg.aggregate {
-        v.extend(agg.group_by.iter().cloned());
-        for m in &agg.measures {
-            v.extend(m.column.iter().cloned());
-            v.extend(m.filter.keys().cloned());
-        }
-    }
+    v.extend(kind.required_columns());
     let mut seen = std::collections::HashSet::new();
     v.retain(|c| seen.insert(c.clone()));
     v
 }
 
 /// Builds the plan for `dates` (None: every date found in the input — merge jobs).
-pub async fn plan(cfg: &JobConfig, input: &StoreLocation, dates: Option<&[NaiveDate]>) -> Result<Plan> {
+pub async fn plan(
+    cfg: &JobConfig,
+    kind: &dyn Kind,
+    input: &StoreLocation,
+    dates: Option<&[NaiveDate]>,
+) -> Result<Plan> {
     let column = &cfg.partition.column;
     let folders =
         if cfg.partition.from_timestamp.is_none() { list::hive_folders(input, column).await? } else { BTreeMap::new() };
@@ -177,11 +176,11 @@ pub async fn plan(cfg: &JobConfig, input: &StoreLocation, dates: Option<&[NaiveD
             };
             // The date source's column has the type it will have once read.
             let schema = decoder_schema(&decoder, schema);
-            let output_schema = check_columns(cfg, &schema, &name)?;
+            let output_schema = check_columns(cfg, kind, &schema, &name)?;
             (Some(schema), output_schema)
         }
     };
-    decoder.required = required_columns(cfg, &decoder.date_source);
+    decoder.required = required_columns(cfg, kind, &decoder.date_source);
 
     // A flat layout: each date's objects are those whose rows may hold it.
     let mut object_dates = Vec::new();
@@ -284,7 +283,7 @@ async fn fetch(input: &StoreLocation, m: &ObjectMeta) -> Result<bytes::Bytes> {
 }
 
 /// Checks every column the config names against the record schema; returns the output schema.
-fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Option<SchemaRef>> {
+fn check_columns(cfg: &JobConfig, kind: &dyn Kind, schema: &SchemaRef, object: &str) -> Result<Option<SchemaRef>> {
     let has = |c: &str| schema.field_with_name(c).is_ok();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let missing = |key: &str, col: &str| {
@@ -325,27 +324,9 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<Op
             ));
         }
     }
-    let Some(agg) = &cfg.aggregate else {
-        return Ok(Some(crate::merge::output_schema(schema, &cfg.partition.column)));
-    };
-    for (i, g) in agg.group_by.iter().enumerate() {
-        if !has(g) {
-            return Err(missing(&format!("aggregate.group_by[{i}]"), g));
-        }
-    }
-    for (i, m) in agg.measures.iter().enumerate() {
-        if let Some(c) = &m.column {
-            if !has(c) {
-                return Err(missing(&format!("aggregate.measures[{i}].column"), c));
-            }
-        }
-        for c in m.filter.keys() {
-            if !has(c) {
-                return Err(missing(&format!("aggregate.measures[{i}].where"), c));
-            }
-        }
-    }
-    aggregate::output_schema(agg, schema).map(Some).map_err(|m| config_err(cfg, "aggregate.measures", m))
+    kind.output_schema(cfg, schema)
+        .map(Some)
+        .map_err(|(key, m)| config_err(cfg, &key, format!("{m} (read from {object})")))
 }
 
 impl Plan {

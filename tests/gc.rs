@@ -22,23 +22,26 @@ fn gc_removes_stale_staging_and_expired_leases_only() {
     let out = lake.output();
     let live_until = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
     // A live run: lease held, staging in progress.
-    put(&out.join("_lakeswap/leases/event_date=2026-11-02.json"), &lease("live-run", &live_until));
-    put(&out.join("_staging/live-run/event_date=2026-11-02/part-00000.parquet"), b"in progress");
+    put(&out.join("_lakeswap/leases/event_date=2026-11-02.json"), &lease("20260101T000000.000Z-aaaaaa", &live_until));
+    put(&out.join("_staging/20260101T000000.000Z-aaaaaa/event_date=2026-11-02/part-00000.parquet"), b"in progress");
     // A crashed run: expired lease, staging left behind, and staging without any lease.
-    put(&out.join("_lakeswap/leases/event_date=2026-11-03.json"), &lease("dead-run", "2026-01-01T00:01:00Z"));
-    put(&out.join("_staging/dead-run/event_date=2026-11-03/part-00000.parquet"), b"debris");
-    put(&out.join("_staging/dead-run/event_date=2026-11-04/part-00000.parquet"), b"debris");
+    put(
+        &out.join("_lakeswap/leases/event_date=2026-11-03.json"),
+        &lease("20260101T000000.000Z-dddddd", "2026-01-01T00:01:00Z"),
+    );
+    put(&out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-03/part-00000.parquet"), b"debris");
+    put(&out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-04/part-00000.parquet"), b"debris");
     // Staging of a run that lost its lease to another live run.
-    put(&out.join("_staging/old-run/event_date=2026-11-02/part-00000.parquet"), b"debris");
+    put(&out.join("_staging/20260101T000000.000Z-0000aa/event_date=2026-11-02/part-00000.parquet"), b"debris");
 
     let o = cli(&["gc", "--config", lake.config().to_str().unwrap()], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("removed 1 expired lease(s) and 3 stale staged file(s); kept 1"), "{}", text(&o));
     assert!(out.join("_lakeswap/leases/event_date=2026-11-02.json").exists());
-    assert!(out.join("_staging/live-run/event_date=2026-11-02/part-00000.parquet").exists());
+    assert!(out.join("_staging/20260101T000000.000Z-aaaaaa/event_date=2026-11-02/part-00000.parquet").exists());
     assert!(!out.join("_lakeswap/leases/event_date=2026-11-03.json").exists());
-    assert!(!out.join("_staging/dead-run").exists());
-    assert!(!out.join("_staging/old-run").exists());
+    assert!(!out.join("_staging/20260101T000000.000Z-dddddd").exists());
+    assert!(!out.join("_staging/20260101T000000.000Z-0000aa").exists());
 }
 
 /// Interrupted local writes leave `<name>#<n>` files the object store API never lists: gc
@@ -80,11 +83,17 @@ async fn a_run_cleans_its_own_partitions_first() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(96, 2, 50), 1);
     let out = lake.output();
-    put(&out.join("_staging/dead-run/event_date=2026-11-01/part-00000.parquet"), b"debris");
-    put(&out.join("_staging/dead-run/event_date=2026-11-01/part-00000.parquet#3"), b"interrupted write");
-    put(&out.join("_staging/dead-run/event_date=2026-11-09/part-00000.parquet"), b"not this run's partition");
+    put(&out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-01/part-00000.parquet"), b"debris");
+    put(
+        &out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-01/part-00000.parquet#3"),
+        b"interrupted write",
+    );
+    put(
+        &out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-09/part-00000.parquet"),
+        b"not this run's partition",
+    );
     let s = run_range(&lake.config(), "2026-11-01", "2026-11-02").await;
     assert_eq!(s.exit_code, lakeswap::ExitCode::Ok);
-    assert!(!out.join("_staging/dead-run/event_date=2026-11-01").exists());
-    assert!(out.join("_staging/dead-run/event_date=2026-11-09/part-00000.parquet").exists());
+    assert!(!out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-01").exists());
+    assert!(out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-09/part-00000.parquet").exists());
 }

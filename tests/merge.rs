@@ -241,6 +241,13 @@ async fn a_crash_mid_merge_leaves_old_or_new_and_a_rerun_converges() {
     put_batch(&b, "b2", &second).await;
     merge(&b, "b1", None).await;
     let old = b.partitions().await;
+    // The table: its partitions and the objects their footers name (tombstones, key indexes).
+    let table: Vec<(String, Vec<u8>)> = b
+        .objects("out")
+        .await
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("_lakeswap/runs/") && !k.starts_with("_lakeswap/leases/"))
+        .collect();
     // The expected state after the second batch, on a copy.
     let reference = Backend::new(Kind::Memory);
     put_batch(&reference, "b1", &first).await;
@@ -255,7 +262,7 @@ async fn a_crash_mid_merge_leaves_old_or_new_and_a_rerun_converges() {
         // Start each crash from the old state.
         let c = Backend::new(Kind::Memory);
         put_batch(&c, "b2", &second).await;
-        for (k, v) in &old {
+        for (k, v) in &table {
             c.put("out", k, v.clone()).await;
         }
         let mut job = merge_job(&c, "b2");

@@ -1,9 +1,10 @@
-//! Where data lives: a job URL resolved into an `Arc<dyn ObjectStore>` and a prefix.
+//! Where data lives: a job URL resolved into an `Arc<dyn ObjectStore>`, a prefix, and the
+//! store's [`Protocol`] — the one place that knows whether a partition is swapped in by a
+//! rename or by a conditional put.
 //!
-//! Nothing else in the pipeline knows whether it runs on a folder or on S3; the one
-//! store-specific decision, how a partition is swapped in, is read from [`SwapMethod`].
-//! Credentials come from the standard environment variables and the config's `options` table;
-//! they are never printed — [`StoreLocation`]'s `Display` shows the URL only.
+//! Nothing else in the pipeline knows whether it runs on a folder or on S3. Credentials come
+//! from the standard environment variables and the config's `options` table; they are never
+//! printed — [`StoreLocation`]'s `Display` shows the URL only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -19,15 +20,8 @@ use object_store::ObjectStore;
 
 use crate::config::ConfigError;
 
-/// How a staged partition file replaces the committed one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SwapMethod {
-    /// A local folder: `rename(2)` over the old file, atomic on POSIX file systems.
-    Rename,
-    /// An object store with conditional writes: a put of the whole object with `If-Match` on
-    /// the e-tag seen at planning time (or `If-None-Match: *` for a new partition).
-    ConditionalPut,
-}
+mod protocol;
+pub use protocol::{ConditionalPut, LocalFolder, Protocol};
 
 /// A store and a prefix inside it.
 #[derive(Clone)]
@@ -35,14 +29,13 @@ pub struct StoreLocation {
     pub store: Arc<dyn ObjectStore>,
     pub prefix: Path,
     pub url: String,
-    pub swap: SwapMethod,
-    /// The folder, when the store is a local file system (for tidying empty folders).
-    pub local_root: Option<std::path::PathBuf>,
+    /// How partitions are swapped in and leases taken over on this store.
+    pub protocol: Arc<dyn Protocol>,
 }
 
 impl fmt::Debug for StoreLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreLocation").field("url", &self.url).field("swap", &self.swap).finish()
+        f.debug_struct("StoreLocation").field("url", &self.url).field("protocol", &self.protocol.name()).finish()
     }
 }
 
@@ -53,8 +46,8 @@ impl fmt::Display for StoreLocation {
 }
 
 impl StoreLocation {
-    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>, swap: SwapMethod) -> Self {
-        StoreLocation { store, prefix, url: url.into(), swap, local_root: None }
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>, protocol: Arc<dyn Protocol>) -> Self {
+        StoreLocation { store, prefix, url: url.into(), protocol }
     }
 
     /// `prefix/<parts...>`.
@@ -71,7 +64,7 @@ impl StoreLocation {
     /// Removes empty folders left below `path` on a local file system (object stores have
     /// no folders). Best effort: a folder that is not empty stays.
     pub fn tidy(&self, path: &Path) {
-        if let Some(root) = &self.local_root {
+        if let Some(root) = self.protocol.local_root() {
             let dir = root.join(path.as_ref());
             let mut dirs: Vec<std::path::PathBuf> = Vec::new();
             let mut stack = vec![dir];
@@ -93,24 +86,7 @@ impl StoreLocation {
 
     /// The file system path of `path`, when the store is a local folder.
     pub fn local_path(&self, path: &Path) -> Option<std::path::PathBuf> {
-        self.local_root.as_ref().map(|r| r.join(path.as_ref()))
-    }
-
-    /// The names of the folders directly under `path` on a local folder (`None` elsewhere).
-    /// Unlike a listing of objects, this also sees folders that hold only the temporary files
-    /// of an interrupted write (`name#N`), which the object store API does not show.
-    pub fn local_subdirs(&self, path: &Path) -> Option<Vec<String>> {
-        let dir = self.local_path(path)?;
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        Some(v)
+        self.protocol.local_root().map(|r| r.join(path.as_ref()))
     }
 
     /// A path relative to the prefix, for messages and lineage (`event_date=…/part-0.parquet`).
@@ -175,14 +151,14 @@ pub fn open(
             let fs = LocalFileSystem::new_with_prefix(&dir)
                 .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?
                 .with_automatic_cleanup(true);
-            let mut loc = StoreLocation::new(Arc::new(fs), Path::default(), url_shown, SwapMethod::Rename);
-            loc.local_root = std::fs::canonicalize(&dir).ok();
-            Ok(loc)
+            let root = std::fs::canonicalize(&dir)
+                .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?;
+            Ok(StoreLocation::new(Arc::new(fs), Path::default(), url_shown, Arc::new(LocalFolder { root })))
         }
         "memory" => {
             let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let store = memory_store(name);
-            Ok(StoreLocation::new(store, Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
+            Ok(StoreLocation::new(store, Path::from(prefix), url_shown, Arc::new(ConditionalPut)))
         }
         "s3" | "s3a" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -196,7 +172,7 @@ pub fn open(
                 b = b.with_config(cfg, v);
             }
             let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, Arc::new(ConditionalPut)))
         }
         "az" | "azure" | "abfs" | "abfss" | "adl" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -206,7 +182,7 @@ pub fn open(
                 b = b.with_config(cfg, v);
             }
             let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, Arc::new(ConditionalPut)))
         }
         "gs" | "gcs" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -216,7 +192,7 @@ pub fn open(
                 b = b.with_config(cfg, v);
             }
             let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, SwapMethod::ConditionalPut))
+            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, Arc::new(ConditionalPut)))
         }
         other => Err(invalid(format!(
             "unsupported scheme `{other}://`; use a path, file://, s3://, az://, gs:// or memory://"

@@ -1,0 +1,769 @@
+//! `kind = "merge"`: a version-guarded MERGE of a batch of change events into a current-state
+//! table, one row per key, each key under one date (SPEC §2.4; the upsert of one partition is
+//! [`crate::merge`]).
+//!
+//! A run goes:
+//! 1. every date of the batch is read and prepared (duplicates, conflicts, the latest version
+//!    per key within the date);
+//! 2. a key the batch holds under several dates keeps only its newest version — the others
+//!    are dropped (two dates with one version are a conflict);
+//! 3. every other committed partition's key index ([`crate::sidecar`]: sorted key hashes) is
+//!    searched for the batch's keys — no partition's rows are read unless it holds a candidate.
+//!    A key stored under another date *moves* when the batch's version is newer (the new date
+//!    gains the row, the old one loses it), is ignored when older, and is a conflict when equal;
+//!    with `[merge] on_date_change = "fail"` a move fails the batch's date instead (exit 3);
+//! 4. each touched partition is merged and encoded, with its tombstones and key index as objects
+//!    its footer names. Partitions that move keys between them commit together or not at all:
+//!    if one fails, all of them fail.
+//!
+//! Runs of one merged table never overlap (the table lease); the commit stage records the swaps
+//! of a run that moves keys before the first one, so a crash in between is completed by the
+//! next run. Tombstones older than `[merge] tombstone_retention` (measured on the version
+//! column against the run's clock) are dropped at the next write of their partition.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use bytes::Bytes;
+use chrono::NaiveDate;
+use futures::future::BoxFuture;
+use futures::StreamExt;
+
+use super::{Computed, Context, Kind, Outcome, PartitionFile};
+use crate::commit::{self, Seen};
+use crate::config::{ConfigError, JobConfig, OnConflict, OnDateChange};
+use crate::error::{ConflictKey, Location, PartitionError};
+use crate::lineage::Lineage;
+use crate::merge::{self as engine, MergeStats, Move, TombstonesAt};
+use crate::plan::PartitionPlan;
+use crate::prepare::{self, Identity, PrepareStats, Prepared};
+use crate::run::Event;
+use crate::sidecar::{self, Sidecar};
+
+/// A current-state table.
+#[derive(Debug)]
+pub struct Merge {
+    retention: Option<chrono::Duration>,
+    on_date_change: OnDateChange,
+}
+
+impl Merge {
+    pub fn new(cfg: &JobConfig) -> Result<Self, ConfigError> {
+        let m = cfg.merge.clone().unwrap_or_default();
+        let retention = match &m.tombstone_retention {
+            Some(r) => Some(crate::config::parse_duration(r).map_err(|message| ConfigError::Invalid {
+                path: cfg.origin.clone(),
+                key: "merge.tombstone_retention".into(),
+                message,
+            })?),
+            None => None,
+        };
+        Ok(Merge { retention, on_date_change: m.on_date_change })
+    }
+}
+
+impl Kind for Merge {
+    fn name(&self) -> &'static str {
+        "merge"
+    }
+
+    fn required_columns(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn output_schema(&self, cfg: &JobConfig, record: &SchemaRef) -> Result<SchemaRef, (String, String)> {
+        if self.retention.is_some() {
+            let v = cfg.identity.version.as_deref().unwrap_or_default();
+            let t = record.field_with_name(v).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
+            if !matches!(t, DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _)) {
+                return Err((
+                    "merge.tombstone_retention".into(),
+                    format!(
+                        "a retention is measured on the version column, which is {t} here; it needs a date or a \
+                         timestamp version (or leave the retention out: tombstones are then kept)"
+                    ),
+                ));
+            }
+        }
+        Ok(engine::output_schema(record, &cfg.partition.column))
+    }
+
+    fn needs_dates(&self) -> bool {
+        false
+    }
+
+    fn output_from_input_alone(&self) -> bool {
+        false
+    }
+
+    fn one_run_at_a_time(&self) -> bool {
+        true
+    }
+
+    fn compute<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Computed> {
+        Box::pin(self.compute_all(cx))
+    }
+}
+
+/// A winning row of the batch: its key's hash, version and row id.
+#[derive(Debug, Clone, Copy)]
+struct KeyAt {
+    hash: u64,
+    version: i64,
+    row: u32,
+}
+
+/// One date of the batch, prepared.
+struct Dated {
+    prepared: Prepared,
+    id: Identity,
+    /// The winners, by hash.
+    keys: Vec<KeyAt>,
+    /// The stored file, as committed when the lease was taken.
+    stored: Option<Bytes>,
+    /// Winners dropped (an older version than another date's, or than what is stored).
+    dropped: HashSet<u32>,
+    /// Winners set aside as conflicts (`on_conflict = "quarantine"`).
+    quarantined: Vec<u32>,
+    older: u64,
+}
+
+/// A partition in the work of a run: a date of the batch, or a date that only loses keys.
+struct Slot {
+    plan: PartitionPlan,
+    started: Instant,
+    state: Result<Option<Dated>, PartitionError>,
+    /// Keys leaving this partition for another date.
+    removals: HashSet<Vec<u8>>,
+    /// Its stored file, for partitions outside the batch.
+    stored: Option<Bytes>,
+    /// Keys arriving here from another date.
+    moved_in: u64,
+}
+
+impl Slot {
+    fn fail(&mut self, e: PartitionError) {
+        if self.state.is_ok() {
+            self.state = Err(e);
+        }
+    }
+}
+
+impl Merge {
+    async fn compute_all(&self, cx: &Context<'_>) -> Computed {
+        // 1. Every date of the batch, prepared.
+        let mut slots: Vec<Slot> = futures::stream::iter(cx.plan.partitions.iter().cloned())
+            .map(|p| async move {
+                let started = Instant::now();
+                let state = prepare_date(cx, &p).await.map(Some);
+                Slot { plan: p, started, state, removals: HashSet::new(), stored: None, moved_in: 0 }
+            })
+            .buffered(cx.opts.concurrency.max(1))
+            .collect()
+            .await;
+        let mut moves = Vec::new();
+        if !cx.job.config.is_whole_record_key() {
+            // 2. Keys under several dates of the batch: the newest version wins.
+            self.within_batch(cx, &mut slots);
+            // 3. Keys stored under another date.
+            self.against_table(cx, &mut slots, &mut moves).await;
+        }
+        // Partitions that move keys between them commit together or not at all.
+        abort_broken_moves(&mut slots, &mut moves);
+        for slot in &mut slots {
+            slot.moved_in = moves.iter().filter(|m| m.to == slot.plan.date).count() as u64;
+        }
+        // 4. Merge and encode each.
+        let outcomes: Vec<Outcome> = futures::stream::iter(slots)
+            .map(|slot| async move {
+                let date = slot.plan.date;
+                let outcome = self.finish(cx, slot).await;
+                let input_rows = outcome.result.as_ref().map_or(0, |f| f.stats.input_rows);
+                cx.opts.observer.event(&Event::Computed { date, input_rows, failed: outcome.result.is_err() });
+                outcome
+            })
+            .buffered(cx.opts.concurrency.max(1))
+            .collect()
+            .await;
+        Computed { outcomes, moves }
+    }
+
+    /// A key the batch holds under several dates keeps its newest version only.
+    fn within_batch(&self, _cx: &Context<'_>, slots: &mut [Slot]) {
+        let mut all: Vec<(u64, usize, usize)> = Vec::new();
+        for (s, slot) in slots.iter().enumerate() {
+            if let Ok(Some(d)) = &slot.state {
+                all.extend(d.keys.iter().enumerate().map(|(i, k)| (k.hash, s, i)));
+            }
+        }
+        all.sort_unstable();
+        let mut failures: Vec<(usize, PartitionError)> = Vec::new();
+        let mut drops: Vec<(usize, u32)> = Vec::new();
+        for group in all.chunk_by(|a, b| a.0 == b.0) {
+            if group.iter().all(|g| g.1 == group[0].1) {
+                continue;
+            }
+            // The real keys behind the hash (equal bytes), each with its places.
+            let mut by_key: BTreeMap<Vec<u8>, Vec<(usize, KeyAt)>> = BTreeMap::new();
+            for &(_, s, i) in group {
+                let Ok(Some(d)) = &slots[s].state else { continue };
+                let k = d.keys[i];
+                by_key.entry(key_of(d, k.row)).or_default().push((s, k));
+            }
+            for places in by_key.values() {
+                let dates: BTreeSet<usize> = places.iter().map(|(s, _)| *s).collect();
+                if dates.len() < 2 {
+                    continue;
+                }
+                let named = |(s, k): &(usize, KeyAt)| match &slots[*s].state {
+                    Ok(Some(d)) => (render(d, k.row), d.prepared.table.locate(k.row as usize, None)),
+                    _ => (String::new(), Location::object("?")),
+                };
+                if self.on_date_change == OnDateChange::Fail {
+                    let at: Vec<Location> = places.iter().map(|p| named(p).1).collect();
+                    for s in &dates {
+                        let key = ConflictKey { key: named(&places[0]).0, version: None, at: at.clone() };
+                        failures.push((*s, PartitionError::KeyUnderTwoDates { keys: vec![key], total: 1 }));
+                    }
+                    continue;
+                }
+                let newest = places.iter().map(|(_, k)| k.version).max().unwrap_or(i64::MIN);
+                let top: Vec<&(usize, KeyAt)> = places.iter().filter(|(_, k)| k.version == newest).collect();
+                let top_dates: BTreeSet<usize> = top.iter().map(|(s, _)| *s).collect();
+                if top_dates.len() > 1 {
+                    // One version under two dates: the dates differ, so the payloads do.
+                    let at: Vec<Location> = top.iter().map(|p| named(p).1).collect();
+                    let key = ConflictKey { key: named(top[0]).0, version: Some(newest.to_string()), at };
+                    for (s, k) in places {
+                        if self_quarantines(slots, *s) {
+                            drops.push((*s, k.row));
+                            if let Ok(Some(d)) = &mut slots[*s].state {
+                                d.quarantined.push(k.row);
+                            }
+                        } else {
+                            failures.push((*s, PartitionError::Conflict { keys: vec![key.clone()], total: 1 }));
+                        }
+                    }
+                    continue;
+                }
+                for (s, k) in places {
+                    if k.version < newest {
+                        drops.push((*s, k.row));
+                    }
+                }
+            }
+        }
+        for (s, row) in drops {
+            if let Ok(Some(d)) = &mut slots[s].state {
+                d.dropped.insert(row);
+            }
+        }
+        for (s, e) in failures {
+            slots[s].fail(e);
+        }
+    }
+
+    /// Searches every other committed partition's key index for the batch's keys; moves,
+    /// ignores or refuses each key found (see the module documentation).
+    async fn against_table(&self, cx: &Context<'_>, slots: &mut Vec<Slot>, moves: &mut Vec<Move>) {
+        let out = &cx.job.output;
+        let column = &cx.job.config.partition.column;
+        let committed = match crate::schema::committed_dates(out, column).await {
+            Ok(d) => d,
+            Err(e) => {
+                let m = e.to_string();
+                slots.iter_mut().for_each(|s| s.fail(PartitionError::Other(m.clone())));
+                return;
+            }
+        };
+        // The batch's live keys, by hash, with their slot and place.
+        let mut wanted: Vec<(u64, usize, usize)> = Vec::new();
+        for (s, slot) in slots.iter().enumerate() {
+            if let Ok(Some(d)) = &slot.state {
+                wanted.extend(
+                    d.keys.iter().enumerate().filter(|(_, k)| !d.dropped.contains(&k.row)).map(|(i, k)| (k.hash, s, i)),
+                );
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        wanted.sort_unstable();
+        let held: BTreeMap<NaiveDate, usize> = slots.iter().enumerate().map(|(i, s)| (s.plan.date, i)).collect();
+        for date in committed {
+            let index = match held.get(&date) {
+                Some(&i) => match &slots[i].state {
+                    Ok(Some(d)) => d.stored.clone(),
+                    _ => continue,
+                },
+                None => None,
+            };
+            let dir = commit::partition_dir(column, date);
+            let hashes = match partition_index(cx, &dir, index.as_ref()).await {
+                Ok(h) => h,
+                Err(e) => {
+                    // Cannot tell whether a key lives there: nothing is merged.
+                    let m = format!("cannot read the key index of {dir}: {e}");
+                    slots.iter_mut().for_each(|s| s.fail(PartitionError::Other(m.clone())));
+                    return;
+                }
+            };
+            let candidates: Vec<(usize, usize)> = wanted
+                .iter()
+                .filter(|(h, s, _)| slots[*s].plan.date != date && hashes.binary_search(h).is_ok())
+                .map(|&(_, s, i)| (s, i))
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            // The partition that holds them: held already, or leased now.
+            let p = match held.get(&date) {
+                Some(&i) => i,
+                None => match lease_extra(cx, &dir, date).await {
+                    Ok(slot) => {
+                        slots.push(slot);
+                        slots.len() - 1
+                    }
+                    Err(e) => {
+                        for (s, _) in &candidates {
+                            slots[*s].fail(PartitionError::Other(format!("keys of this date live under {dir}: {e}")));
+                        }
+                        continue;
+                    }
+                },
+            };
+            self.resolve(cx, slots, p, &candidates, moves).await;
+        }
+    }
+
+    /// Decides each candidate key of the batch found in stored partition `p`.
+    async fn resolve(
+        &self,
+        cx: &Context<'_>,
+        slots: &mut [Slot],
+        p: usize,
+        candidates: &[(usize, usize)],
+        moves: &mut Vec<Move>,
+    ) {
+        let stored_bytes = match &slots[p].state {
+            Ok(Some(d)) => d.stored.clone(),
+            Ok(None) => slots[p].stored.clone(),
+            Err(_) => return,
+        };
+        let Some(stored_bytes) = stored_bytes else { return };
+        let from = slots[p].plan.date;
+        let stored = match stored_state(cx, &stored_bytes).await {
+            Ok(s) => s,
+            Err(e) => {
+                for (s, _) in candidates {
+                    slots[*s].fail(PartitionError::Other(format!("the stored partition of {from}: {e}")));
+                }
+                return;
+            }
+        };
+        let key = key_columns(cx, &stored.0);
+        // The stored versions of the candidate keys, by key bytes.
+        let hasher = prepare::key_hasher();
+        let wanted: HashSet<u64> = candidates
+            .iter()
+            .filter_map(|(s, i)| match &slots[*s].state {
+                Ok(Some(d)) => Some(d.keys[*i].hash),
+                _ => None,
+            })
+            .collect();
+        let mut found: HashMap<Vec<u8>, i64> = HashMap::new();
+        let version_col = cx.job.config.identity.version.clone().unwrap_or_default();
+        for (batch, col) in [(&stored.0, version_col.as_str()), (&stored.1, "version")] {
+            let Some(vs) = batch.column_by_name(col).and_then(|c| prepare::version_values(c).ok()) else { continue };
+            let _ = engine::each_key(batch, &key, |row, k| {
+                if wanted.contains(&hasher.hash_one(k)) {
+                    found.insert(k.to_vec(), vs[row]);
+                }
+            });
+        }
+        for &(s, i) in candidates {
+            let Ok(Some(d)) = &slots[s].state else { continue };
+            let k = d.keys[i];
+            let bytes = key_of(d, k.row);
+            let Some(&stored_version) = found.get(&bytes) else { continue }; // a hash collision
+            let to = slots[s].plan.date;
+            let text = render(d, k.row);
+            match k.version.cmp(&stored_version) {
+                std::cmp::Ordering::Greater if self.on_date_change == OnDateChange::Fail => {
+                    let at = vec![
+                        d.prepared.table.locate(k.row as usize, None),
+                        Location::object(format!("the stored partition of {from}")),
+                    ];
+                    slots[s].fail(PartitionError::KeyUnderTwoDates {
+                        keys: vec![ConflictKey { key: text, version: Some(k.version.to_string()), at }],
+                        total: 1,
+                    });
+                }
+                std::cmp::Ordering::Greater => {
+                    slots[p].removals.insert(bytes);
+                    moves.push(Move { key: text, version: k.version, from, to });
+                }
+                std::cmp::Ordering::Less => {
+                    if let Ok(Some(d)) = &mut slots[s].state {
+                        d.dropped.insert(k.row);
+                        d.older += 1;
+                    }
+                }
+                std::cmp::Ordering::Equal => {
+                    let at = vec![
+                        d.prepared.table.locate(k.row as usize, None),
+                        Location::object(format!("the stored partition of {from}")),
+                    ];
+                    let conflict = ConflictKey { key: text, version: Some(k.version.to_string()), at };
+                    if d.id.on_conflict == OnConflict::Quarantine {
+                        if let Ok(Some(d)) = &mut slots[s].state {
+                            d.dropped.insert(k.row);
+                            d.quarantined.push(k.row);
+                        }
+                    } else {
+                        slots[s].fail(PartitionError::Conflict { keys: vec![conflict], total: 1 });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Merges one partition and encodes its file, tombstones and key index.
+    async fn finish(&self, cx: &Context<'_>, slot: Slot) -> Outcome {
+        let Slot { plan, started, state, removals, stored, moved_in } = slot;
+        let result = match state {
+            Err(e) => Err(e),
+            Ok(dated) => {
+                let stored = dated.as_ref().map_or(stored, |d| d.stored.clone());
+                self.encode(cx, &plan, dated, stored, removals, moved_in).await
+            }
+        };
+        Outcome { plan, result, seconds: started.elapsed().as_secs_f64() }
+    }
+
+    async fn encode(
+        &self,
+        cx: &Context<'_>,
+        plan: &PartitionPlan,
+        dated: Option<Dated>,
+        stored: Option<Bytes>,
+        removals: HashSet<Vec<u8>>,
+        moved_in: u64,
+    ) -> Result<PartitionFile, PartitionError> {
+        let (tombs_at, replaces) = match &stored {
+            Some(b) => engine::stored_refs(b)?,
+            None => (TombstonesAt::None, Vec::new()),
+        };
+        let tombstones = match tombs_at {
+            TombstonesAt::None => None,
+            TombstonesAt::Footer(b) => Some(b),
+            TombstonesAt::Object(r) => Some(fetch(cx, &r.object).await?),
+        };
+        let schema = cx.plan.output_schema.clone().ok_or_else(|| PartitionError::Other("no output schema".into()))?;
+        let cfg = cx.job.config.clone();
+        let rebuild = cx.rebuild.then_some(cfg.timezone());
+        let cutoff = match (self.retention, &cx.plan.record_schema) {
+            (Some(r), Some(record)) => {
+                version_cutoff(record, cfg.identity.version.as_deref().unwrap_or_default(), cx.now - r)
+            }
+            _ => None,
+        };
+        let dir = plan.dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let key: Vec<String> = match &dated {
+                Some(d) => d.id.key.clone(),
+                None => cfg.identity.key.clone(),
+            };
+            let tomb_schema = engine::tombstone_schema(&schema, &key);
+            let read = stored
+                .as_ref()
+                .map(|b| engine::read_stored(b, tombstones, &schema, &tomb_schema, rebuild))
+                .transpose()?;
+            let (read, moved_out) = match read {
+                Some((rows, tombs)) => {
+                    let (rows, a) = engine::without_keys(&rows, &key, &removals).map_err(PartitionError::Other)?;
+                    let (tombs, b) = engine::without_keys(&tombs, &key, &removals).map_err(PartitionError::Other)?;
+                    (Some((rows, tombs)), a + b)
+                }
+                None => (None, 0),
+            };
+            let (rows, tombs, mut stats, counts, quarantine) = match dated {
+                Some(mut d) => {
+                    let mut quarantined = std::mem::take(&mut d.quarantined);
+                    d.prepared.winners.retain(|r| !d.dropped.contains(r));
+                    let m = engine::merge(&d.prepared, &d.id, &schema, &tomb_schema, read)?;
+                    let mut stats = m.stats;
+                    stats.ignored_older += d.older;
+                    quarantined.extend(&d.prepared.quarantined);
+                    quarantined.extend(&m.quarantined);
+                    quarantined.sort_unstable();
+                    quarantined.dedup();
+                    let quarantine = if quarantined.is_empty() {
+                        None
+                    } else {
+                        Some(d.prepared.table.take(&quarantined).map_err(|e| PartitionError::Other(e.to_string()))?)
+                    };
+                    (m.rows, m.tombstones, stats, d.prepared.stats, quarantine)
+                }
+                None => {
+                    let (rows, tombs) = read.unwrap_or_else(|| {
+                        (RecordBatch::new_empty(schema.clone()), RecordBatch::new_empty(tomb_schema.clone()))
+                    });
+                    (rows, tombs, MergeStats::default(), PrepareStats::default(), None)
+                }
+            };
+            stats.moved_out = moved_out;
+            stats.moved_in = moved_in;
+            let (tombs, expired) = match cutoff {
+                Some(c) => engine::expire(&tombs, c).map_err(PartitionError::Other)?,
+                None => (tombs, 0),
+            };
+            stats.expired_tombstones = expired;
+            // The file depends on the resulting state only, not on the batch.
+            let lineage = Lineage::new(cfg.fingerprint(), Vec::new(), PrepareStats::default(), rows.num_rows() as u64);
+            let index = engine::key_index(&rows, &tombs, &key).map_err(PartitionError::Other)?;
+            let mut sidecars =
+                vec![Sidecar::new(sidecar::Kind::Keys, &dir, sidecar::encode_keys(&index), index.len() as u64)];
+            if tombs.num_rows() > 0 {
+                let b = engine::encode_tombstones(&tombs)?;
+                sidecars.push(Sidecar::new(sidecar::Kind::Tombstones, &dir, b, tombs.num_rows() as u64));
+            }
+            let entries: Vec<(&str, String)> = sidecars.iter().map(|s| s.footer_entry()).collect();
+            let bytes = commit::encode(&rows, &lineage, &entries)?;
+            let quarantine = match quarantine {
+                Some(q) => Some(commit::encode(&q, &lineage, &[])?),
+                None => None,
+            };
+            let names: Vec<&str> = sidecars.iter().map(|s| s.reference.object.as_str()).collect();
+            let replaces = replaces.into_iter().filter(|r| !names.contains(&r.as_str())).collect();
+            let nothing_to_do = counts.input_rows == 0 && moved_out == 0 && rebuild.is_none() && expired == 0;
+            Ok(PartitionFile {
+                bytes,
+                rows: rows.num_rows(),
+                schema: schema.clone(),
+                stats: counts,
+                merge: Some(stats),
+                quarantine,
+                sidecars,
+                replaces,
+                skip: nothing_to_do,
+            })
+        })
+        .await
+        .map_err(|e| PartitionError::Other(format!("merge task failed: {e}")))?
+    }
+}
+
+/// Reads and prepares one date of the batch, and reads its stored file (under its lease).
+async fn prepare_date(cx: &Context<'_>, p: &PartitionPlan) -> Result<Dated, PartitionError> {
+    let table = cx.table(p).await?;
+    let mut id = cx.identity(&table);
+    id.keep_deletes = true;
+    id.key_hashes = false;
+    let stored = match &p.seen.meta {
+        Some(_) => commit::get(&cx.job.output, &commit::target_path(&cx.job.output, &p.dir)).await?,
+        None => None,
+    };
+    tokio::task::spawn_blocking(move || {
+        let prepared = prepare::prepare(table, &id)?;
+        let keys = winner_keys(&prepared, &id).map_err(PartitionError::Other)?;
+        Ok(Dated { prepared, id, keys, stored, dropped: HashSet::new(), quarantined: Vec::new(), older: 0 })
+    })
+    .await
+    .map_err(|e| PartitionError::Other(format!("prepare task failed: {e}")))?
+}
+
+/// The winners of a prepared date with their key hash and version, by hash.
+fn winner_keys(p: &Prepared, id: &Identity) -> Result<Vec<KeyAt>, String> {
+    let t = &p.table;
+    let cols = t.columns(&id.key).ok_or("no key column")?;
+    let keys = prepare::key_bytes(&cols)?;
+    let versions: Vec<_> = match &id.version {
+        Some(v) => {
+            t.column(v).ok_or("no version column")?.iter().map(prepare::version_values).collect::<Result<_, _>>()?
+        }
+        None => Vec::new(),
+    };
+    let hasher = prepare::key_hasher();
+    let mut out: Vec<KeyAt> = p
+        .winners
+        .iter()
+        .map(|&row| {
+            let (c, i) = crate::read::split_id(row as usize);
+            KeyAt { hash: hasher.hash_one(keys.get(row as usize)), version: versions.get(c).map_or(0, |v| v[i]), row }
+        })
+        .collect();
+    out.sort_unstable_by_key(|k| k.hash);
+    Ok(out)
+}
+
+fn key_of(d: &Dated, row: u32) -> Vec<u8> {
+    d.prepared
+        .table
+        .columns(&d.id.key)
+        .and_then(|cols| prepare::key_bytes(&cols).ok().map(|k| k.get(row as usize).to_vec()))
+        .unwrap_or_default()
+}
+
+fn render(d: &Dated, row: u32) -> String {
+    d.prepared.table.columns(&d.id.key).map(|cols| prepare::render_id(&cols, row as usize)).unwrap_or_default()
+}
+
+fn self_quarantines(slots: &[Slot], s: usize) -> bool {
+    matches!(&slots[s].state, Ok(Some(d)) if d.id.on_conflict == OnConflict::Quarantine)
+}
+
+fn key_columns(cx: &Context<'_>, rows: &RecordBatch) -> Vec<String> {
+    if cx.job.config.is_whole_record_key() {
+        rows.schema().fields().iter().map(|f| f.name().clone()).collect()
+    } else {
+        cx.job.config.identity.key.clone()
+    }
+}
+
+/// Reads a stored partition's rows and tombstones, fetching its tombstone object.
+async fn stored_state(cx: &Context<'_>, file: &Bytes) -> Result<(RecordBatch, RecordBatch), PartitionError> {
+    let tombstones = match engine::stored_refs(file)?.0 {
+        TombstonesAt::Object(r) => Some(fetch(cx, &r.object).await?),
+        TombstonesAt::Footer(b) => Some(b),
+        TombstonesAt::None => None,
+    };
+    read_state(cx, file, tombstones)
+}
+
+/// Reads a stored partition's rows and tombstones (the tombstone object, when it has one, is
+/// fetched by the caller and passed as `tombstones`).
+fn read_state(
+    cx: &Context<'_>,
+    file: &Bytes,
+    tombstones: Option<Bytes>,
+) -> Result<(RecordBatch, RecordBatch), PartitionError> {
+    let schema = cx.plan.output_schema.clone().ok_or_else(|| PartitionError::Other("no output schema".into()))?;
+    let tomb_schema = engine::tombstone_schema(&schema, &cx.job.config.identity.key);
+    let tombstones = match tombstones {
+        Some(t) => Some(t),
+        None => match engine::stored_refs(file)?.0 {
+            TombstonesAt::Footer(b) => Some(b),
+            // Only the keys matter here: rows of a tombstone object are looked up in the index.
+            _ => None,
+        },
+    };
+    engine::read_stored(file, tombstones, &schema, &tomb_schema, cx.rebuild.then_some(cx.job.config.timezone()))
+}
+
+/// The key index of a committed partition (its footer names it; a partition written before
+/// indexes existed is read whole), given its stored file when the run already has it.
+async fn partition_index(cx: &Context<'_>, dir: &str, stored: Option<&Bytes>) -> Result<Vec<u64>, String> {
+    let out = &cx.job.output;
+    let target = commit::target_path(out, dir);
+    let kv_refs = match stored {
+        Some(b) => parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(b.clone())
+            .map(|r| sidecar::referenced(r.metadata().file_metadata().key_value_metadata()))
+            .map_err(|e| e.to_string())?,
+        None => match commit::committed_footer(out, &target).await.map_err(|e| e.to_string())? {
+            Some(Some(md)) => sidecar::referenced(md.file_metadata().key_value_metadata()),
+            Some(None) => return Err("not a readable Parquet file".into()),
+            None => return Ok(Vec::new()),
+        },
+    };
+    if let Some((_, r)) = kv_refs.iter().find(|(k, _)| *k == sidecar::Kind::Keys) {
+        // An index is derived data: when it is gone, it is made again from the rows.
+        match commit::get(out, &out.child(&[&r.object])).await.map_err(|e| e.to_string())? {
+            Some(b) => return sidecar::decode_keys(&b),
+            None => tracing::warn!(object = %r.object, "a key index is missing; reading the partition instead"),
+        }
+    }
+    // No index yet: from the rows and tombstones themselves.
+    let file = match stored {
+        Some(b) => b.clone(),
+        None => commit::get(out, &target).await.map_err(|e| e.to_string())?.unwrap_or_default(),
+    };
+    let tombstones = match engine::stored_refs(&file).map_err(|e| e.to_string())?.0 {
+        TombstonesAt::Object(r) => Some(fetch(cx, &r.object).await.map_err(|e| e.to_string())?),
+        TombstonesAt::Footer(b) => Some(b),
+        TombstonesAt::None => None,
+    };
+    let (rows, tombs) = read_state(cx, &file, tombstones).map_err(|e| e.to_string())?;
+    engine::key_index(&rows, &tombs, &key_columns(cx, &rows))
+}
+
+/// A partition outside the batch that holds keys of it: leased now, its file read under the
+/// lease.
+async fn lease_extra(cx: &Context<'_>, dir: &str, date: NaiveDate) -> Result<Slot, PartitionError> {
+    let out = &cx.job.output;
+    let leases = cx.leases.ok_or_else(|| PartitionError::Other("no leases".into()))?;
+    leases.acquire(dir).await?;
+    let target = commit::target_path(out, dir);
+    let meta = commit::head(out, &target).await?;
+    let stored = commit::get(out, &target).await?;
+    let plan = PartitionPlan { date, dir: dir.to_string(), inputs: Vec::new(), seen: Seen { meta } };
+    Ok(Slot { plan, started: Instant::now(), state: Ok(None), removals: HashSet::new(), stored, moved_in: 0 })
+}
+
+/// A merge that moves keys between partitions is all or nothing: when one of them fails, every
+/// partition connected to it by moves fails too, and those moves are dropped.
+fn abort_broken_moves(slots: &mut [Slot], moves: &mut Vec<Move>) {
+    if moves.is_empty() {
+        return;
+    }
+    let index: BTreeMap<NaiveDate, usize> = slots.iter().enumerate().map(|(i, s)| (s.plan.date, i)).collect();
+    let mut parent: Vec<usize> = (0..slots.len()).collect();
+    fn find(p: &mut [usize], x: usize) -> usize {
+        let mut r = x;
+        while p[r] != r {
+            r = p[r];
+        }
+        p[x] = r;
+        r
+    }
+    for m in moves.iter() {
+        if let (Some(&a), Some(&b)) = (index.get(&m.from), index.get(&m.to)) {
+            let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+            parent[ra] = rb;
+        }
+    }
+    let broken: BTreeMap<usize, NaiveDate> = (0..slots.len())
+        .filter(|&i| slots[i].state.is_err())
+        .map(|i| (find(&mut parent, i), slots[i].plan.date))
+        .collect();
+    if broken.is_empty() {
+        return;
+    }
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if let Some(&failed) = broken.get(&find(&mut parent, i)) {
+            slot.fail(PartitionError::Other(format!(
+                "keys move between this date and {failed}, which failed: nothing is written for either"
+            )));
+        }
+    }
+    moves.retain(|m| index.get(&m.from).is_some_and(|&i| slots[i].state.is_ok()));
+}
+
+/// The bytes of an object under the output.
+async fn fetch(cx: &Context<'_>, rel: &str) -> Result<Bytes, PartitionError> {
+    let out = &cx.job.output;
+    let path = out.child(&[rel]);
+    commit::get(out, &path).await?.ok_or_else(|| {
+        PartitionError::Other(format!(
+            "{} is missing (a partition's footer names it); the table is damaged",
+            out.display(&path)
+        ))
+    })
+}
+
+/// `when` in the units of the version column (a date or timestamp), for the retention.
+fn version_cutoff(record: &SchemaRef, version: &str, when: chrono::DateTime<chrono::Utc>) -> Option<i64> {
+    let f = record.field_with_name(version).ok()?;
+    Some(match f.data_type() {
+        DataType::Date32 => crate::dates::to_days(when.date_naive()) as i64,
+        DataType::Date64 => when.timestamp_millis(),
+        DataType::Timestamp(TimeUnit::Second, _) => when.timestamp(),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => when.timestamp_millis(),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => when.timestamp_micros(),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => when.timestamp_nanos_opt()?,
+        _ => return None,
+    })
+}

@@ -1,0 +1,157 @@
+//! The job kind: what a run computes from each date's prepared rows (SPEC §2.4).
+//!
+//! A kind is a [`Kind`] — [`aggregate`] (a daily table) or [`merge`] (a current-state table) —
+//! chosen by `[job] kind` in [`of`]. It decides the output schema, which columns the input
+//! must hold, whether its partitions depend on their input alone (`--skip-unchanged`,
+//! `verify`) or also on what is stored, and it computes the held partitions of a run into
+//! files. A new kind (an SCD-2 history table, say) is one new file and one line in [`of`].
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+
+use crate::config::{ConfigError, JobConfig, JobKind};
+use crate::error::PartitionError;
+use crate::lease::Leases;
+use crate::merge::{MergeStats, Move};
+use crate::plan::{PartitionPlan, Plan};
+use crate::prepare::{Identity, PrepareStats};
+use crate::read::{self, FlatInput, Table};
+use crate::run::{Job, RunOptions};
+use crate::sidecar::Sidecar;
+
+pub mod aggregate;
+pub mod merge;
+
+/// What a job computes. See the module documentation.
+pub trait Kind: std::fmt::Debug + Send + Sync {
+    /// `aggregate`, `merge`.
+    fn name(&self) -> &'static str;
+
+    /// The columns the config uses, besides identity and partition: every input object must
+    /// hold them.
+    fn required_columns(&self) -> Vec<String>;
+
+    /// Checks the kind's config against a record schema and gives the output schema; the error
+    /// is the config key and the reason.
+    fn output_schema(&self, cfg: &JobConfig, record: &SchemaRef) -> Result<SchemaRef, (String, String)>;
+
+    /// Whether a run must name its dates (else: every date of the input).
+    fn needs_dates(&self) -> bool;
+
+    /// Whether a partition depends on its input alone (so `--skip-unchanged` and `verify` apply),
+    /// rather than also on what is stored.
+    fn output_from_input_alone(&self) -> bool;
+
+    /// Whether computing a partition reads what is stored (then a schema rebuild converts it).
+    fn reads_stored_state(&self) -> bool {
+        !self.output_from_input_alone()
+    }
+
+    /// Whether runs of one table must not overlap at all (they may move keys between dates).
+    fn one_run_at_a_time(&self) -> bool {
+        false
+    }
+
+    /// Computes every held partition: its file, or why it fails.
+    fn compute<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Computed>;
+}
+
+/// The kind of a config.
+pub fn of(cfg: &JobConfig) -> Result<Arc<dyn Kind>, ConfigError> {
+    Ok(match cfg.job.kind {
+        JobKind::Aggregate => Arc::new(aggregate::Aggregate::new(cfg)?),
+        JobKind::Merge => Arc::new(merge::Merge::new(cfg)?),
+    })
+}
+
+/// What a kind computes with.
+pub struct Context<'a> {
+    pub job: &'a Job,
+    pub opts: &'a RunOptions,
+    pub run_id: &'a str,
+    /// The plan; its partitions are those held.
+    pub plan: &'a Arc<Plan>,
+    pub flat: Option<&'a Arc<FlatInput>>,
+    /// The run's leases (`None` when verifying): a kind may need more partitions.
+    pub leases: Option<&'a Arc<Leases>>,
+    /// The table is rebuilt under a new schema.
+    pub rebuild: bool,
+    pub now: DateTime<Utc>,
+}
+
+impl Context<'_> {
+    /// The rows of one partition date: a Hive folder's objects, or the date's share of a flat
+    /// input. A date without rows has the run's reference record schema.
+    pub async fn table(&self, p: &PartitionPlan) -> Result<Table, PartitionError> {
+        let plan = self.plan;
+        let table = match self.flat {
+            Some(f) => f.table(p.date, &p.inputs, &plan.decoder)?,
+            None => read::read_date(&self.job.input, &plan.decoder, &p.inputs, p.date, Some(p.date)).await?,
+        };
+        match (&plan.record_schema, table.num_rows()) {
+            (Some(schema), 0) => Ok(Table::empty(schema.clone())),
+            _ => Ok(table),
+        }
+    }
+
+    /// The identity of the job; with `key = ["*"]`, the columns of `table`.
+    pub fn identity(&self, table: &Table) -> Identity {
+        let cfg = &self.job.config;
+        let mut id = Identity::from_config(cfg, &[]);
+        if cfg.is_whole_record_key() {
+            id.key = table.schema().fields().iter().map(|f| f.name().clone()).collect();
+        }
+        id.key_hashes = self.plan.partitions.len() > 1 && !cfg.is_whole_record_key();
+        // Cores left over by concurrent partitions go to each partition's hash pass.
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        id.threads = (cores / self.opts.concurrency.clamp(1, self.plan.partitions.len().max(1))).max(1);
+        id
+    }
+
+    /// Fails a partition whose output schema is not the run's.
+    pub fn check_output(&self, schema: &SchemaRef) -> Result<(), PartitionError> {
+        match &self.plan.output_schema {
+            Some(expected) => {
+                crate::schema::same_output(expected, schema).map_err(|why| PartitionError::OutputSchema { why })
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// What the `compute` stage gives: a file (or a failure) per partition, and the keys a merge
+/// moves between dates.
+#[derive(Default)]
+pub struct Computed {
+    pub outcomes: Vec<Outcome>,
+    pub moves: Vec<Move>,
+}
+
+/// One partition, computed.
+pub struct Outcome {
+    pub plan: PartitionPlan,
+    pub result: Result<PartitionFile, PartitionError>,
+    pub seconds: f64,
+}
+
+/// A partition's file, ready to commit.
+#[derive(Debug, Clone)]
+pub struct PartitionFile {
+    pub bytes: Bytes,
+    pub rows: usize,
+    pub schema: SchemaRef,
+    pub stats: PrepareStats,
+    pub merge: Option<MergeStats>,
+    /// Rows set aside (`on_conflict = "quarantine"`), as a Parquet file.
+    pub quarantine: Option<Bytes>,
+    /// Objects the file's footer names, written before it is swapped in.
+    pub sidecars: Vec<Sidecar>,
+    /// Objects the replaced file's footer named: removed once the swap is done.
+    pub replaces: Vec<String>,
+    /// Nothing to write (a merge date without batch rows).
+    pub skip: bool,
+}

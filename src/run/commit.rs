@@ -1,0 +1,364 @@
+//! The `commit` and `record` stages of a run.
+//!
+//! Each computed file goes in through [`crate::commit`]: compared with what is committed
+//! (`unchanged` writes nothing), staged, verified, swapped in by the store's protocol. A
+//! partition folder must hold nothing else (G3, G9): foreign objects fail the partition unless
+//! the job says `foreign_files = "remove"`. The objects a file's footer names (tombstones, key
+//! index) are written before it; those the replaced file named are removed after it.
+//!
+//! A merge that moves keys between dates stages every file first, records the pending swaps
+//! in the run journal, and only then swaps them in — the dates gaining keys before the dates
+//! losing them — so a crash in between leaves a record the next run of the table completes
+//! ([`roll_forward`]). Between two of those swaps a reader can see a moved key under both
+//! dates.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+
+use super::hold::{Held, TABLE_LEASE};
+use super::{exit_of, report, Event, Job, RunOptions, RunSummary};
+use crate::commit::{self, Action, Seen, Staged};
+use crate::config::ForeignFiles;
+use crate::error::{ExitCode, PartitionError, Result};
+use crate::journal::{self, Journal, PartitionReport, PendingSwap};
+use crate::kind::{Computed, Outcome, PartitionFile};
+use crate::lease::{Leases, Renewer};
+
+/// A run whose partitions are committed (or failed).
+pub struct Committed {
+    pub run_id: String,
+    pub started: Instant,
+    pub journal: Journal,
+    pub reports: Vec<PartitionReport>,
+    _renewer: Option<Renewer>,
+}
+
+/// Commits every computed partition (see the module documentation).
+pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed) -> Committed {
+    let Held { run_id, started, new_table_schema, leases, renewer, mut journal, mut reports, .. } = held;
+    let Some(leases) = leases else {
+        return Committed { run_id, started, journal, reports, _renewer: renewer };
+    };
+    let Computed { mut outcomes, moves } = computed;
+    // A table without a schema record (new, or rebuilt) gets one before its first swap.
+    if let Some(schema) = &new_table_schema {
+        if outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|f| !f.skip)) {
+            if let Err(e) = crate::schema::record(&job.output, schema).await {
+                let m = e.to_string();
+                for o in &mut outcomes {
+                    if o.result.is_ok() {
+                        o.result = Err(PartitionError::Other(m.clone()));
+                    }
+                }
+            }
+        }
+    }
+    let done: Vec<PartitionReport> = if moves.is_empty() {
+        futures::stream::iter(outcomes)
+            .map(|o| {
+                let (leases, run_id) = (leases.clone(), run_id.as_str());
+                async move {
+                    let t = Instant::now();
+                    let date = o.plan.date;
+                    let r = match o.result {
+                        Err(e) => report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e)),
+                        Ok(f) => {
+                            let res = match leases.check(&o.plan.dir) {
+                                Ok(()) if f.skip => Ok(Action::Skipped),
+                                Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f).await,
+                                Err(e) => Err(e),
+                            };
+                            finished(date, res, &f, o.seconds + t.elapsed().as_secs_f64())
+                        }
+                    };
+                    leases.release(&o.plan.dir).await;
+                    opts.observer.event(&Event::Done { report: &r });
+                    r
+                }
+            })
+            .buffer_unordered(opts.concurrency.max(1))
+            .collect()
+            .await
+    } else {
+        journal.moves = moves.clone();
+        let dirs: Vec<String> = outcomes.iter().map(|o| o.plan.dir.clone()).collect();
+        let done = commit_together(job, &run_id, &leases, &mut journal, outcomes, &moves).await;
+        for d in &dirs {
+            leases.release(d).await;
+        }
+        for r in &done {
+            opts.observer.event(&Event::Done { report: r });
+        }
+        done
+    };
+    reports.extend(done);
+    if job.kind.one_run_at_a_time() {
+        leases.release(TABLE_LEASE).await;
+    }
+    Committed { run_id, started, journal, reports, _renewer: renewer }
+}
+
+fn finished(
+    date: chrono::NaiveDate,
+    res: std::result::Result<Action, PartitionError>,
+    f: &PartitionFile,
+    secs: f64,
+) -> PartitionReport {
+    match res {
+        Ok(action) => PartitionReport { merge: f.merge, ..report(date, action, f.stats, f.rows as u64, secs, None) },
+        Err(e) => {
+            PartitionReport { merge: f.merge, ..report(date, Action::Failed, f.stats, f.rows as u64, secs, Some(e)) }
+        }
+    }
+}
+
+/// The objects of a partition folder other than its file: an error, or (with
+/// `foreign_files = "remove"`) the list to remove once the file is swapped in.
+async fn foreign(job: &Job, dir: &str) -> std::result::Result<Vec<object_store::path::Path>, PartitionError> {
+    let found = commit::foreign_objects(&job.output, dir).await?;
+    if found.is_empty() || job.config.output.foreign_files == ForeignFiles::Remove {
+        return Ok(found);
+    }
+    Err(PartitionError::Foreign {
+        dir: job.output.display(&job.output.child(&[dir])),
+        objects: found.iter().map(|p| job.output.relative(p)).collect(),
+    })
+}
+
+/// Writes what goes before a partition file: its quarantined rows and the objects it names.
+async fn before(job: &Job, run_id: &str, dir: &str, f: &PartitionFile) -> std::result::Result<(), PartitionError> {
+    let out = &job.output;
+    if let Some(q) = &f.quarantine {
+        commit::upload(out, &out.child(&["_quarantine", run_id, dir, commit::PART_FILE]), q.clone()).await?;
+    }
+    for s in &f.sidecars {
+        let path = out.child(&[&s.reference.object]);
+        // Content-addressed: an object of that name holds these bytes already.
+        if commit::head(out, &path).await?.is_none() {
+            commit::upload(out, &path, s.bytes.clone()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes what the replaced file named and the folder's foreign objects, once swapped in.
+async fn after(job: &Job, f: &PartitionFile, foreign: &[object_store::path::Path]) {
+    let out = &job.output;
+    for rel in &f.replaces {
+        let _ = out.store.delete(&out.child(&[rel])).await;
+    }
+    for p in foreign {
+        tracing::info!(object = %out.display(p), "removing a foreign object (foreign_files = \"remove\")");
+        let _ = out.store.delete(p).await;
+    }
+}
+
+async fn commit_one(
+    job: &Job,
+    run_id: &str,
+    dir: &str,
+    seen: &Seen,
+    f: &PartitionFile,
+) -> std::result::Result<Action, PartitionError> {
+    let foreign = foreign(job, dir).await?;
+    before(job, run_id, dir, f).await?;
+    let action = commit::commit(&job.output, run_id, dir, f.bytes.clone(), &f.schema, f.rows, seen).await?;
+    if action != Action::Unchanged || !foreign.is_empty() {
+        after(job, f, &foreign).await;
+    }
+    Ok(action)
+}
+
+/// The partitions of a merge that moves keys: staged first, the swaps recorded, then swapped
+/// — all of them, or (before the first swap) none.
+async fn commit_together(
+    job: &Job,
+    run_id: &str,
+    leases: &Arc<Leases>,
+    journal: &mut Journal,
+    outcomes: Vec<Outcome>,
+    moves: &[crate::merge::Move],
+) -> Vec<PartitionReport> {
+    let out = &job.output;
+    let mut reports = Vec::new();
+    // Stage every file.
+    let mut staged: Vec<(Outcome, PartitionFile, Staged, Vec<object_store::path::Path>)> = Vec::new();
+    let mut failure: Option<String> = None;
+    for o in outcomes {
+        let date = o.plan.date;
+        match o.result {
+            Err(e) => reports.push(report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e))),
+            Ok(f) if f.skip => reports.push(finished(date, Ok(Action::Skipped), &f, o.seconds)),
+            Ok(f) => {
+                let step = async {
+                    leases.check(&o.plan.dir)?;
+                    let foreign = foreign(job, &o.plan.dir).await?;
+                    before(job, run_id, &o.plan.dir, &f).await?;
+                    let s = commit::stage(out, run_id, &o.plan.dir, &f.bytes, &f.schema, f.rows, &o.plan.seen).await?;
+                    Ok::<_, PartitionError>((s, foreign))
+                };
+                match step.await {
+                    Ok((s, foreign)) => staged.push((Outcome { result: Ok(f.clone()), ..o }, f, s, foreign)),
+                    Err(e) => {
+                        failure.get_or_insert_with(|| format!("{date}: {e}"));
+                        reports.push(finished(date, Err(e), &f, o.seconds));
+                    }
+                }
+            }
+        }
+    }
+    let abort =
+        |reports: &mut Vec<PartitionReport>, staged: Vec<(Outcome, PartitionFile, Staged, Vec<_>)>, why: &str| {
+            for (o, f, _, _) in staged {
+                let e = PartitionError::Other(format!(
+                    "keys move between this date and others, and {why}: nothing was swapped in. Run again"
+                ));
+                reports.push(finished(o.plan.date, Err(e), &f, o.seconds));
+            }
+        };
+    if let Some(why) = failure {
+        for (_, _, s, _) in &staged {
+            if let Staged::Ready(p) = s {
+                let _ = out.store.delete(p).await;
+            }
+        }
+        abort(&mut reports, staged, &format!("another of them could not be staged ({why})"));
+        return reports;
+    }
+    // Record the swaps before the first one.
+    journal.pending = staged
+        .iter()
+        .filter(|(_, _, s, _)| matches!(s, Staged::Ready(_)))
+        .map(|(o, _, _, _)| PendingSwap {
+            dir: o.plan.dir.clone(),
+            e_tag: o.plan.seen.meta.as_ref().and_then(|m| m.e_tag.clone()),
+            version: o.plan.seen.meta.as_ref().and_then(|m| m.version.clone()),
+            existed: o.plan.seen.meta.is_some(),
+            size: o.plan.seen.meta.as_ref().map_or(0, |m| m.size),
+        })
+        .collect();
+    if let Err(e) = journal.write(out).await {
+        abort(&mut reports, staged, &format!("the pending swaps could not be recorded ({e})"));
+        return reports;
+    }
+    // Gaining dates first: a reader may see a moved key twice for a moment, never lose it.
+    staged.sort_by_key(|(o, _, _, _)| (!moves.iter().any(|m| m.to == o.plan.date), o.plan.date));
+    for (o, f, s, foreign) in staged {
+        let t = Instant::now();
+        let res = match s {
+            Staged::Unchanged => Ok(Action::Unchanged),
+            Staged::Ready(path) => commit::swap_in(out, &path, &o.plan.dir, f.bytes.clone(), &o.plan.seen).await,
+        };
+        if res.is_ok() {
+            after(job, &f, &foreign).await;
+            journal.pending.retain(|p| p.dir != o.plan.dir);
+        }
+        reports.push(finished(o.plan.date, res, &f, o.seconds + t.elapsed().as_secs_f64()));
+    }
+    reports
+}
+
+/// Writes the journal and gives the summary.
+pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Result<RunSummary> {
+    let Committed { run_id, started, mut journal, mut reports, _renewer } = committed;
+    drop(_renewer);
+    let _ = opts;
+    reports.sort_by_key(|r| r.date);
+    // Empty staging folders (this run's, and `_staging/` itself when nothing else is in it).
+    job.output.tidy(&job.output.child(&["_staging"]));
+    let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
+    journal.finish(reports.clone(), exit);
+    journal.write(&job.output).await?;
+    Ok(RunSummary { run_id, partitions: reports, exit_code: exit, seconds: super::elapsed(started) })
+}
+
+/// `verify`: each recomputed file compared with the committed one; nothing written.
+pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSummary> {
+    let mut reports = held.reports;
+    for o in computed.outcomes {
+        let date = o.plan.date;
+        let r = match o.result {
+            Err(e) => report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e)),
+            Ok(f) => {
+                let path = commit::target_path(&job.output, &o.plan.dir);
+                let res = async {
+                    let foreign = commit::foreign_objects(&job.output, &o.plan.dir).await?;
+                    if !foreign.is_empty() {
+                        let names: Vec<String> = foreign.iter().map(|p| job.output.relative(p)).collect();
+                        return Err(PartitionError::Differs {
+                            path: job.output.display(&path),
+                            why: format!("its folder also holds objects lakeswap did not write: {}", names.join(", ")),
+                        });
+                    }
+                    match commit::get(&job.output, &path).await? {
+                        Some(b) if b == f.bytes => Ok(Action::Verified),
+                        Some(_) => Err(PartitionError::Differs {
+                            path: job.output.display(&path),
+                            why: "its bytes differ from a recomputation".into(),
+                        }),
+                        None => Err(PartitionError::Differs {
+                            path: job.output.display(&path),
+                            why: "it is missing".into(),
+                        }),
+                    }
+                }
+                .await;
+                finished(date, res, &f, o.seconds)
+            }
+        };
+        reports.push(r);
+    }
+    reports.sort_by_key(|r| r.date);
+    let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
+    Ok(RunSummary { run_id: held.run_id, partitions: reports, exit_code: exit, seconds: super::elapsed(held.started) })
+}
+
+/// Completes the swaps interrupted runs recorded as pending (merges that move keys): each
+/// staged file whose target is still as that run saw it is swapped in. Called under the table
+/// lease, so no other run of the table is in between.
+pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
+    let out = &job.output;
+    for mut j in journal::read_all(out).await? {
+        if j.pending.is_empty() || j.run_id == run_id {
+            continue;
+        }
+        for p in std::mem::take(&mut j.pending) {
+            let target = commit::target_path(out, &p.dir);
+            let staged = commit::staging_path(out, &j.run_id, &p.dir);
+            let seen = Seen {
+                meta: p.existed.then(|| object_store::ObjectMeta {
+                    location: target.clone(),
+                    last_modified: chrono::Utc::now(),
+                    size: p.size,
+                    e_tag: p.e_tag.clone(),
+                    version: p.version.clone(),
+                }),
+            };
+            let bytes = commit::get(out, &staged).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
+            let now = commit::head(out, &target).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
+            match bytes {
+                Some(b) if seen.same_object(&now) => match commit::swap_in(out, &staged, &p.dir, b, &seen).await {
+                    Ok(_) => {
+                        tracing::warn!(run = %j.run_id, partition = %p.dir, "completed a swap an interrupted run left pending")
+                    }
+                    Err(e) => {
+                        tracing::warn!(run = %j.run_id, partition = %p.dir, error = %e, "cannot complete a pending swap")
+                    }
+                },
+                Some(b) => {
+                    // Done already (the swap happened, the record did not), or changed since.
+                    if commit::get(out, &target).await.ok().flatten().as_ref() != Some(&b) {
+                        tracing::warn!(run = %j.run_id, partition = %p.dir, "a pending swap's partition changed since; left as it is");
+                    }
+                    let _ = out.store.delete(&staged).await;
+                }
+                None => tracing::warn!(run = %j.run_id, partition = %p.dir, "a pending swap's staged file is gone"),
+            }
+        }
+        j.write(out).await?;
+    }
+    Ok(())
+}

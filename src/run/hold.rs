@@ -1,0 +1,192 @@
+//! The `hold` stage of a run: the run is journaled (status `running`), each partition's lease
+//! is taken and its committed state read under it (the swap compares with that state), what
+//! crashed runs left for those partitions is cleaned up, unchanged partitions are skipped, and
+//! a flat input is read. Kinds whose runs exclude each other (merges) first take the table
+//! lease and complete the swaps an interrupted run left pending.
+
+use std::sync::Arc;
+
+use super::planned::Planned;
+use super::{report, Event, Job, RunOptions};
+use crate::commit::{self, Action, Seen};
+use crate::error::{Error, Result};
+use crate::gc;
+use crate::journal::{Journal, PartitionReport};
+use crate::kind::Context;
+use crate::lease::{Leases, Renewer};
+use crate::plan::{Layout, PartitionPlan, Plan};
+use crate::prepare::PrepareStats;
+use crate::read::{self, FlatInput};
+
+/// The lease that keeps runs of one table apart when their kind asks for it.
+pub const TABLE_LEASE: &str = "_merge";
+
+/// A run holding its partitions.
+pub struct Held {
+    pub run_id: String,
+    pub started: std::time::Instant,
+    /// The plan, its partitions those held.
+    pub plan: Arc<Plan>,
+    pub flat: Option<Arc<FlatInput>>,
+    pub new_table_schema: Option<arrow::datatypes::SchemaRef>,
+    pub rebuild: bool,
+    pub now: chrono::DateTime<chrono::Utc>,
+    /// `None` when verifying: nothing is written, no lease taken.
+    pub leases: Option<Arc<Leases>>,
+    pub renewer: Option<Renewer>,
+    pub journal: Journal,
+    /// Partitions already decided: refused, skipped.
+    pub reports: Vec<PartitionReport>,
+}
+
+impl Held {
+    pub fn context<'a>(&'a self, job: &'a Job, opts: &'a RunOptions) -> Context<'a> {
+        Context {
+            job,
+            opts,
+            run_id: &self.run_id,
+            plan: &self.plan,
+            flat: self.flat.as_ref(),
+            leases: self.leases.as_ref(),
+            rebuild: self.rebuild,
+            now: self.now,
+        }
+    }
+}
+
+/// Takes the run's leases (see the module documentation).
+pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held> {
+    let cfg = &job.config;
+    let Planned { run_id, started, now, mut plan, flat, new_table_schema, rebuild } = planned;
+    let dates = plan.partitions.iter().map(|p| p.date).collect();
+    let journal = Journal::start(&run_id, &cfg.job.name, dates, now);
+    journal.write(&job.output).await?;
+    opts.observer.event(&Event::Planned { run_id: &run_id, partitions: plan.partitions.len() });
+
+    let leases = Arc::new(Leases::new(job.output.clone(), &run_id, opts.lease_ttl, opts.wait));
+    if job.kind.one_run_at_a_time() {
+        // One run of this table at a time; then finish what an interrupted one left.
+        leases
+            .acquire(TABLE_LEASE)
+            .await
+            .map_err(|e| Error::Leased(format!("the table {} is busy: {e}", job.output.url)))?;
+        super::commit::roll_forward(job, &run_id).await?;
+    }
+    // Leases first, then the committed state as seen under them (the swap compares with it).
+    let mut reports = Vec::new();
+    let mut held: Vec<PartitionPlan> = Vec::new();
+    for p in std::mem::take(&mut plan.partitions) {
+        let seen = match leases.acquire(&p.dir).await {
+            Ok(()) => commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await,
+            Err(e) => Err(e),
+        };
+        match seen {
+            Ok(meta) => held.push(PartitionPlan { seen: Seen { meta }, ..p }),
+            Err(e) => {
+                leases.release(&p.dir).await;
+                opts.observer.event(&Event::Passed { date: p.date, why: "refused" });
+                reports.push(report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e)));
+            }
+        }
+    }
+    let renewer = Some(leases.spawn_renewer());
+    let dirs: Vec<String> = held.iter().map(|p| p.dir.clone()).collect();
+    dirs.iter().for_each(|d| leases.remove_leftovers(d));
+    let keep = crate::journal::pending_staging(&job.output).await.unwrap_or_default();
+    if let Err(e) = gc::remove_stale_staging(&job.output, &cfg.partition.column, &run_id, &dirs, &keep).await {
+        tracing::warn!(error = %e, "could not remove stale staging");
+    }
+    // --skip-unchanged: a committed partition whose footer names the same config and the same
+    // input objects (paths, sizes, e-tags) is skipped without reading its input.
+    let mut todo = Vec::with_capacity(held.len());
+    for p in held {
+        let skip = opts.skip_unchanged
+            && job.kind.output_from_input_alone()
+            && p.seen.meta.is_some()
+            && unchanged_inputs(job, &p).await;
+        if skip {
+            leases.release(&p.dir).await;
+            opts.observer.event(&Event::Passed { date: p.date, why: "skipped" });
+            reports.push(report(p.date, Action::Skipped, PrepareStats::default(), 0, 0.0, None));
+        } else {
+            todo.push(p);
+        }
+    }
+    plan.partitions = todo;
+    let flat = read_input(job, &mut plan, flat).await;
+    Ok(Held {
+        run_id,
+        started,
+        plan: Arc::new(plan),
+        flat,
+        new_table_schema,
+        rebuild,
+        now,
+        leases: Some(leases),
+        renewer,
+        journal,
+        reports,
+    })
+}
+
+/// Holds nothing, writes nothing: for `verify`.
+pub async fn unleased(job: &Job, _opts: &RunOptions, planned: Planned) -> Result<Held> {
+    let Planned { run_id, started, now, mut plan, flat, new_table_schema, rebuild } = planned;
+    for p in &mut plan.partitions {
+        p.seen.meta = commit::head(&job.output, &commit::target_path(&job.output, &p.dir))
+            .await
+            .map_err(|e| Error::Usage(e.to_string()))?;
+    }
+    let dates = plan.partitions.iter().map(|p| p.date).collect();
+    let journal = Journal::start(&run_id, &job.config.job.name, dates, now);
+    let flat = read_input(job, &mut plan, flat).await;
+    Ok(Held {
+        run_id,
+        started,
+        plan: Arc::new(plan),
+        flat,
+        new_table_schema,
+        rebuild,
+        now,
+        leases: None,
+        renewer: None,
+        journal,
+        reports: Vec::new(),
+    })
+}
+
+/// Reads a flat input once for every held date; for text objects, a date's inputs become the
+/// objects where its rows were found.
+async fn read_input(job: &Job, plan: &mut Plan, flat: Option<Arc<FlatInput>>) -> Option<Arc<FlatInput>> {
+    if plan.layout != Layout::Flat {
+        return None;
+    }
+    let flat = match flat {
+        Some(f) => f,
+        None => {
+            let dates: Vec<_> = plan.partitions.iter().map(|p| p.date).collect();
+            Arc::new(read::read_flat(&job.input, &plan.decoder, &plan.objects, &dates).await)
+        }
+    };
+    if job.config.input.format != crate::config::Format::Parquet {
+        for p in &mut plan.partitions {
+            p.inputs = flat.objects_of(p.date, &plan.objects, &job.input);
+        }
+    }
+    Some(flat)
+}
+
+/// Whether the committed file of a partition was made by this config from exactly the input
+/// objects listed now.
+async fn unchanged_inputs(job: &Job, p: &PartitionPlan) -> bool {
+    let Ok(Some(Some(lineage))) =
+        commit::committed_lineage(&job.output, &commit::target_path(&job.output, &p.dir)).await
+    else {
+        return false;
+    };
+    let mut inputs = p.lineage_inputs(&job.input);
+    inputs.sort();
+    lineage.config_fingerprint == job.config.fingerprint()
+        && lineage.input_fingerprint == crate::lineage::input_fingerprint(&inputs)
+        && !inputs.is_empty()
+}

@@ -1,0 +1,94 @@
+//! The `plan` stage of a run: the plan ([`crate::plan`]), and the table's schema decision — a
+//! run never changes the table's schema silently ([`crate::schema`]).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::datatypes::SchemaRef;
+use chrono::{DateTime, NaiveDate, Utc};
+
+use super::{Job, RunOptions};
+use crate::error::{Error, Result};
+use crate::journal;
+use crate::plan::{self, Layout, Plan};
+use crate::read::{self, FlatInput};
+use crate::schema::{self, SchemaChange};
+
+/// A planned run.
+pub struct Planned {
+    pub run_id: String,
+    pub started: Instant,
+    pub now: DateTime<Utc>,
+    pub plan: Plan,
+    /// A flat input already read (a merge without dates learns its dates by reading it).
+    pub flat: Option<Arc<FlatInput>>,
+    /// The schema to record as the table's before the first swap: a new table's, or a rebuilt
+    /// one's.
+    pub new_table_schema: Option<SchemaRef>,
+    /// The table is rebuilt under a new schema (`--schema-change rebuild`).
+    pub rebuild: bool,
+}
+
+impl Planned {
+    pub async fn new(job: &Job, opts: &RunOptions, verify: bool) -> Result<Planned> {
+        let started = Instant::now();
+        let now = Utc::now();
+        let run_id = journal::new_run_id(now);
+        let cfg = &job.config;
+        if opts.dates.is_none() && job.kind.needs_dates() {
+            return Err(Error::Usage(format!("a {} job needs dates: --date D, or --from A --to B", job.kind.name())));
+        }
+        let mut plan = plan::plan(cfg, job.kind.as_ref(), &job.input, opts.dates.as_deref()).await?;
+        // Without dates, every date of a flat input: known only once it is read.
+        let mut flat = None;
+        if opts.dates.is_none() && plan.layout == Layout::Flat {
+            let read = read::read_flat(&job.input, &plan.decoder, &plan.objects, &[]).await;
+            plan.add_partitions(cfg, &read.dates());
+            flat = Some(Arc::new(read));
+        }
+        let table = schema::table_schema(&job.output, &cfg.partition.column).await?;
+        let output_schema = plan.output_schema.clone();
+        let (new_table_schema, rebuild) = match (&table, &output_schema) {
+            (Some(t), Some(o)) if !schema::differences(t, o).is_empty() => {
+                if opts.schema_change != SchemaChange::Rebuild || verify {
+                    return Err(Error::Usage(format!(
+                        "this run would change the schema of the table {}: {}. Nothing was done. To rewrite \
+                         the whole table under the new schema, run with --schema-change rebuild over a range \
+                         that covers every committed partition (lakeswap status lists them); or write to a \
+                         new output",
+                        job.output.url,
+                        schema::differences(t, o).join("; ")
+                    )));
+                }
+                let committed = schema::committed_dates(&job.output, &cfg.partition.column).await?;
+                if job.kind.reads_stored_state() && opts.dates.is_none() {
+                    // A table that is its own history is rebuilt from its stored state: every
+                    // committed date.
+                    let batch: BTreeSet<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
+                    let rest: Vec<NaiveDate> = committed.iter().copied().filter(|d| !batch.contains(d)).collect();
+                    plan.add_partitions(cfg, &rest);
+                    plan.partitions.sort_by_key(|p| p.date);
+                }
+                let planned: BTreeSet<NaiveDate> = plan.partitions.iter().map(|p| p.date).collect();
+                let missing: Vec<String> =
+                    committed.iter().filter(|d| !planned.contains(d)).map(|d| d.to_string()).collect();
+                if !missing.is_empty() {
+                    return Err(Error::Usage(format!(
+                        "--schema-change rebuild rewrites every committed partition, but {} of them are outside \
+                         this run's range (first: {}); run over {} to {}",
+                        missing.len(),
+                        missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                        committed.first().map(|d| d.to_string()).unwrap_or_default(),
+                        committed.last().map(|d| d.to_string()).unwrap_or_default()
+                    )));
+                }
+                (Some(o.clone()), true)
+            }
+            (None, Some(o)) => (Some(o.clone()), false),
+            _ => (None, false),
+        };
+        tracing::info!(%run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = super::elapsed(started), "planned");
+        Ok(Planned { run_id, started, now, plan, flat, new_table_schema, rebuild })
+    }
+}
