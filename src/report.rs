@@ -22,6 +22,8 @@ pub fn table(s: &RunSummary) -> String {
             "unchanged",
             "older",
             "conflicts",
+            "moved in",
+            "moved out",
             "output rows",
             "time",
         ]
@@ -38,9 +40,10 @@ pub fn table(s: &RunSummary) -> String {
         ];
         match (&p.merge, merging) {
             (Some(m), _) => r.extend(
-                [m.inserted, m.updated, m.deleted, m.unchanged, m.ignored_older, m.conflicts].map(|v| v.to_string()),
+                [m.inserted, m.updated, m.deleted, m.unchanged, m.ignored_older, m.conflicts, m.moved_in, m.moved_out]
+                    .map(|v| v.to_string()),
             ),
-            (None, true) => r.extend(std::iter::repeat_n(String::new(), 6)),
+            (None, true) => r.extend(std::iter::repeat_n(String::new(), 8)),
             (None, false) => r.extend([p.counts.superseded.to_string(), p.counts.deleted.to_string()]),
         }
         r.push(p.output_rows.to_string());

@@ -27,6 +27,9 @@ pub struct PartitionStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema: Option<&'static str>,
     pub lineage: Option<Lineage>,
+    /// Objects in the partition folder that lakeswap did not write (a partition is one object).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<String>,
     /// The last run that touched the partition, and what it did.
     pub last_run: Option<(String, Action)>,
     pub error: Option<String>,
@@ -72,6 +75,16 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
             (Some(t), Some(f)) => Some(if crate::schema::differences(t, &f).is_empty() { "current" } else { "older" }),
             _ => None,
         };
+        let foreign: Vec<String> = if committed {
+            commit::foreign_objects(out, &dir)
+                .await
+                .map_err(|e| Error::Usage(e.to_string()))?
+                .iter()
+                .map(|p| out.relative(p))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let run = last.get(&date);
         let failed = run.is_some_and(|(_, a, _)| *a == Action::Failed);
         let state = match (failed, committed) {
@@ -84,6 +97,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
             state,
             committed,
             schema,
+            foreign,
             lineage,
             last_run: run.map(|(id, a, _)| (id.clone(), *a)),
             error: run.and_then(|(_, _, e)| e.clone()),
@@ -112,6 +126,19 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
             failed,
             secs.map_or("still running or killed".into(), |t| format!("{t:.2}s")),
             j.host
+        );
+    }
+    // A merge that moves keys between dates records its swaps first: left pending, a crash
+    // stopped it between two of them, and the next run of the table completes it.
+    for j in journals.iter().filter(|j| !j.pending.is_empty()) {
+        let dirs: Vec<&str> = j.pending.iter().map(|p| p.dir.as_str()).collect();
+        let _ = writeln!(
+            s,
+            "\nunfinished move: run {} moved {} key(s) between dates and did not swap in {}; a reader may see \
+             a moved key under two dates until the next run of this table completes it",
+            j.run_id,
+            j.moves.len(),
+            dirs.join(", ")
         );
     }
     let max_rows =
@@ -149,6 +176,13 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
             "  {:<10}  {:<9}  {:>10}  {:>8}  {:<20}  {:<32}  {}",
             p.date, p.state, input, rows, bar, lin, last
         );
+        if !p.foreign.is_empty() {
+            let _ = writeln!(
+                s,
+                "              foreign objects (not lakeswap's, read by readers too): {}",
+                p.foreign.join(", ")
+            );
+        }
         if let (Some(e), "failed") = (&p.error, p.state) {
             let _ = writeln!(s, "              {e}");
         }

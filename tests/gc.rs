@@ -1,5 +1,7 @@
-//! Risk: cleanup deletes what a live run needs, or leaves a crashed run's debris forever.
-//! `gc` removes stale staging and expired leases and never touches a live run's staging.
+//! Risk: cleanup deletes what a live run needs or what lakeswap did not write, or leaves a
+//! crashed run's debris forever; a foreign object in a partition folder goes unnoticed (G9).
+//! `gc` removes stale staging and expired leases, never a live run's staging, and nothing whose
+//! name lakeswap does not make; a partition is one object, checked.
 
 mod common;
 use common::*;
@@ -97,3 +99,135 @@ async fn a_run_cleans_its_own_partitions_first() {
     assert!(!out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-01").exists());
     assert!(out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-09/part-00000.parquet").exists());
 }
+
+/// Foreign objects in every place gc looks: all left alone, and listed; lakeswap's own debris
+/// beside them removed.
+async fn gc_touches_only_what_lakeswap_wrote(kind: common::backends::Kind) {
+    use common::backends::{Backend, Kind};
+    let b = Backend::new(kind);
+    b.write_input(&random_orders(98, 1, 30), 1).await;
+    let s = lakeswap::run::run(
+        &b.job(),
+        &lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok);
+    let run = "20260101T000000.000Z-dddddd";
+    let foreign = [
+        "_staging/othertool/keep/data.bin".to_string(),
+        format!("_staging/{run}/notes.txt"),
+        format!("_staging/{run}/event_date=2026-11-05/backup.parquet"),
+        "docs/report".to_string(),
+        "event_date=2026-11-01/backup.parquet".to_string(),
+        "_lakeswap/leases/other.json".to_string(),
+        "_lakeswap/runs/notes.json".to_string(),
+        "_lakeswap/keys/event_date=2026-11-01/mine.keys".to_string(),
+        "notes.txt".to_string(),
+    ];
+    for f in &foreign {
+        b.put("out", f, b"not lakeswap's".to_vec()).await;
+    }
+    b.put("out", "_lakeswap/leases/event_date=2026-11-09.json", b"{ not a lease".to_vec()).await;
+    // lakeswap's own debris: a dead run's staging, an expired lease.
+    b.put("out", &format!("_staging/{run}/event_date=2026-11-05/part-00000.parquet"), b"debris".to_vec()).await;
+    b.put("out", "_lakeswap/leases/event_date=2026-11-05.json", lease(run, "2026-01-01T00:01:00Z")).await;
+    let mut local_temp = Vec::new();
+    if kind == Kind::Local {
+        // Temporary-looking names that are not beside a path lakeswap writes.
+        let root = std::path::PathBuf::from(b.url("out"));
+        for f in ["docs/report#2", "event_date=2026-11-01/backup.parquet#1"] {
+            let p = root.join(f);
+            put(&p, b"not lakeswap's");
+            let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+            std::fs::File::options().write(true).open(&p).unwrap().set_modified(old).unwrap();
+            local_temp.push(p);
+        }
+    }
+    let job = b.job();
+    let r = lakeswap::gc::gc(&job.output, "event_date").await.unwrap();
+    assert_eq!((r.staging_removed, r.expired_leases), (1, 1), "{r:?}");
+    let left = b.objects("out").await;
+    for f in &foreign {
+        assert!(left.contains_key(f), "{f} was removed");
+        assert!(r.not_mine.iter().any(|n| n.starts_with(f.as_str())), "{f} is not listed: {:?}", r.not_mine);
+    }
+    assert!(left.contains_key("_lakeswap/leases/event_date=2026-11-09.json"));
+    assert!(r.not_mine.iter().any(|n| n.contains("event_date=2026-11-09.json (not a lakeswap lease)")));
+    assert!(!left.contains_key(&format!("_staging/{run}/event_date=2026-11-05/part-00000.parquet")));
+    for p in local_temp {
+        assert!(p.exists(), "{} was removed", p.display());
+    }
+}
+
+/// A second object in a partition folder fails that partition (exit 1), naming it; status and
+/// verify report it; with `foreign_files = "remove"` the run removes it.
+async fn a_foreign_object_in_a_partition_is_refused(kind: common::backends::Kind) {
+    use common::backends::{Backend, Kind};
+    let b = Backend::new(kind);
+    let rows = random_orders(99, 2, 40);
+    b.write_input(&rows, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_text = |extra: &str| {
+        if kind == Kind::Local {
+            std::fs::create_dir_all(b.url("in")).unwrap();
+        }
+        format!(
+            "[job]\nname = \"t\"\nkind = \"aggregate\"\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n[identity]\nkey = [\"order_id\"]\n\
+             version = \"source_version\"\n{MEASURES}\n[output]\nurl = \"{}\"\n{extra}\n",
+            b.url("in"),
+            b.url("out")
+        )
+    };
+    let cfg = dir.path().join("job.toml");
+    std::fs::write(&cfg, cfg_text("")).unwrap();
+    let c = cfg.to_str().unwrap();
+    let o = cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let committed = b.partitions().await;
+    b.put(
+        "out",
+        "event_date=2026-11-01/part-00001.parquet",
+        committed["event_date=2026-11-01/part-00000.parquet"].clone(),
+    )
+    .await;
+    let o = cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("error: 2026-11-01")
+            && t.contains("event_date=2026-11-01/part-00001.parquet")
+            && t.contains("foreign_files"),
+        "{t}"
+    );
+    let o = cli(&["status", "--config", c], dir.path());
+    assert!(text(&o).contains("foreign objects") && text(&o).contains("part-00001.parquet"), "{}", text(&o));
+    let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("objects lakeswap did not write"), "{}", text(&o));
+    assert!(b.get("out", "event_date=2026-11-01/part-00001.parquet").await.is_some(), "never deleted unasked");
+    std::fs::write(&cfg, cfg_text("foreign_files = \"remove\"")).unwrap();
+    let o = cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(b.partitions().await, committed, "the foreign object is gone, the partition as it was");
+}
+
+macro_rules! suite {
+    ($name:ident, $kind:expr $(, $attr:meta)?) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn gc_touches_only_what_lakeswap_wrote() {
+                super::gc_touches_only_what_lakeswap_wrote($kind).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn a_foreign_object_in_a_partition_is_refused() {
+                super::a_foreign_object_in_a_partition_is_refused($kind).await
+            }
+        }
+    };
+}
+
+suite!(local, super::common::backends::Kind::Local);
+suite!(s3, super::common::backends::Kind::S3, ignore = "needs the S3 server that scripts/test starts (not requested)");

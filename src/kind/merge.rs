@@ -336,6 +336,17 @@ impl Merge {
                 },
             };
             self.resolve(cx, slots, p, &candidates, moves).await;
+            // A partition leased only to look its keys up, and losing none: let it go.
+            if p + 1 == slots.len()
+                && !held.contains_key(&date)
+                && slots[p].removals.is_empty()
+                && slots[p].state.is_ok()
+            {
+                let slot = slots.pop();
+                if let (Some(slot), Some(leases)) = (slot, cx.leases) {
+                    leases.release(&slot.plan.dir).await;
+                }
+            }
         }
     }
 
@@ -472,6 +483,7 @@ impl Merge {
             _ => None,
         };
         let dir = plan.dir.clone();
+        let existed = stored.is_some();
         tokio::task::spawn_blocking(move || {
             let key: Vec<String> = match &dated {
                 Some(d) => d.id.key.clone(),
@@ -539,7 +551,10 @@ impl Merge {
             };
             let names: Vec<&str> = sidecars.iter().map(|s| s.reference.object.as_str()).collect();
             let replaces = replaces.into_iter().filter(|r| !names.contains(&r.as_str())).collect();
-            let nothing_to_do = counts.input_rows == 0 && moved_out == 0 && rebuild.is_none() && expired == 0;
+            // Nothing to write: no batch rows and nothing leaving; or no partition yet and
+            // nothing to put in one (the batch's rows were all older than what is stored).
+            let nothing_to_do = (counts.input_rows == 0 && moved_out == 0 && rebuild.is_none() && expired == 0)
+                || (!existed && rows.num_rows() == 0 && tombs.num_rows() == 0);
             Ok(PartitionFile {
                 bytes,
                 rows: rows.num_rows(),
