@@ -136,6 +136,7 @@ pub enum MeasureFn {
     Count,
     CountDistinct,
     Sum,
+    Avg,
     Min,
     Max,
 }
@@ -163,6 +164,16 @@ impl OneOrMany {
     }
 }
 
+/// A measure's filter: a SQL boolean expression over the columns of `events`
+/// (`where = "amount > 100 AND status IN ('placed', 'shipped')"`), or values per column
+/// (`where = { status = ["placed", "shipped"] }`), compared in the column's own type.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Where {
+    Sql(String),
+    Values(BTreeMap<String, OneOrMany>),
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Measure {
@@ -171,17 +182,46 @@ pub struct Measure {
     pub func: MeasureFn,
     #[serde(default)]
     pub column: Option<String>,
-    /// Rows count for this measure only where every listed column holds one of the values.
+    /// Rows count for this measure only where the filter holds.
     #[serde(default, rename = "where")]
-    pub filter: BTreeMap<String, OneOrMany>,
+    pub filter: Option<Where>,
+}
+
+/// A small dimension table the query may join (`[[aggregate.tables]]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupTable {
+    /// The name the query uses.
+    pub name: String,
+    /// Where its objects are (every object under it is read). Not in the fingerprint: its
+    /// objects, with sizes and e-tags, are in each partition's lineage.
+    #[serde(skip_serializing)]
+    pub url: String,
+    pub format: Format,
+    #[serde(default, skip_serializing)]
+    pub options: BTreeMap<String, String>,
+    #[serde(default)]
+    pub schema: BTreeMap<String, String>,
+    #[serde(default = "default_delimiter")]
+    pub delimiter: String,
+    #[serde(default = "default_true")]
+    pub header: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AggregateSection {
+    /// The daily table as one SQL query over `events` (one date's cleaned rows).
+    #[serde(default)]
+    pub sql: Option<String>,
+    /// The shorthand: group-by columns and measures, compiled to the same SQL.
     #[serde(default)]
     pub group_by: Vec<String>,
+    #[serde(default)]
     pub measures: Vec<Measure>,
+    /// Lookup tables the query may join.
+    #[serde(default)]
+    pub tables: Vec<LookupTable>,
 }
 
 /// What a run does with objects in a partition folder that lakeswap did not write.
@@ -393,37 +433,115 @@ impl JobConfig {
             }
         }
         if let Some(agg) = &self.aggregate {
-            if agg.measures.is_empty() {
-                return Err(bad("aggregate.measures", "list at least one measure".into()));
+            self.validate_aggregate(agg, &bad)?;
+        }
+        Ok(())
+    }
+
+    fn validate_aggregate(
+        &self,
+        agg: &AggregateSection,
+        bad: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        match (&agg.sql, agg.measures.is_empty()) {
+            (Some(_), false) => {
+                return Err(bad(
+                    "aggregate",
+                    "write the daily table either as `sql` or as `measures`, not both".into(),
+                ))
             }
-            let mut names: Vec<&str> = agg.group_by.iter().map(String::as_str).collect();
-            for (i, m) in agg.measures.iter().enumerate() {
-                let key = format!("aggregate.measures[{i}]");
-                if m.name.trim().is_empty() {
-                    return Err(bad(&format!("{key}.name"), "must not be empty".into()));
-                }
-                if names.contains(&m.name.as_str()) {
-                    return Err(bad(&format!("{key}.name"), format!("`{}` is used twice in the output", m.name)));
-                }
-                names.push(&m.name);
-                if m.func.needs_column() && m.column.is_none() {
-                    return Err(bad(
-                        &format!("{key}.column"),
-                        format!("measure `{}` ({:?}) needs a column", m.name, m.func).to_lowercase(),
-                    ));
-                }
-                for (col, vals) in &m.filter {
-                    if vals.values().is_empty() {
-                        return Err(bad(&format!("{key}.where.{col}"), "list at least one value".into()));
-                    }
-                }
+            (None, true) => {
+                return Err(bad(
+                    "aggregate",
+                    "needs `sql` (a query over `events`) or `measures` (see \"Writing the daily table in SQL\" in README.md)"
+                        .into(),
+                ))
             }
-            if agg.group_by.iter().any(|g| g == &self.partition.column) {
+            _ => {}
+        }
+        if let Some(sql) = &agg.sql {
+            if !agg.group_by.is_empty() {
                 return Err(bad(
                     "aggregate.group_by",
-                    format!("`{}` is the partition column; it is in the path already", self.partition.column),
+                    "belongs to the `measures` shorthand; with `sql`, group in the query (GROUP BY)".into(),
                 ));
             }
+            crate::engine::parse(sql).map_err(|m| bad("aggregate.sql", m))?;
+        }
+        let mut tables: Vec<&str> = vec![crate::engine::EVENTS];
+        for (i, t) in agg.tables.iter().enumerate() {
+            let key = format!("aggregate.tables[{i}]");
+            let valid = !t.name.is_empty()
+                && t.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !t.name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` is not a table name (letters, digits, _)", t.name),
+                ));
+            }
+            if tables.contains(&t.name.as_str()) {
+                return Err(bad(&format!("{key}.name"), format!("`{}` names two tables", t.name)));
+            }
+            tables.push(&t.name);
+            if t.url.trim().is_empty() {
+                return Err(bad(&format!("{key}.url"), "must not be empty".into()));
+            }
+            for (col, ty) in &t.schema {
+                crate::read::parse_type(ty).map_err(|m| bad(&format!("{key}.schema.{col}"), m))?;
+            }
+        }
+        let mut names: Vec<&str> = agg.group_by.iter().map(String::as_str).collect();
+        for (i, m) in agg.measures.iter().enumerate() {
+            let key = format!("aggregate.measures[{i}]");
+            if m.name.trim().is_empty() {
+                return Err(bad(&format!("{key}.name"), "must not be empty".into()));
+            }
+            if names.contains(&m.name.as_str()) {
+                return Err(bad(&format!("{key}.name"), format!("`{}` is used twice in the output", m.name)));
+            }
+            names.push(&m.name);
+            if m.func.needs_column() && m.column.is_none() {
+                return Err(bad(
+                    &format!("{key}.column"),
+                    format!("measure `{}` ({:?}) needs a column", m.name, m.func).to_lowercase(),
+                ));
+            }
+            match &m.filter {
+                Some(Where::Sql(s)) if s.trim().is_empty() => {
+                    return Err(bad(&format!("{key}.where"), "an empty condition".into()))
+                }
+                Some(Where::Values(cols)) => {
+                    if cols.is_empty() {
+                        return Err(bad(&format!("{key}.where"), "name at least one column".into()));
+                    }
+                    for (col, vals) in cols {
+                        let k = format!("{key}.where.{col}");
+                        let vals = vals.values();
+                        if vals.is_empty() {
+                            return Err(bad(&k, "list at least one value".into()));
+                        }
+                        if let Some(v) =
+                            vals.iter().find(|v| matches!(v, toml::Value::Table(_) | toml::Value::Array(_)))
+                        {
+                            return Err(bad(
+                                &k,
+                                format!(
+                                    "`{v}` is not a value to compare with; list values (`{col} = [\"a\", \"b\"]`), \
+                                     or write the condition in SQL (`where = \"{col} > 100\"`)"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if agg.group_by.iter().any(|g| g == &self.partition.column) {
+            return Err(bad(
+                "aggregate.group_by",
+                format!("`{}` is the partition column; it is in the path already", self.partition.column),
+            ));
         }
         Ok(())
     }

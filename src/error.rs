@@ -222,6 +222,9 @@ pub enum PartitionError {
     )]
     OutputSchema { why: String },
 
+    #[error("the daily table's query failed on this date's rows: {message}")]
+    Query { message: String },
+
     #[error("measure `{measure}` overflows: {message}")]
     Overflow { measure: String, message: String },
 
@@ -279,6 +282,7 @@ impl PartitionError {
             PartitionError::Conflict { .. }
             | PartitionError::KeyUnderTwoDates { .. }
             | PartitionError::OutputSchema { .. }
+            | PartitionError::Query { .. }
             | PartitionError::Overflow { .. } => ExitCode::DataContract,
             PartitionError::Input(e) => e.exit_code(),
             PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,

@@ -6,7 +6,7 @@
 //! byte for byte, and never appends.
 //!
 //! The modules follow the pipeline:
-//! [`config`] → [`plan`] → [`read`] → [`prepare`] → [`aggregate`] → [`commit`] → [`journal`],
+//! [`config`] → [`plan`] → [`read`] → [`prepare`] → [`kind`] ([`engine`], [`merge`]) → [`commit`] → [`journal`],
 //! driven by [`run`]. Storage goes through [`store`] (`object_store`): a local folder, S3,
 //! Azure Blob, GCS, or memory.
 //!
@@ -20,11 +20,11 @@
 //! # Ok(()) }
 //! ```
 
-pub mod aggregate;
 pub mod commit;
 pub mod config;
 pub mod crossdate;
 pub mod dates;
+pub mod engine;
 pub mod error;
 pub mod gc;
 pub mod generate;

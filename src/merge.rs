@@ -366,13 +366,14 @@ pub fn merge(
         .map(|c| c.as_any().downcast_ref::<Int64Array>().map(|a| a.values().to_vec()).unwrap_or_default())
         .unwrap_or_default();
     let is_delete = match &id.deleted {
-        Some(d) => Some(
-            predicate::matches(
-                batch.column_by_name(&d.column).ok_or_else(|| other("no tombstone column".into()))?,
-                std::slice::from_ref(&d.equals),
+        Some(d) => {
+            let col = batch.column_by_name(&d.column).ok_or_else(|| other("no tombstone column".into()))?;
+            Some(
+                predicate::Equals::new(col.data_type(), &d.equals, id.tz)
+                    .and_then(|e| e.matches(col))
+                    .map_err(other)?,
             )
-            .map_err(other)?,
-        ),
+        }
         None => None,
     };
 

@@ -73,6 +73,10 @@ pub struct Plan {
     /// The record schema of the first input object, which the config is checked against.
     pub record_schema: Option<SchemaRef>,
     pub output_schema: Option<SchemaRef>,
+    /// The lookup tables of the daily table's query, read once for the run.
+    pub lookups: Arc<Vec<crate::engine::Lookup>>,
+    /// The query's plan, for `--dry-run`.
+    pub query_plan: Option<String>,
 }
 
 fn config_err(cfg: &JobConfig, key: &str, message: String) -> Error {
@@ -152,8 +156,9 @@ pub async fn plan(
             .collect(),
         required: Vec::new(),
     };
-    let (record_schema, output_schema) = match first {
-        None => (None, None),
+    let lookups = Arc::new(read_lookups(cfg).await?);
+    let (record_schema, output_schema, query_plan) = match first {
+        None => (None, None, None),
         Some(first) => {
             let name = input.display(&first.location);
             let schema = reference_schema(&decoder, input, &first).await?;
@@ -176,8 +181,12 @@ pub async fn plan(
             };
             // The date source's column has the type it will have once read.
             let schema = decoder_schema(&decoder, schema);
-            let output_schema = check_columns(cfg, kind, &schema, &name)?;
-            (Some(schema), output_schema)
+            check_columns(cfg, &schema, &name)?;
+            let (output, query_plan) = kind
+                .output_schema(cfg, &schema, &lookups)
+                .await
+                .map_err(|(key, m)| config_err(cfg, &key, format!("{m} (the input read from {name})")))?;
+            (Some(schema), Some(output), query_plan)
         }
     };
     decoder.required = required_columns(cfg, kind, &decoder.date_source);
@@ -203,7 +212,7 @@ pub async fn plan(
         let dir = commit::partition_dir(column, date);
         partitions.push(PartitionPlan { date, dir, inputs: objs, seen: Seen::default() });
     }
-    Ok(Plan { layout, partitions, objects, object_dates, decoder, record_schema, output_schema })
+    Ok(Plan { layout, partitions, objects, object_dates, decoder, record_schema, output_schema, lookups, query_plan })
 }
 
 /// The dates an object's row groups may hold, from its footer (`None`: any date).
@@ -282,8 +291,8 @@ async fn fetch(input: &StoreLocation, m: &ObjectMeta) -> Result<bytes::Bytes> {
     got.bytes().await.map_err(|e| Error::store("cannot read", &name, e))
 }
 
-/// Checks every column the config names against the record schema; returns the output schema.
-fn check_columns(cfg: &JobConfig, kind: &dyn Kind, schema: &SchemaRef, object: &str) -> Result<Option<SchemaRef>> {
+/// Checks the identity and partition columns against the record schema.
+fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()> {
     let has = |c: &str| schema.field_with_name(c).is_ok();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let missing = |key: &str, col: &str| {
@@ -306,9 +315,9 @@ fn check_columns(cfg: &JobConfig, kind: &dyn Kind, schema: &SchemaRef, object: &
         prepare::version_values(&arr).map_err(|m| config_err(cfg, "identity.version", format!("column `{v}` {m}")))?;
     }
     if let Some(d) = &cfg.identity.deleted {
-        if !has(&d.column) {
-            return Err(missing("identity.deleted.column", &d.column));
-        }
+        let f = schema.field_with_name(&d.column).map_err(|_| missing("identity.deleted.column", &d.column))?;
+        crate::predicate::Equals::new(f.data_type(), &d.equals, cfg.timezone())
+            .map_err(|m| config_err(cfg, "identity.deleted.equals", m))?;
     }
     if let Some(ts) = &cfg.partition.from_timestamp {
         let f = schema.field_with_name(ts).map_err(|_| missing("partition.from_timestamp", ts))?;
@@ -324,9 +333,53 @@ fn check_columns(cfg: &JobConfig, kind: &dyn Kind, schema: &SchemaRef, object: &
             ));
         }
     }
-    kind.output_schema(cfg, schema)
-        .map(Some)
-        .map_err(|(key, m)| config_err(cfg, &key, format!("{m} (read from {object})")))
+    Ok(())
+}
+
+/// Reads the lookup tables of the daily table's query: every object under each table's URL,
+/// read by column name and unified like the input.
+async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
+    let Some(agg) = &cfg.aggregate else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for (i, t) in agg.tables.iter().enumerate() {
+        let key = format!("aggregate.tables[{i}].url");
+        let store = crate::store::open(&t.url, &t.options, &key, false).map_err(|e| match e {
+            ConfigError::Invalid { key, message, .. } => {
+                ConfigError::Invalid { path: cfg.origin.clone(), key, message }
+            }
+            other => other,
+        })?;
+        let objects = list::objects(&store, &store.prefix).await?;
+        if objects.is_empty() {
+            return Err(config_err(cfg, &key, format!("the lookup table `{}` has no objects at {}", t.name, t.url)));
+        }
+        let decoder = Decoder {
+            format: t.format,
+            delimiter: t.delimiter.as_bytes().first().copied().unwrap_or(b','),
+            header: t.header,
+            date_source: DateSource::Path,
+            tz: cfg.timezone(),
+            declared: t.schema.iter().filter_map(|(c, ty)| read::parse_type(ty).ok().map(|d| (c.clone(), d))).collect(),
+            required: Vec::new(),
+        };
+        // Every row of a lookup belongs to it: read under one placeholder date.
+        let day = NaiveDate::default();
+        let table = read::read_date(&store, &decoder, &objects, day, Some(day))
+            .await
+            .map_err(|e| config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name)))?;
+        let schema = table.schema().clone();
+        let batches = table.chunks().to_vec();
+        let inputs = objects
+            .iter()
+            .map(|m| InputObject {
+                path: format!("{}:{}", t.name, store.relative(&m.location)),
+                size: m.size,
+                e_tag: m.e_tag.clone(),
+            })
+            .collect();
+        out.push(crate::engine::Lookup { name: t.name.clone(), schema, batches, inputs });
+    }
+    Ok(out)
 }
 
 impl Plan {
@@ -352,6 +405,14 @@ impl Plan {
                 .map_err(|e| Error::Usage(e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// A partition's input objects as recorded in lineage: its objects (paths relative to the
+    /// input URL) and the lookup tables' (`<table>:<path>`).
+    pub fn lineage_inputs(&self, p: &PartitionPlan, input: &StoreLocation) -> Vec<InputObject> {
+        let mut v = p.lineage_inputs(input);
+        v.extend(self.lookups.iter().flat_map(|l| l.inputs.iter().cloned()));
+        v
     }
 
     /// The plan as text, for `--dry-run`.
@@ -380,6 +441,15 @@ impl Plan {
             let _ = writeln!(s, "input objects ({}):", self.objects.len());
             for m in &self.objects {
                 let _ = writeln!(s, "      {}", input.relative(&m.location));
+            }
+        }
+        for l in self.lookups.iter() {
+            let _ = writeln!(s, "lookup table {}: {} object(s)", l.name, l.inputs.len());
+        }
+        if let Some(q) = &self.query_plan {
+            let _ = writeln!(s, "query plan (each date):");
+            for line in q.lines() {
+                let _ = writeln!(s, "  {line}");
             }
         }
         s

@@ -1,92 +1,90 @@
-//! Value predicates of the config: `where = { status = ["placed", "shipped"] }` and
-//! `deleted = { column = "op", equals = "D" }`.
-//!
-//! A row matches when its value, rendered as text, equals one of the listed values rendered
-//! as text (so `equals = 1` matches an integer column holding 1 and a text column holding
-//! "1"). Nulls never match.
+//! The tombstone test of `[identity] deleted = { column = "op", equals = "D" }`: a row is a
+//! delete when its value equals the configured one, compared in the column's own type (`1`
+//! equals an integer 1, `"2026-11-01"` a date, `0.7` a decimal 0.70). A value the column can
+//! never hold is refused when the job is planned. Nulls never match.
 
-use std::collections::HashSet;
+use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, RecordBatch};
+use arrow::array::{Array, ArrayRef, BooleanArray, Datum, Scalar, StringArray};
 use arrow::datatypes::DataType;
 
-/// The text form of a config value, as compared with column values.
-pub fn value_text(v: &toml::Value) -> String {
-    match v {
-        toml::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// `column = value`, in the column's type.
+#[derive(Debug, Clone)]
+pub struct Equals {
+    value: Scalar<ArrayRef>,
 }
 
-/// Rows of `array` whose value is one of `values`.
-pub fn matches(array: &ArrayRef, values: &[toml::Value]) -> Result<BooleanArray, String> {
-    let m = Matcher::new(array, values)?;
-    let mut b = BooleanBufferBuilder::new(array.len());
-    for i in 0..array.len() {
-        b.append(m.is_match(i));
-    }
-    Ok(BooleanArray::new(b.finish(), None))
-}
-
-/// A prepared `column = values` test, asked row by row.
-pub enum Matcher {
-    /// A text column: compared with the few listed values directly.
-    Utf8(arrow::array::StringArray, Vec<String>),
-    /// Any other column: its text form, looked up in a set.
-    Text(arrow::array::StringArray, HashSet<String>),
-}
-
-impl Matcher {
-    pub fn new(array: &ArrayRef, values: &[toml::Value]) -> Result<Self, String> {
-        let texts: Vec<String> = values.iter().map(value_text).collect();
-        Ok(match array.data_type() {
-            DataType::Utf8 => Matcher::Utf8(array.as_string::<i32>().clone(), texts),
-            _ => {
-                let t = arrow::compute::cast(array, &DataType::Utf8).map_err(|e| e.to_string())?;
-                Matcher::Text(t.as_string::<i32>().clone(), texts.into_iter().collect())
+impl Equals {
+    /// The config value `v` as a value of type `ty`, exactly, or why it can never be one.
+    pub fn new(ty: &DataType, v: &toml::Value, tz: chrono_tz::Tz) -> Result<Self, String> {
+        let text = match v {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Datetime(d) => d.to_string(),
+            toml::Value::Table(_) | toml::Value::Array(_) => return Err(format!("`{v}` is not one value")),
+            other => other.to_string(),
+        };
+        let never = |why: &str| format!("`{text}` can never equal a value of type {ty}: {why}");
+        let base = crate::read::unify::base(ty).clone();
+        let value: ArrayRef = match &base {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                if !matches!(v, toml::Value::String(_)) {
+                    return Err(never("the column holds text; quote the value"));
+                }
+                arrow::compute::cast(&(Arc::new(StringArray::from(vec![text.as_str()])) as ArrayRef), &base)
+                    .map_err(|e| e.to_string())?
             }
+            other => {
+                let parsed = crate::read::text::parse_column(
+                    &StringArray::from(vec![text.as_str()]),
+                    &crate::read::Declared { ty: other.clone(), epoch: true },
+                    tz,
+                );
+                if let Some((_, why)) = parsed.bad.first() {
+                    return Err(never(why));
+                }
+                parsed.array
+            }
+        };
+        Ok(Equals { value: Scalar::new(value) })
+    }
+
+    /// Which rows of `array` (of the column's type, or a dictionary of it) equal the value.
+    pub fn matches(&self, array: &ArrayRef) -> Result<BooleanArray, String> {
+        let plain = match array.data_type() {
+            DataType::Dictionary(_, v) => arrow::compute::cast(array, v).map_err(|e| e.to_string())?,
+            t if t != self.value.get().0.data_type() => {
+                arrow::compute::cast(array, self.value.get().0.data_type()).map_err(|e| e.to_string())?
+            }
+            _ => array.clone(),
+        };
+        let eq = arrow::compute::kernels::cmp::eq(&plain, &self.value).map_err(|e| e.to_string())?;
+        // Nulls never match.
+        Ok(match eq.nulls() {
+            Some(n) => BooleanArray::new(eq.values() & n.inner(), None),
+            None => eq,
         })
     }
-
-    #[inline]
-    pub fn is_match(&self, row: usize) -> bool {
-        match self {
-            Matcher::Utf8(a, vals) => a.is_valid(row) && vals.iter().any(|v| v == a.value(row)),
-            Matcher::Text(a, set) => a.is_valid(row) && set.contains(a.value(row)),
-        }
-    }
-}
-
-/// Rows of `batch` that satisfy every `column = values` condition (all rows when empty).
-pub fn all_match<'a>(
-    batch: &RecordBatch,
-    conditions: impl IntoIterator<Item = (&'a String, Vec<toml::Value>)>,
-) -> Result<Option<BooleanArray>, String> {
-    let mut acc: Option<BooleanArray> = None;
-    for (col, values) in conditions {
-        let arr = batch.column_by_name(col).ok_or_else(|| format!("no column `{col}` in the input"))?;
-        let m = matches(arr, &values)?;
-        acc = Some(match acc {
-            None => m,
-            Some(a) => arrow::compute::and(&a, &m).map_err(|e| e.to_string())?,
-        });
-    }
-    Ok(acc)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int64Array, StringArray};
-    use std::sync::Arc;
+    use arrow::array::{Decimal128Array, Int64Array};
 
     #[test]
-    fn matches_text_and_numbers_never_nulls() {
-        let a: ArrayRef = Arc::new(StringArray::from(vec![Some("placed"), None, Some("shipped"), Some("x")]));
-        let m = matches(&a, &["placed".into(), "shipped".into()]).unwrap();
-        assert_eq!(m.iter().collect::<Vec<_>>(), vec![Some(true), Some(false), Some(true), Some(false)]);
-        let n: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
-        let m = matches(&n, &[toml::Value::Integer(2)]).unwrap();
-        assert_eq!(m.iter().collect::<Vec<_>>(), vec![Some(false), Some(true), Some(false)]);
+    fn compared_in_the_column_type() {
+        let tz = chrono_tz::UTC;
+        let s: ArrayRef = Arc::new(StringArray::from(vec![Some("D"), None, Some("d")]));
+        let m = Equals::new(&DataType::Utf8, &"D".into(), tz).unwrap().matches(&s).unwrap();
+        assert_eq!(m.iter().collect::<Vec<_>>(), [Some(true), Some(false), Some(false)]);
+        assert!(Equals::new(&DataType::Utf8, &toml::Value::Integer(1), tz).is_err());
+        let n: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+        let m = Equals::new(&DataType::Int64, &toml::Value::Integer(2), tz).unwrap().matches(&n).unwrap();
+        assert_eq!(m.iter().collect::<Vec<_>>(), [Some(false), Some(true)]);
+        let d: ArrayRef = Arc::new(Decimal128Array::from(vec![70, 71]).with_precision_and_scale(12, 2).unwrap());
+        let m = Equals::new(&DataType::Decimal128(12, 2), &toml::Value::Float(0.7), tz).unwrap().matches(&d).unwrap();
+        assert_eq!(m.iter().collect::<Vec<_>>(), [Some(true), Some(false)]);
+        assert!(Equals::new(&DataType::Decimal128(12, 2), &toml::Value::Float(0.705), tz).is_err());
+        assert!(Equals::new(&DataType::Int64, &"x".into(), tz).is_err());
     }
 }

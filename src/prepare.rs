@@ -73,6 +73,8 @@ pub struct Identity {
     pub key_hashes: bool,
     /// Threads for the hash pass of one partition (keys are split among them by hash).
     pub threads: usize,
+    /// The job's time zone (for a tombstone value that is a timestamp).
+    pub tz: chrono_tz::Tz,
 }
 
 impl Identity {
@@ -86,6 +88,7 @@ impl Identity {
             keep_deletes: cfg.job.kind == crate::config::JobKind::Merge,
             key_hashes: true,
             threads: 1,
+            tz: cfg.timezone(),
         }
     }
 }
@@ -495,9 +498,9 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             .ok_or_else(|| missing(&del.column, "missing tombstone column of [identity] deleted"))?;
         let masks: Vec<_> = chunks
             .iter()
-            .map(|a| predicate::matches(a, std::slice::from_ref(&del.equals)))
+            .map(|a| predicate::Equals::new(a.data_type(), &del.equals, id.tz)?.matches(a))
             .collect::<Result<_, _>>()
-            .map_err(internal)?;
+            .map_err(|m| missing(&del.column, &format!("[identity] deleted: {m}")))?;
         let is_delete = |r: u32| {
             let (c, i) = split_id(r as usize);
             masks[c].value(i)

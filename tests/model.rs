@@ -127,12 +127,10 @@ async fn null_and_empty_group_values_are_different_groups() {
     assert_eq!(groups, [(None, 1), (Some(""), 1), (Some("USD"), 1)]);
 }
 
-/// A partition big enough for several threads (the hash pass split by key hash, the measures
-/// side by side, a distinct count split by value hash) gives exactly what one thread gives —
-/// winners, quarantined rows, counts, key hashes, output — and the output equals the model.
+/// A partition big enough for several threads (the hash pass split by key hash) gives exactly
+/// what one thread gives — winners, quarantined rows, counts, key hashes.
 #[test]
 fn threads_do_not_change_the_result() {
-    use lakeswap::aggregate::{aggregate, output_schema};
     use lakeswap::prepare::{prepare, Identity};
     use lakeswap::read::{Piece, Table};
     let rows = random_orders(11, 1, 70_000); // 70 k keys, ~190 k rows
@@ -145,8 +143,6 @@ fn threads_do_not_change_the_result() {
     ))
     .unwrap();
     let cfg = &job.config;
-    let agg = cfg.aggregate.as_ref().unwrap();
-    let out_schema = output_schema(agg, &schema()).unwrap();
     let table = |rows: &[Order]| {
         let b = batch(rows);
         let object_rows: std::sync::Arc<[u64]> = (0..b.num_rows() as u64).collect();
@@ -160,25 +156,20 @@ fn threads_do_not_change_the_result() {
         for threads in [1, 2, 3, 4] {
             let id = Identity { threads, ..Identity::from_config(cfg, &names) };
             let p = prepare(table(&input), &id).unwrap();
-            let out = aggregate(&p, agg, &out_schema, threads).unwrap();
-            results.push((threads, p.winners, p.quarantined, p.stats, p.key_hashes, out));
+            results.push((threads, p.winners, p.quarantined, p.stats, p.key_hashes));
         }
-        let (_, w1, q1, s1, h1, o1) = &results[0];
+        let (_, w1, q1, s1, h1) = &results[0];
         assert!(w1.len() > 65_536, "{label}: the winners must be many enough to split");
         assert!(h1.windows(2).all(|w| w[0] <= w[1]), "{label}: key hashes sorted");
         assert_eq!(h1.len() as u64, s1.keys + s1.conflicting_keys, "{label}: one hash per key");
-        for (threads, w, q, s, h, o) in &results[1..] {
+        for (threads, w, q, s, h) in &results[1..] {
             assert_eq!(w, w1, "{label}: winners with {threads} threads");
             assert_eq!(q, q1, "{label}: quarantined rows with {threads} threads");
             assert_eq!(s, s1, "{label}: counts with {threads} threads");
             assert_eq!(h, h1, "{label}: key hashes with {threads} threads");
-            assert_eq!(o, o1, "{label}: output with {threads} threads");
         }
         if label == "clean" {
             assert_eq!(s1.conflicting_keys, 0);
-            let lineage = lakeswap::lineage::Lineage::new(String::new(), Vec::new(), *s1, o1.num_rows() as u64);
-            let bytes = lakeswap::commit::encode(o1, &lineage, &[]).unwrap();
-            assert_eq!(partition_rows(&bytes), model(&input)[&d("2026-11-01")], "{label}: output equals the model");
         } else {
             assert_eq!(s1.conflicting_keys, rows.iter().step_by(997).count() as u64, "{label}");
             assert!(!q1.is_empty(), "{label}: conflicting rows set aside");

@@ -1,25 +1,29 @@
-//! `kind = "aggregate"`: a daily table computed from each date's prepared rows (SPEC §2.4).
+//! `kind = "aggregate"`: a daily table, the job's SQL query over each date's prepared rows
+//! (SPEC §2.4; the engine is [`crate::engine`]).
 //!
-//! Partitions stream through `--concurrency` at a time, each read → prepared → aggregated →
+//! Partitions stream through `--concurrency` at a time, each read → prepared → queried →
 //! encoded (a small file); all are computed before any is committed, so the run-wide check for
 //! keys seen under two dates ([`crate::crossdate`]) can fail both partitions before either is
-//! written. A partition depends on its input alone: `--skip-unchanged` and `verify` apply.
+//! written. A partition depends on its input (and lookup tables) alone: `--skip-unchanged` and
+//! `verify` apply.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
-use super::{Computed, Context, Kind, Outcome, PartitionFile};
-use crate::aggregate as engine;
+use super::{Computed, Context, Kind, Outcome, PartitionFile, Planned};
 use crate::commit;
 use crate::config::{AggregateSection, ConfigError, JobConfig};
+use crate::engine::{self, Lookup};
 use crate::error::PartitionError;
 use crate::lineage::Lineage;
 use crate::plan::PartitionPlan;
-use crate::prepare;
+use crate::prepare::{self, Prepared};
+use crate::read::Table;
 use crate::run::Event;
 
 /// A daily table.
@@ -37,6 +41,23 @@ impl Aggregate {
         })?;
         Ok(Aggregate { section })
     }
+
+    fn key(&self) -> &'static str {
+        if self.section.sql.is_some() {
+            "aggregate.sql"
+        } else {
+            "aggregate.measures"
+        }
+    }
+}
+
+/// The columns of `events` for a record schema: the partition column (a date) included.
+pub fn events_schema(record: &Schema, partition_column: &str) -> SchemaRef {
+    let mut fields: Vec<Field> = record.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    if record.field_with_name(partition_column).is_err() {
+        fields.push(Field::new(partition_column, DataType::Date32, true));
+    }
+    Arc::new(Schema::new(fields))
 }
 
 impl Kind for Aggregate {
@@ -48,35 +69,27 @@ impl Kind for Aggregate {
         let mut v: Vec<String> = self.section.group_by.clone();
         for m in &self.section.measures {
             v.extend(m.column.iter().cloned());
-            v.extend(m.filter.keys().cloned());
+            if let Some(crate::config::Where::Values(cols)) = &m.filter {
+                v.extend(cols.keys().cloned());
+            }
         }
         v
     }
 
-    fn output_schema(&self, _cfg: &JobConfig, record: &SchemaRef) -> Result<SchemaRef, (String, String)> {
-        let has = |c: &str| record.field_with_name(c).is_ok();
-        let names: Vec<String> = record.fields().iter().map(|f| f.name().clone()).collect();
-        let missing =
-            |key: String, col: &str| (key, format!("no column `{col}` in the input (it has: {})", names.join(", ")));
-        let agg = &self.section;
-        for (i, g) in agg.group_by.iter().enumerate() {
-            if !has(g) {
-                return Err(missing(format!("aggregate.group_by[{i}]"), g));
-            }
-        }
-        for (i, m) in agg.measures.iter().enumerate() {
-            if let Some(c) = &m.column {
-                if !has(c) {
-                    return Err(missing(format!("aggregate.measures[{i}].column"), c));
-                }
-            }
-            for c in m.filter.keys() {
-                if !has(c) {
-                    return Err(missing(format!("aggregate.measures[{i}].where"), c));
-                }
-            }
-        }
-        engine::output_schema(agg, record).map_err(|m| ("aggregate.measures".to_string(), m))
+    fn output_schema<'a>(
+        &'a self,
+        cfg: &'a JobConfig,
+        record: &'a SchemaRef,
+        lookups: &'a [Lookup],
+    ) -> BoxFuture<'a, Planned> {
+        Box::pin(async move {
+            let events = events_schema(record, &cfg.partition.column);
+            let query = engine::query_of(&self.section, &events, cfg.timezone())?;
+            let (schema, text) = engine::plan(&query, &events, lookups, &cfg.partition.column)
+                .await
+                .map_err(|m| (self.key().to_string(), m))?;
+            Ok((schema, Some(text)))
+        })
     }
 
     fn needs_dates(&self) -> bool {
@@ -114,8 +127,40 @@ impl Kind for Aggregate {
     }
 }
 
+/// The winning rows of a prepared date, chunk by chunk in row order, under `events`'s schema
+/// (the partition column added when the objects do not hold it).
+fn events_batches(p: &Prepared, events: &SchemaRef, date: chrono::NaiveDate) -> Result<Vec<RecordBatch>, String> {
+    let t: &Table = &p.table;
+    let mut winners = p.winners.iter().peekable();
+    let day = crate::dates::to_days(date);
+    let mut out = Vec::with_capacity(t.chunks().len());
+    for (c, chunk) in t.chunks().iter().enumerate() {
+        let base = c << crate::read::CHUNK_BITS;
+        let mut keep = arrow::array::BooleanBufferBuilder::new(chunk.num_rows());
+        keep.append_n(chunk.num_rows(), false);
+        while let Some(&&w) = winners.peek() {
+            let w = w as usize;
+            if w >= base + chunk.num_rows() {
+                break;
+            }
+            keep.set_bit(w - base, true);
+            winners.next();
+        }
+        let mask = arrow::array::BooleanArray::new(keep.finish(), None);
+        let kept = arrow::compute::filter_record_batch(chunk, &mask).map_err(|e| e.to_string())?;
+        let n = kept.num_rows();
+        let mut cols: Vec<ArrayRef> = kept.columns().to_vec();
+        if cols.len() < events.fields().len() {
+            cols.push(Arc::new(arrow::array::Date32Array::from(vec![day; n])));
+        }
+        let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
+        out.push(RecordBatch::try_new_with_options(events.clone(), cols, &opts).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
 impl Aggregate {
-    /// One partition: read, prepare, aggregate, encode. Also the sorted hashes of its keys.
+    /// One partition: read, prepare, query, encode. Also the sorted hashes of its keys.
     async fn partition(
         &self,
         cx: &Context<'_>,
@@ -128,46 +173,52 @@ impl Aggregate {
             return Err(PartitionError::MissingInput { date: p.date });
         }
         let id = Arc::new(cx.identity(&table));
-        let section = self.section.clone();
         let fingerprint = cx.job.config.fingerprint();
-        let inputs = p.lineage_inputs(&cx.job.input);
-        let expected = cx.plan.output_schema.clone();
+        let inputs = cx.plan.lineage_inputs(p, &cx.job.input);
+        let column = cx.job.config.partition.column.clone();
         let date = p.date;
-        tokio::task::spawn_blocking(move || {
-            let phase = Instant::now();
+        let phase = Instant::now();
+        // Prepare, and the winners as `events` (and the quarantined rows, before the table goes).
+        let (events, batches, stats, hashes, quarantined) = tokio::task::spawn_blocking(move || {
             let prepared = prepare::prepare(table, &id)?;
-            let prepare_s = phase.elapsed().as_secs_f64();
-            let schema = engine::output_schema(&section, prepared.table.schema()).map_err(PartitionError::Other)?;
-            if let Some(expected) = &expected {
-                crate::schema::same_output(expected, &schema).map_err(|why| PartitionError::OutputSchema { why })?;
-            }
-            let batch = engine::aggregate(&prepared, &section, &schema, id.threads)?;
-            let compute_s = phase.elapsed().as_secs_f64() - prepare_s;
-            let lineage = Lineage::new(fingerprint, inputs, prepared.stats, batch.num_rows() as u64);
-            let bytes = commit::encode(&batch, &lineage, &[])?;
-            let encode_s = phase.elapsed().as_secs_f64() - prepare_s - compute_s;
-            tracing::debug!(%date, read_s, prepare_s, compute_s, encode_s, "computed partition");
-            let quarantine = if prepared.quarantined.is_empty() {
+            let events = events_schema(prepared.table.schema(), &column);
+            let batches = events_batches(&prepared, &events, date).map_err(PartitionError::Other)?;
+            let quarantined = if prepared.quarantined.is_empty() {
                 None
             } else {
-                let rows =
-                    prepared.table.take(&prepared.quarantined).map_err(|e| PartitionError::Other(e.to_string()))?;
-                Some(commit::encode(&rows, &lineage, &[])?)
+                Some(prepared.table.take(&prepared.quarantined).map_err(|e| PartitionError::Other(e.to_string()))?)
             };
-            let file = PartitionFile {
-                bytes,
-                rows: batch.num_rows(),
-                schema,
-                stats: prepared.stats,
-                merge: None,
-                quarantine,
-                sidecars: Vec::new(),
-                replaces: Vec::new(),
-                skip: false,
-            };
-            Ok((file, prepared.key_hashes))
+            Ok::<_, PartitionError>((events, batches, prepared.stats, prepared.key_hashes, quarantined))
         })
         .await
-        .map_err(|e| PartitionError::Other(format!("compute task failed: {e}")))?
+        .map_err(|e| PartitionError::Other(format!("prepare task failed: {e}")))??;
+        let prepare_s = phase.elapsed().as_secs_f64();
+        // Compiled for this date's own types: a shorthand sum keeps the date's decimal scale
+        // (a date whose scale differs then fails the output check rather than round).
+        let query = engine::query_of(&self.section, &events, cx.job.config.timezone())
+            .map_err(|(_, m)| PartitionError::Query { message: m })?;
+        let batch = engine::execute(&query, events, batches, &cx.plan.lookups).await?;
+        let compute_s = phase.elapsed().as_secs_f64() - prepare_s;
+        let schema = batch.schema();
+        cx.check_output(&schema)?;
+        let lineage = Lineage::new(fingerprint, inputs, stats, batch.num_rows() as u64);
+        let bytes = commit::encode(&batch, &lineage, &[])?;
+        let quarantine = match quarantined {
+            Some(rows) => Some(commit::encode(&rows, &lineage, &[])?),
+            None => None,
+        };
+        tracing::debug!(%date, read_s, prepare_s, compute_s, "computed partition");
+        let file = PartitionFile {
+            bytes,
+            rows: batch.num_rows(),
+            schema: schema.clone() as SchemaRef,
+            stats,
+            merge: None,
+            quarantine,
+            sidecars: Vec::new(),
+            replaces: Vec::new(),
+            skip: false,
+        };
+        Ok((file, hashes))
     }
 }

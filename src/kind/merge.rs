@@ -32,7 +32,7 @@ use chrono::NaiveDate;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
-use super::{Computed, Context, Kind, Outcome, PartitionFile};
+use super::{Computed, Context, Kind, Outcome, PartitionFile, Planned};
 use crate::commit::{self, Seen};
 use crate::config::{ConfigError, JobConfig, OnConflict, OnDateChange};
 use crate::error::{ConflictKey, Location, PartitionError};
@@ -74,21 +74,13 @@ impl Kind for Merge {
         Vec::new()
     }
 
-    fn output_schema(&self, cfg: &JobConfig, record: &SchemaRef) -> Result<SchemaRef, (String, String)> {
-        if self.retention.is_some() {
-            let v = cfg.identity.version.as_deref().unwrap_or_default();
-            let t = record.field_with_name(v).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
-            if !matches!(t, DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _)) {
-                return Err((
-                    "merge.tombstone_retention".into(),
-                    format!(
-                        "a retention is measured on the version column, which is {t} here; it needs a date or a \
-                         timestamp version (or leave the retention out: tombstones are then kept)"
-                    ),
-                ));
-            }
-        }
-        Ok(engine::output_schema(record, &cfg.partition.column))
+    fn output_schema<'a>(
+        &'a self,
+        cfg: &'a JobConfig,
+        record: &'a SchemaRef,
+        _lookups: &'a [crate::engine::Lookup],
+    ) -> BoxFuture<'a, Planned> {
+        Box::pin(async move { self.output(cfg, record).map(|s| (s, None)) })
     }
 
     fn needs_dates(&self) -> bool {
@@ -153,6 +145,23 @@ impl Slot {
 }
 
 impl Merge {
+    fn output(&self, cfg: &JobConfig, record: &SchemaRef) -> Result<SchemaRef, (String, String)> {
+        if self.retention.is_some() {
+            let v = cfg.identity.version.as_deref().unwrap_or_default();
+            let t = record.field_with_name(v).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
+            if !matches!(t, DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _)) {
+                return Err((
+                    "merge.tombstone_retention".into(),
+                    format!(
+                        "a retention is measured on the version column, which is {t} here; it needs a date or a \
+                         timestamp version (or leave the retention out: tombstones are then kept)"
+                    ),
+                ));
+            }
+        }
+        Ok(engine::output_schema(record, &cfg.partition.column))
+    }
+
     async fn compute_all(&self, cx: &Context<'_>) -> Computed {
         // 1. Every date of the batch, prepared.
         let mut slots: Vec<Slot> = futures::stream::iter(cx.plan.partitions.iter().cloned())

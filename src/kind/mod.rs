@@ -26,6 +26,10 @@ use crate::sidecar::Sidecar;
 pub mod aggregate;
 pub mod merge;
 
+/// What planning a kind gives: the output schema and the query plan when there is one; or
+/// the config key at fault and the reason.
+pub type Planned = Result<(SchemaRef, Option<String>), (String, String)>;
+
 /// What a job computes. See the module documentation.
 pub trait Kind: std::fmt::Debug + Send + Sync {
     /// `aggregate`, `merge`.
@@ -35,9 +39,15 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
     /// hold them.
     fn required_columns(&self) -> Vec<String>;
 
-    /// Checks the kind's config against a record schema and gives the output schema; the error
-    /// is the config key and the reason.
-    fn output_schema(&self, cfg: &JobConfig, record: &SchemaRef) -> Result<SchemaRef, (String, String)>;
+    /// Checks the kind's config against the record schema (with the partition column, a
+    /// date) and the lookup tables; gives the output schema, and the query plan when there is
+    /// one (for `--dry-run`). The error is the config key and the reason.
+    fn output_schema<'a>(
+        &'a self,
+        cfg: &'a JobConfig,
+        record: &'a SchemaRef,
+        lookups: &'a [crate::engine::Lookup],
+    ) -> BoxFuture<'a, Planned>;
 
     /// Whether a run must name its dates (else: every date of the input).
     fn needs_dates(&self) -> bool;

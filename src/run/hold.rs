@@ -103,7 +103,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         let skip = opts.skip_unchanged
             && job.kind.output_from_input_alone()
             && p.seen.meta.is_some()
-            && unchanged_inputs(job, &p).await;
+            && unchanged_inputs(job, &plan, &p).await;
         if skip {
             leases.release(&p.dir).await;
             opts.observer.event(&Event::Passed { date: p.date, why: "skipped" });
@@ -178,13 +178,13 @@ async fn read_input(job: &Job, plan: &mut Plan, flat: Option<Arc<FlatInput>>) ->
 
 /// Whether the committed file of a partition was made by this config from exactly the input
 /// objects listed now.
-async fn unchanged_inputs(job: &Job, p: &PartitionPlan) -> bool {
+async fn unchanged_inputs(job: &Job, plan: &Plan, p: &PartitionPlan) -> bool {
     let Ok(Some(Some(lineage))) =
         commit::committed_lineage(&job.output, &commit::target_path(&job.output, &p.dir)).await
     else {
         return false;
     };
-    let mut inputs = p.lineage_inputs(&job.input);
+    let mut inputs = plan.lineage_inputs(p, &job.input);
     inputs.sort();
     lineage.config_fingerprint == job.config.fingerprint()
         && lineage.input_fingerprint == crate::lineage::input_fingerprint(&inputs)

@@ -1,0 +1,484 @@
+//! Risk: the daily table's query says one thing and computes another — a filter that silently
+//! matches nothing, a value compared as text, a non-deterministic function, a result that
+//! depends on thread timing. The SQL path against an independent oracle (DuckDB running the
+//! same query over the same cleaned rows, computed by a plain model), every refusal, and the
+//! shorthand's typed filters.
+
+mod common;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+
+/// A job over `lake`'s input with `aggregate` as its `[aggregate]` section (and `extra` TOML).
+fn sql_config(lake: &Lake, aggregate: &str, extra: &str) -> PathBuf {
+    let text = format!(
+        "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n\
+         [identity]\nkey = [\"order_id\"]\nversion = \"source_version\"\ndeleted = {{ column = \"status\", equals = \"deleted\" }}\n\n\
+         [aggregate]\n{aggregate}\n{extra}\n[output]\nurl = \"{}\"\n",
+        lake.input().display(),
+        lake.output().display()
+    );
+    let p = lake.dir.path().join("job.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn run(lake: &Lake, cfg: &Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["run", "--config", cfg.to_str().unwrap()];
+    all.extend_from_slice(args);
+    cli(&all, lake.dir.path())
+}
+
+/// The plain model's cleaned rows of a date: exact duplicates gone, the latest version per key,
+/// deleted keys gone.
+fn cleaned(rows: &[Order], date: &str) -> Vec<Order> {
+    use std::collections::{HashMap, HashSet};
+    let distinct: HashSet<&Order> = rows.iter().filter(|r| r.date == d(date)).collect();
+    let mut latest: HashMap<&str, &Order> = HashMap::new();
+    for r in distinct {
+        let e = latest.entry(r.order_id.as_str()).or_insert(r);
+        if r.version > e.version {
+            *e = r;
+        }
+    }
+    let mut v: Vec<Order> = latest.into_values().filter(|r| r.status != "deleted").cloned().collect();
+    v.sort();
+    v
+}
+
+/// Events with exact duplicates, several versions per key and deletes.
+fn events(seed: u64) -> Vec<Order> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut rows = random_orders(seed, 2, 300);
+    for r in rows.iter_mut() {
+        if rng.random_bool(0.08) {
+            r.status = "deleted".into();
+        }
+    }
+    // Keep (key, version) -> one payload: a delete applies to every copy of a row.
+    let mut by: BTreeMap<(String, i64), Order> = BTreeMap::new();
+    for r in &rows {
+        by.entry((r.order_id.clone(), r.version)).or_insert_with(|| r.clone());
+    }
+    rows.iter().map(|r| by[&(r.order_id.clone(), r.version)].clone()).collect()
+}
+
+/// DuckDB's answer to `sql` over `rows` as the table `events` (its rows as JSON lines, sorted).
+fn duckdb(rows: &[Order], date: &str, sql: &str, dir: &Path) -> Vec<serde_json::Value> {
+    let file = dir.join(format!("cleaned-{date}.parquet"));
+    let b = batch(rows);
+    write_parquet(&file, &b);
+    let script = r#"
+import json, sys, duckdb, decimal
+con = duckdb.connect()
+con.execute("CREATE TABLE events AS SELECT * FROM read_parquet(?)", [sys.argv[1]])
+rel = con.execute(sys.argv[2])
+cols = [d[0] for d in rel.description]
+def norm(v):
+    if isinstance(v, decimal.Decimal): return str(v)
+    if isinstance(v, float): return round(v, 6)
+    return v
+out = [json.dumps({c: norm(v) for c, v in zip(cols, r)}, sort_keys=True) for r in rel.fetchall()]
+print("\n".join(sorted(out)))
+"#;
+    let o = std::process::Command::new("python3").args(["-c", script, file.to_str().unwrap(), sql]).output().unwrap();
+    assert!(o.status.success(), "duckdb: {}\n{sql}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// lakeswap's partition file, as the same JSON lines (decimals as exact text, floats rounded).
+fn lakeswap_rows(file: &Path) -> Vec<serde_json::Value> {
+    let script = r#"
+import json, sys, decimal, pyarrow.parquet as pq
+t = pq.read_table(sys.argv[1])
+def norm(v):
+    if isinstance(v, decimal.Decimal): return str(v)
+    if isinstance(v, float): return round(v, 6)
+    return v
+rows = t.to_pylist()
+print("\n".join(sorted(json.dumps({k: norm(v) for k, v in r.items()}, sort_keys=True) for r in rows)))
+"#;
+    let o = std::process::Command::new("python3").args(["-c", script, file.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "pyarrow: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Decimals compared exactly (as numbers: DataFusion and DuckDB may print other scales),
+/// floats to 6 places, the rest as is.
+fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        (serde_json::Value::String(x), serde_json::Value::String(y)) if x != y => {
+            match (x.parse::<bigdecimal_lite::Dec>(), y.parse::<bigdecimal_lite::Dec>()) {
+                (Ok(p), Ok(q)) => p == q,
+                _ => false,
+            }
+        }
+        (serde_json::Value::Number(x), serde_json::Value::Number(y)) => {
+            (x.as_f64().unwrap_or(f64::NAN) - y.as_f64().unwrap_or(f64::NAN)).abs() < 1e-6
+        }
+        // An average: a decimal of scale 6 in DataFusion (truncated), a double in DuckDB.
+        (serde_json::Value::String(x), serde_json::Value::Number(y))
+        | (serde_json::Value::Number(y), serde_json::Value::String(x)) => {
+            x.parse::<f64>().is_ok_and(|x| (x - y.as_f64().unwrap_or(f64::NAN)).abs() < 2e-6)
+        }
+        _ => a == b,
+    }
+}
+
+/// An exact decimal from text, for comparing `1.50` with `1.5`.
+mod bigdecimal_lite {
+    #[derive(PartialEq, Debug)]
+    pub struct Dec(bool, String);
+    impl std::str::FromStr for Dec {
+        type Err = ();
+        fn from_str(s: &str) -> Result<Self, ()> {
+            let (neg, body) = s.strip_prefix('-').map_or((false, s), |b| (true, b));
+            let (i, f) = body.split_once('.').unwrap_or((body, ""));
+            if i.is_empty() && f.is_empty() || !i.bytes().chain(f.bytes()).all(|b| b.is_ascii_digit()) {
+                return Err(());
+            }
+            let i = i.trim_start_matches('0');
+            let f = f.trim_end_matches('0');
+            let digits = format!("{i}.{f}");
+            Ok(Dec(neg && digits != ".", digits))
+        }
+    }
+}
+
+/// A random aggregate query from a small grammar.
+fn random_query(rng: &mut impl Rng) -> String {
+    let filters = [
+        "status IN ('placed', 'shipped')",
+        "amount > 250",
+        "amount BETWEEN 10 AND 100 OR status = 'refunded'",
+        "customer_id < 'cus-0100'",
+    ];
+    let groups = [
+        ("currency", "currency"),
+        ("status", "status"),
+        ("upper(currency) || '-' || status", "label"),
+        ("CASE WHEN amount >= 250 THEN 'big' ELSE 'small' END", "size"),
+    ];
+    let measures = [
+        "count(*)",
+        "sum(amount)",
+        "min(amount)",
+        "max(amount)",
+        "avg(amount)",
+        "count(DISTINCT customer_id)",
+        "sum(source_version)",
+        "min(customer_id)",
+    ];
+    let (g, alias) = *groups.choose(rng).unwrap();
+    let mut select = vec![format!("{g} AS {alias}")];
+    for i in 0..rng.random_range(1..5) {
+        let m = *measures.choose(rng).unwrap();
+        let m = if rng.random_bool(0.4) {
+            format!("{m} FILTER (WHERE {})", filters.choose(rng).unwrap())
+        } else {
+            m.to_string()
+        };
+        select.push(format!("{m} AS m{i}"));
+    }
+    let having = if rng.random_bool(0.2) { " HAVING count(*) > 5" } else { "" };
+    format!("SELECT {} FROM events GROUP BY {g}{having}", select.join(", "))
+}
+
+#[test]
+fn random_queries_agree_with_duckdb_over_the_same_cleaned_rows() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1301);
+    for case in 0..12 {
+        let lake = Lake::new();
+        let rows = events(1300 + case);
+        lake.write_hive(&rows, 2);
+        let sql = random_query(&mut rng);
+        let cfg = sql_config(&lake, &format!("sql = \"\"\"\n{sql}\n\"\"\""), "");
+        let o = run(&lake, &cfg, &["--from", "2026-11-01", "--to", "2026-11-02"]);
+        assert_eq!(o.status.code(), Some(0), "case {case}: {sql}\n{}", text(&o));
+        for date in ["2026-11-01", "2026-11-02"] {
+            let want = duckdb(&cleaned(&rows, date), date, &sql, lake.dir.path());
+            let got = lakeswap_rows(&lake.partition_file(date));
+            assert_eq!(got.len(), want.len(), "case {case} {date}: {sql}\n{got:?}\n{want:?}");
+            for (g, w) in got.iter().zip(&want) {
+                assert!(same(g, w), "case {case} {date}: {sql}\nlakeswap {g}\nduckdb   {w}");
+            }
+        }
+    }
+}
+
+#[test]
+fn float_sums_are_byte_identical_on_every_run() {
+    use arrow::array::{ArrayRef, Float64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let lake = Lake::new();
+    let rows = random_orders(1302, 1, 60_000);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let b = batch(&rows);
+    // A double column with values whose sum depends on the order of additions.
+    // A function of (key, version), so exact duplicates stay exact.
+    let noise: BTreeMap<(String, i64), f64> =
+        rows.iter().map(|r| ((r.order_id.clone(), r.version), rng.random::<f64>() * 1e12)).collect();
+    let score: ArrayRef = std::sync::Arc::new(Float64Array::from_iter_values(
+        rows.iter().map(|r| r.cents as f64 * 1e-3 + noise[&(r.order_id.clone(), r.version)]),
+    ));
+    let mut fields: Vec<Field> = b.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("score", DataType::Float64, true));
+    let mut cols = b.columns().to_vec();
+    cols.push(score);
+    let b = RecordBatch::try_new(std::sync::Arc::new(Schema::new(fields)), cols).unwrap();
+    write_parquet(&lake.input().join("event_date=2026-11-01/part-0.parquet"), &b);
+    let cfg = sql_config(
+        &lake,
+        "sql = \"SELECT currency, sum(score) AS s, avg(score) AS a FROM events GROUP BY currency\"",
+        "",
+    );
+    let mut seen = Vec::new();
+    for conc in ["1", "2", "1", "2"] {
+        std::fs::remove_dir_all(lake.output()).ok();
+        let o = run(&lake, &cfg, &["--date", "2026-11-01", "--concurrency", conc]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        seen.push(std::fs::read(lake.partition_file("2026-11-01")).unwrap());
+    }
+    assert!(seen.windows(2).all(|w| w[0] == w[1]), "float sums differ between runs");
+}
+
+/// Every refusal of the query: exit 2 before anything runs, naming the config file, the key and
+/// the engine's reason.
+#[test]
+fn bad_queries_are_refused_before_anything_runs() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(1303, 1, 30), 1);
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("SELECT currency, count(* FROM events GROUP BY currency", vec!["Line: 1"]),
+        ("SELECT currency,\n       sum(amout) AS s\nFROM events GROUP BY currency", vec!["amout", "line 2"]),
+        ("SELECT currency, frobnicate(amount) AS f FROM events GROUP BY currency", vec!["frobnicate"]),
+        ("SELECT currency, sum(status) AS s FROM events GROUP BY currency", vec!["sum"]),
+        ("SELECT currency, count(*) AS n FROM orders GROUP BY currency", vec!["orders"]),
+        ("SELECT currency, count(*) AS n, random() AS r FROM events GROUP BY currency", vec!["random", "same bytes"]),
+        ("SELECT currency, max(amount) AS m, now() AS t FROM events GROUP BY currency", vec!["now", "same bytes"]),
+        ("SELECT currency, uuid() AS u FROM events", vec!["uuid"]),
+        ("SELECT event_date, count(*) AS n FROM events GROUP BY event_date", vec!["partition column"]),
+        ("DROP TABLE events", vec!["aggregate.sql"]),
+        ("SELECT 1 AS a; SELECT 2 AS b", vec!["one query"]),
+        ("SELECT currency AS a, status AS a FROM events", vec!["same name"]),
+    ];
+    for (sql, needles) in cases {
+        let cfg = sql_config(&lake, &format!("sql = \"\"\"\n{sql}\n\"\"\""), "");
+        for args in [&["--date", "2026-11-01"][..], &["--date", "2026-11-01", "--dry-run"][..]] {
+            let o = run(&lake, &cfg, args);
+            let t = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{sql}: {t}");
+            assert!(t.contains("job.toml") && t.contains("aggregate.sql"), "{sql}: {t}");
+            for n in &needles {
+                assert!(t.contains(n), "{sql}: missing `{n}` in {t}");
+            }
+        }
+        assert!(!lake.output().join("event_date=2026-11-01").exists(), "{sql}: nothing runs");
+    }
+}
+
+/// The shorthand's filters are typed: a decimal `0.7` equals `0.70`, an integer 1 equals 1, a
+/// date string equals a date; a SQL condition works; any other shape is refused (exit 2).
+#[test]
+fn shorthand_filters_compare_in_the_column_type() {
+    let lake = Lake::new();
+    let rows = vec![
+        order("a", 1, "2026-11-01", "USD", 70, "placed"),    // amount 0.70
+        order("b", 1, "2026-11-01", "USD", 150, "placed"),   // 1.50
+        order("c", 2, "2026-11-01", "USD", 99999, "placed"), // 999.99
+        order("d", 1, "2026-11-01", "EUR", 12000, "shipped"),
+    ];
+    lake.write_hive(&rows, 1);
+    let measures = r#"group_by = ["currency"]
+measures = [
+  { name = "n",       fn = "count" },
+  { name = "cheap",   fn = "count", where = { amount = [0.7, 1.5] } },
+  { name = "v2",      fn = "count", where = { source_version = [2] } },
+  { name = "on_day",  fn = "count", where = { event_date = ["2026-11-01"] } },
+  { name = "big",     fn = "sum", column = "amount", where = "amount > 100 AND status IN ('placed', 'shipped')" },
+  { name = "none",    fn = "sum", column = "amount", where = { status = ["refunded"] } },
+  { name = "avg_amt", fn = "avg", column = "amount" },
+]"#;
+    let cfg = sql_config(&lake, measures, "");
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let got = lakeswap_rows(&lake.partition_file("2026-11-01"));
+    let usd = got.iter().find(|r| r["currency"] == "USD").unwrap();
+    assert_eq!(
+        (usd["n"].as_i64(), usd["cheap"].as_i64(), usd["v2"].as_i64(), usd["on_day"].as_i64()),
+        (Some(3), Some(2), Some(1), Some(3))
+    );
+    assert!(same(&usd["big"], &serde_json::json!("999.99")), "{usd}");
+    assert!(same(&usd["none"], &serde_json::json!("0")), "a sum over no matching rows is 0: {usd}");
+    let eur = got.iter().find(|r| r["currency"] == "EUR").unwrap();
+    assert!(same(&eur["big"], &serde_json::json!("120.00")), "{eur}");
+    for (bad, needles) in [
+        (
+            r#"{ name = "x", fn = "count", where = { amount = { gt = 100 } } }"#,
+            vec!["aggregate.measures[0].where.amount", "where = \"amount > 100\""],
+        ),
+        (
+            r#"{ name = "x", fn = "count", where = { amount = [0.705] } }"#,
+            vec!["aggregate.measures[0].where.amount", "0.705", "decimal places"],
+        ),
+        (r#"{ name = "x", fn = "count", where = { source_version = ["two"] } }"#, vec!["where.source_version", "two"]),
+        (r#"{ name = "x", fn = "count", where = { status = [1] } }"#, vec!["where.status", "quote"]),
+        (r#"{ name = "x", fn = "count", where = "amont > 1" }"#, vec!["aggregate.measures", "amont"]),
+    ] {
+        let cfg = sql_config(&lake, &format!("measures = [{bad}]"), "");
+        let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {t}");
+        for n in needles {
+            assert!(t.contains(n), "{bad}: missing `{n}` in {t}");
+        }
+    }
+}
+
+/// A tombstone value compared in the column's type: `equals = 9` on an integer column.
+#[test]
+fn tombstones_compare_in_the_column_type() {
+    let lake = Lake::new();
+    let rows = vec![
+        order("a", 1, "2026-11-01", "USD", 100, "placed"),
+        order("a", 9, "2026-11-01", "USD", 100, "placed"),
+        order("b", 1, "2026-11-01", "USD", 200, "placed"),
+    ];
+    lake.write_hive(&rows, 1);
+    let cfg = lake.config_with(
+        "key = [\"order_id\"]\nversion = \"source_version\"\ndeleted = { column = \"source_version\", equals = 9 }",
+        "",
+    );
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let got = read_partition(&lake.partition_file("2026-11-01"));
+    assert_eq!((got[0].orders, got[0].revenue), (1, 200), "key a is deleted by its version 9");
+    let cfg = lake.config_with("key = [\"order_id\"]\nversion = \"source_version\"\ndeleted = { column = \"source_version\", equals = \"nine\" }", "");
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("identity.deleted.equals") && text(&o).contains("nine"), "{}", text(&o));
+}
+
+/// The page-view example: an average, an hour-of-day dimension, a range filter and an FX
+/// lookup, against DuckDB over the same cleaned rows; a changed lookup is recomputed by
+/// `--skip-unchanged`, and its objects are in the lineage.
+#[test]
+fn the_pageviews_example_with_a_lookup_table() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lake = Lake::new();
+    // A copy of the example, so the test can change the lookup.
+    copy_dir(&root.join("examples/data/pageviews"), &lake.input());
+    let fx = lake.dir.path().join("fx");
+    copy_dir(&root.join("examples/data/fx"), &fx);
+    let text0 = std::fs::read_to_string(root.join("config/pageviews.toml")).unwrap();
+    let cfg = lake.dir.path().join("pageviews.toml");
+    std::fs::write(
+        &cfg,
+        text0
+            .replace("url = \"examples/data/pageviews\"", &format!("url = \"{}\"", lake.input().display()))
+            .replace("url = \"examples/data/fx\"", &format!("url = \"{}\"", fx.display()))
+            .replace("url = \"lake/pageviews_daily\"", &format!("url = \"{}\"", lake.output().display())),
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let o =
+        cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02", "--skip-unchanged"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The oracle: DuckDB over the raw CSV, cleaned in SQL, the same query.
+    let sql = text0.split("sql = \"\"\"").nth(1).unwrap().split("\"\"\"").next().unwrap();
+    let oracle = r#"
+import json, sys, duckdb, decimal
+con = duckdb.connect()
+con.execute(f"""CREATE TABLE raw AS SELECT * FROM read_csv('{sys.argv[1]}/*/*.csv', hive_partitioning = true,
+    columns = {{'view_id': 'VARCHAR', 'version': 'BIGINT', 'ts': 'TIMESTAMPTZ', 'country': 'VARCHAR', 'url': 'VARCHAR',
+               'duration_ms': 'BIGINT', 'ad_revenue': 'DECIMAL(12,2)', 'currency': 'VARCHAR'}})""")
+con.execute("SET TimeZone = 'UTC'")
+con.execute(f"CREATE TABLE fx AS SELECT * FROM read_csv('{sys.argv[2]}/*.csv', columns = {{'currency': 'VARCHAR', 'date': 'DATE', 'usd_rate': 'DECIMAL(12,6)'}})")
+out = []
+for day in ['2026-11-01', '2026-11-02']:
+    con.execute(f"""CREATE OR REPLACE TABLE events AS SELECT * FROM (SELECT DISTINCT * FROM raw WHERE event_date = DATE '{day}')
+        QUALIFY row_number() OVER (PARTITION BY view_id ORDER BY version DESC) = 1""")
+    rel = con.execute(sys.argv[3])
+    cols = [d[0] for d in rel.description]
+    for r in rel.fetchall():
+        row = {c: (str(v) if isinstance(v, decimal.Decimal) else round(v, 6) if isinstance(v, float) else int(v) if c == 'hour' else v) for c, v in zip(cols, r)}
+        row['day'] = day
+        out.append(json.dumps(row, sort_keys=True))
+print("\n".join(sorted(out)))
+"#;
+    let o = std::process::Command::new("python3")
+        .args(["-c", oracle, lake.input().to_str().unwrap(), fx.to_str().unwrap(), sql])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut got = Vec::new();
+    for day in ["2026-11-01", "2026-11-02"] {
+        for mut r in lakeswap_rows(&lake.partition_file(day)) {
+            r["day"] = serde_json::json!(day);
+            if let Some(h) = r["hour"].as_f64() {
+                r["hour"] = serde_json::json!(h as i64);
+            }
+            got.push(r);
+        }
+    }
+    got.sort_by_key(|r| r.to_string());
+    let mut want = want;
+    want.sort_by_key(|r| r.to_string());
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!(same(g, w), "lakeswap {g}\nduckdb   {w}");
+    }
+    // The lookup's objects are in the lineage: a changed rate recomputes the dates.
+    let o = cli(&["status", "--config", c, "--json"], lake.dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let inputs = v["partitions"][0]["lineage"]["inputs"].to_string();
+    assert!(inputs.contains("fx:rates.csv"), "{inputs}");
+    let o =
+        cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02", "--skip-unchanged"], lake.dir.path());
+    assert!(text(&o).contains("0 created, 0 replaced, 0 unchanged, 2 skipped"), "{}", text(&o));
+    let rates = std::fs::read_to_string(fx.join("rates.csv")).unwrap().replace("1.080000", "1.090000");
+    std::fs::write(fx.join("rates.csv"), rates).unwrap();
+    let o =
+        cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02", "--skip-unchanged"], lake.dir.path());
+    // Both dates name the changed object in their lineage: both are recomputed and rewritten.
+    assert!(text(&o).contains("0 created, 2 replaced"), "{}", text(&o));
+    // --dry-run prints the query plan.
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01", "--dry-run"], lake.dir.path());
+    assert!(text(&o).contains("query plan") && text(&o).contains("lookup table fx"), "{}", text(&o));
+}
+
+/// `--allow-empty` with a grouped query over no rows writes a zero-row file.
+#[test]
+fn a_grouped_query_over_no_rows_is_a_zero_row_file() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(1304, 1, 20), 1);
+    let cfg = sql_config(&lake, "sql = \"SELECT currency, count(*) AS n FROM events GROUP BY currency\"", "");
+    let o = run(&lake, &cfg, &["--from", "2026-11-01", "--to", "2026-11-02", "--allow-empty"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(lakeswap_rows(&lake.partition_file("2026-11-02")).len(), 0);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for f in walk(from) {
+        let rel = f.strip_prefix(from).unwrap();
+        let dest = to.join(rel);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(&f, dest).unwrap();
+    }
+}
