@@ -196,16 +196,61 @@ fn shape_schema(query: &Query, schema: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// One date's rows for the query: the prepared table's chunks, which rows of each are kept
+/// (the winners), the date (added as the partition column when the objects do not hold it),
+/// and the schema of `events`.
+pub struct Rows {
+    pub chunks: Vec<RecordBatch>,
+    pub keep: Vec<arrow::array::BooleanArray>,
+    pub date: chrono::NaiveDate,
+    pub events: SchemaRef,
+}
+
+/// The hidden column of the kept rows.
+const KEEP: &str = "__lakeswap_keep";
+
+/// Registers `events` as a view over the chunks: the kept rows, the columns of `events`. The
+/// engine filters and projects as it scans, one chunk at a time, only the columns the query
+/// uses — no copy of the whole date.
+async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFusionError> {
+    let Rows { chunks, keep, date, events } = rows;
+    let record = chunks.first().map(|c| c.schema());
+    let record = record.unwrap_or_else(|| {
+        Arc::new(Schema::new(events.fields().iter().filter(|f| f.data_type() != &DataType::Null).cloned().collect::<Vec<_>>()))
+    });
+    let mut fields: Vec<Field> = record.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    fields.push(Field::new(KEEP, DataType::Boolean, false));
+    let schema = Arc::new(Schema::new(fields));
+    let batches: Vec<RecordBatch> = chunks
+        .into_iter()
+        .zip(keep)
+        .map(|(c, k)| {
+            let mut cols = c.columns().to_vec();
+            cols.push(Arc::new(k));
+            RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
+        })
+        .collect::<Result<_, _>>()?;
+    register(ctx, "__lakeswap_rows", schema, batches)?;
+    let col = |n: &str| Expr::Column(datafusion::common::Column::new_unqualified(n));
+    let select: Vec<Expr> = events
+        .fields()
+        .iter()
+        .map(|f| match record.field_with_name(f.name()) {
+            Ok(_) => col(f.name()),
+            Err(_) => datafusion::prelude::lit(datafusion::common::ScalarValue::Date32(Some(crate::dates::to_days(date))))
+                .alias(f.name()),
+        })
+        .collect();
+    let view = ctx.table("__lakeswap_rows").await?.filter(col(KEEP))?.select(select)?;
+    ctx.register_table(EVENTS, view.into_view())?;
+    Ok(())
+}
+
 /// Runs the query over one date's rows: the output, sorted (see the module documentation).
-pub async fn execute(
-    query: &Query,
-    events: SchemaRef,
-    batches: Vec<RecordBatch>,
-    lookups: &[Lookup],
-) -> Result<RecordBatch, PartitionError> {
+pub async fn execute(query: &Query, rows: Rows, lookups: &[Lookup]) -> Result<RecordBatch, PartitionError> {
     let fail = |e: DataFusionError| PartitionError::Query { message: reason(&e, &query.sql) };
     let ctx = session();
-    register(&ctx, EVENTS, events, batches).map_err(fail)?;
+    register_events(&ctx, rows).await.map_err(fail)?;
     for l in lookups {
         register(&ctx, &l.name, l.schema.clone(), l.batches.clone()).map_err(fail)?;
     }
@@ -221,8 +266,7 @@ pub async fn execute(
     }
     let schema = Arc::new(df.schema().as_arrow().clone());
     let out = df.collect().await.map_err(fail)?;
-    let batch =
-        arrow::compute::concat_batches(&schema, &out).map_err(|e| PartitionError::Query { message: e.to_string() })?;
+    let batch = arrow::compute::concat_batches(&schema, &out).map_err(|e| PartitionError::Query { message: e.to_string() })?;
     shape(query, batch)
 }
 

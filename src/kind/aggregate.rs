@@ -10,7 +10,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -127,12 +126,10 @@ impl Kind for Aggregate {
     }
 }
 
-/// The winning rows of a prepared date, chunk by chunk in row order, under `events`'s schema
-/// (the partition column added when the objects do not hold it).
-fn events_batches(p: &Prepared, events: &SchemaRef, date: chrono::NaiveDate) -> Result<Vec<RecordBatch>, String> {
+/// Which rows of each chunk of a prepared date are winners.
+fn winner_masks(p: &Prepared) -> Vec<arrow::array::BooleanArray> {
     let t: &Table = &p.table;
     let mut winners = p.winners.iter().peekable();
-    let day = crate::dates::to_days(date);
     let mut out = Vec::with_capacity(t.chunks().len());
     for (c, chunk) in t.chunks().iter().enumerate() {
         let base = c << crate::read::CHUNK_BITS;
@@ -146,17 +143,9 @@ fn events_batches(p: &Prepared, events: &SchemaRef, date: chrono::NaiveDate) -> 
             keep.set_bit(w - base, true);
             winners.next();
         }
-        let mask = arrow::array::BooleanArray::new(keep.finish(), None);
-        let kept = arrow::compute::filter_record_batch(chunk, &mask).map_err(|e| e.to_string())?;
-        let n = kept.num_rows();
-        let mut cols: Vec<ArrayRef> = kept.columns().to_vec();
-        if cols.len() < events.fields().len() {
-            cols.push(Arc::new(arrow::array::Date32Array::from(vec![day; n])));
-        }
-        let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
-        out.push(RecordBatch::try_new_with_options(events.clone(), cols, &opts).map_err(|e| e.to_string())?);
+        out.push(arrow::array::BooleanArray::new(keep.finish(), None));
     }
-    Ok(out)
+    out
 }
 
 impl Aggregate {
@@ -178,26 +167,29 @@ impl Aggregate {
         let column = cx.job.config.partition.column.clone();
         let date = p.date;
         let phase = Instant::now();
-        // Prepare, and the winners as `events` (and the quarantined rows, before the table goes).
-        let (events, batches, stats, hashes, quarantined) = tokio::task::spawn_blocking(move || {
+        // Prepare; `events` is a view of the kept rows of the prepared table's chunks.
+        let (prepared, masks) = tokio::task::spawn_blocking(move || {
             let prepared = prepare::prepare(table, &id)?;
-            let events = events_schema(prepared.table.schema(), &column);
-            let batches = events_batches(&prepared, &events, date).map_err(PartitionError::Other)?;
-            let quarantined = if prepared.quarantined.is_empty() {
-                None
-            } else {
-                Some(prepared.table.take(&prepared.quarantined).map_err(|e| PartitionError::Other(e.to_string()))?)
-            };
-            Ok::<_, PartitionError>((events, batches, prepared.stats, prepared.key_hashes, quarantined))
+            let masks = winner_masks(&prepared);
+            Ok::<_, PartitionError>((prepared, masks))
         })
         .await
         .map_err(|e| PartitionError::Other(format!("prepare task failed: {e}")))??;
         let prepare_s = phase.elapsed().as_secs_f64();
+        let events = events_schema(prepared.table.schema(), &column);
+        let quarantined = if prepared.quarantined.is_empty() {
+            None
+        } else {
+            Some(prepared.table.take(&prepared.quarantined).map_err(|e| PartitionError::Other(e.to_string()))?)
+        };
+        let (stats, hashes) = (prepared.stats, prepared.key_hashes);
         // Compiled for this date's own types: a shorthand sum keeps the date's decimal scale
         // (a date whose scale differs then fails the output check rather than round).
         let query = engine::query_of(&self.section, &events, cx.job.config.timezone())
             .map_err(|(_, m)| PartitionError::Query { message: m })?;
-        let batch = engine::execute(&query, events, batches, &cx.plan.lookups).await?;
+        let rows = engine::Rows { chunks: prepared.table.chunks().to_vec(), keep: masks, date, events };
+        drop(prepared.table);
+        let batch = engine::execute(&query, rows, &cx.plan.lookups).await?;
         let compute_s = phase.elapsed().as_secs_f64() - prepare_s;
         let schema = batch.schema();
         cx.check_output(&schema)?;
