@@ -1,5 +1,5 @@
 //! Write and swap: one partition's result becomes exactly one Parquet object, atomically
-//! (SPEC §2.5, G1–G4, G6).
+//! (docs/design.md §4; G1–G4, G6).
 //!
 //! The protocol, per partition:
 //! 1. encode the batch with fixed writer settings and the lineage footer (deterministic bytes);
@@ -48,7 +48,11 @@ pub enum Action {
     Created,
     Replaced,
     Unchanged,
+    /// Not computed: its committed file was made by this config from the same input
+    /// (`--skip-unchanged`).
     Skipped,
+    /// Nothing to do for it in this run (a merge date without batch rows).
+    Untouched,
     Failed,
     Planned,
     /// `verify`: the committed bytes equal a recomputation.
@@ -62,6 +66,7 @@ impl std::fmt::Display for Action {
             Action::Replaced => "replaced",
             Action::Unchanged => "unchanged",
             Action::Skipped => "skipped",
+            Action::Untouched => "untouched",
             Action::Failed => "failed",
             Action::Planned => "planned",
             Action::Verified => "verified",

@@ -1,4 +1,4 @@
-//! The job config: TOML as in SPEC §7, parsed strictly and validated before anything runs.
+//! The job config: TOML as in README.md ("Config reference"), parsed strictly and validated before anything runs.
 //!
 //! Invariants after [`JobConfig::parse`]: no unknown keys; an entity that can change has a
 //! version column (or is declared `immutable`, or keyed by the whole record with `key = ["*"]`);
@@ -12,20 +12,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// A config problem: exit code 2, nothing done.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("config {path}: {message}")]
-    Parse { path: String, message: String },
-    #[error("config {path}: `{key}`: {message}")]
-    Invalid { path: String, key: String, message: String },
-}
+pub use crate::error::ConfigError;
+pub use crate::read::Format;
+
+/// The table of one date's cleaned rows, in the daily table's query.
+pub const EVENTS: &str = "events";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -34,13 +25,6 @@ pub enum JobKind {
     Merge,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    Parquet,
-    Csv,
-    Ndjson,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -466,9 +450,11 @@ impl JobConfig {
                     "belongs to the `measures` shorthand; with `sql`, group in the query (GROUP BY)".into(),
                 ));
             }
-            crate::engine::parse(sql).map_err(|m| bad("aggregate.sql", m))?;
+            if sql.trim().is_empty() {
+                return Err(bad("aggregate.sql", "an empty query".into()));
+            }
         }
-        let mut tables: Vec<&str> = vec![crate::engine::EVENTS];
+        let mut tables: Vec<&str> = vec![EVENTS];
         for (i, t) in agg.tables.iter().enumerate() {
             let key = format!("aggregate.tables[{i}]");
             let valid = !t.name.is_empty()

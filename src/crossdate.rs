@@ -1,4 +1,4 @@
-//! The run-wide check of an aggregate that no key appears under two partition dates (SPEC §1):
+//! The run-wide check of an aggregate that no key appears under two partition dates (docs/design.md §2):
 //! each partition's sorted key hashes are merged, and a hash in two lists makes both partitions
 //! candidates, whose partitions are read again to name the real keys (and rule out hash
 //! collisions). Both partitions fail, before either is written.

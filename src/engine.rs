@@ -1,6 +1,6 @@
 //! The SQL engine of the daily table: Apache DataFusion runs the job's query over `events` —
 //! one date's rows after prepare, every input column, the partition column included — and
-//! over the lookup tables the job names (SPEC §2.4).
+//! over the lookup tables the job names (docs/design.md §2).
 //!
 //! The query is the user's `[aggregate] sql`, or the `measures` shorthand compiled to SQL
 //! ([`compile`]): one engine, not two. Before anything runs, the query is parsed when the
@@ -31,8 +31,7 @@ use crate::config::{AggregateSection, MeasureFn, Where};
 use crate::error::PartitionError;
 use crate::lineage::InputObject;
 
-/// The table of one date's cleaned rows.
-pub const EVENTS: &str = "events";
+pub use crate::config::EVENTS;
 
 /// A lookup table, read once per run.
 #[derive(Debug, Clone)]

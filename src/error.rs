@@ -9,7 +9,7 @@ use std::fmt;
 
 use chrono::NaiveDate;
 
-/// Exit codes for schedulers (SPEC §4).
+/// Exit codes for schedulers (docs/design.md §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub enum ExitCode {
     /// Every partition committed or unchanged.
@@ -49,11 +49,26 @@ impl ExitCode {
     }
 }
 
+/// A config problem: exit code 2, nothing done.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("config {path}: `{key}`: {message}")]
+    Invalid { path: String, key: String, message: String },
+}
+
 /// An error that stops the run as a whole.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] ConfigError),
 
     #[error("{0}")]
     Usage(String),

@@ -1,4 +1,4 @@
-//! `lakeswap generate`: the reference data set of SPEC §8, raw order events as
+//! `lakeswap generate`: the reference data set of README.md, raw order events as
 //! `OUT/event_date=YYYY-MM-DD/part-NNNNN.parquet`, in the same schema and shape as the peers'
 //! `gen_orders.py` (same proportions of versions, duplicates, currencies and statuses).
 //!

@@ -1,4 +1,4 @@
-//! Record: the run journal `OUT/_lakeswap/runs/<run_id>.json` (SPEC §2.6) — who ran what,
+//! Record: the run journal `OUT/_lakeswap/runs/<run_id>.json` (docs/design.md §7) — who ran what,
 //! when, and what happened to each partition. Written when a run starts (status `running`)
 //! and again when it ends, so a killed run leaves a trace.
 

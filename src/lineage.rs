@@ -1,5 +1,5 @@
 //! Record: the deterministic lineage every partition file carries in its Parquet footer
-//! (SPEC §2.6) — tool version, config fingerprint, input fingerprint (the input objects with
+//! (docs/design.md §3) — tool version, config fingerprint, input fingerprint (the input objects with
 //! their sizes and e-tags) and the row counts of each step.
 //!
 //! Invariant: nothing run-specific (run id, wall clock, host) is in here, so the same input

@@ -1,5 +1,5 @@
 //! Compute, `kind = "merge"`: a version-guarded upsert of one partition's prepared batch into
-//! the stored current state (SPEC §2.4).
+//! the stored current state (docs/design.md §2).
 //!
 //! An incoming row replaces the stored row of its key only when its version is strictly
 //! greater. A replay (equal version, equal payload) changes nothing; equal version with

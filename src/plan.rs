@@ -1,4 +1,4 @@
-//! Plan: what a run will do, decided before anything is written (SPEC §2.1–2.2).
+//! Plan: what a run will do, decided before anything is written (docs/design.md §2).
 //!
 //! The dates become partitions; the input is listed ([`read::list`]: what is listed is what is
 //! meant) — only the `col=date/` folders of the wanted dates when the input is Hive

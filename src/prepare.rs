@@ -1,5 +1,5 @@
 //! Prepare: one partition's input rows cleaned by identity and ordering, before anything
-//! touches the target (SPEC §2.3).
+//! touches the target (docs/design.md §2).
 //!
 //! One hash pass over the rows, keyed by the raw bytes of the key: each key holds its winning
 //! (highest) version and a short chain of the other versions seen. A row whose key and version

@@ -74,14 +74,16 @@ pub fn table(s: &RunSummary) -> String {
         line(&mut out, &r.iter().map(String::as_str).collect::<Vec<_>>());
     }
     let count = |a: crate::commit::Action| s.partitions.iter().filter(|p| p.action == a).count();
+    let untouched = count(crate::commit::Action::Untouched);
     let _ = writeln!(
         out,
-        "run {}: {} created, {} replaced, {} unchanged, {} skipped, {} failed in {:.2}s",
+        "run {}: {} created, {} replaced, {} unchanged, {} skipped, {}{} failed in {:.2}s",
         s.run_id,
         count(crate::commit::Action::Created),
         count(crate::commit::Action::Replaced),
         count(crate::commit::Action::Unchanged),
         count(crate::commit::Action::Skipped),
+        if untouched > 0 { format!("{untouched} untouched, ") } else { String::new() },
         count(crate::commit::Action::Failed),
         s.seconds
     );

@@ -156,8 +156,8 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
                 l.output_rows.to_string(),
                 format!(
                     "{}/{}",
-                    &l.config_fingerprint[..8.min(l.config_fingerprint.len())],
-                    &l.input_fingerprint[..8.min(l.input_fingerprint.len())]
+                    l.config_fingerprint.chars().take(8).collect::<String>(),
+                    l.input_fingerprint.chars().take(8).collect::<String>()
                 ),
             ),
             None => ("-".into(), "-".into(), "-".into()),

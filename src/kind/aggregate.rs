@@ -1,5 +1,5 @@
 //! `kind = "aggregate"`: a daily table, the job's SQL query over each date's prepared rows
-//! (SPEC §2.4; the engine is [`crate::engine`]).
+//! (docs/design.md §2; the engine is [`crate::engine`]).
 //!
 //! Partitions stream through `--concurrency` at a time, each read → prepared → queried →
 //! encoded (a small file); all are computed before any is committed, so the run-wide check for
@@ -33,11 +33,15 @@ pub struct Aggregate {
 
 impl Aggregate {
     pub fn new(cfg: &JobConfig) -> Result<Self, ConfigError> {
-        let section = cfg.aggregate.clone().ok_or_else(|| ConfigError::Invalid {
-            path: cfg.origin.clone(),
-            key: "aggregate".into(),
-            message: "kind = \"aggregate\" needs an [aggregate] section".into(),
-        })?;
+        let bad = |key: &str, message: String| ConfigError::Invalid { path: cfg.origin.clone(), key: key.into(), message };
+        let section = cfg
+            .aggregate
+            .clone()
+            .ok_or_else(|| bad("aggregate", "kind = \"aggregate\" needs an [aggregate] section".into()))?;
+        // The query's syntax, as the config is loaded (it is planned against the input later).
+        if let Some(sql) = &section.sql {
+            engine::parse(sql).map_err(|m| bad("aggregate.sql", m))?;
+        }
         Ok(Aggregate { section })
     }
 

@@ -1,5 +1,5 @@
 //! `kind = "merge"`: a version-guarded MERGE of a batch of change events into a current-state
-//! table, one row per key, each key under one date (SPEC §2.4; the upsert of one partition is
+//! table, one row per key, each key under one date (docs/design.md §2; the upsert of one partition is
 //! [`crate::merge`]).
 //!
 //! A run goes:

@@ -1,4 +1,4 @@
-//! The job kind: what a run computes from each date's prepared rows (SPEC §2.4).
+//! The job kind: what a run computes from each date's prepared rows (docs/design.md §2).
 //!
 //! A kind is a [`Kind`] — [`aggregate`] (a daily table) or [`merge`] (a current-state table) —
 //! chosen by `[job] kind` in [`of`]. It decides the output schema, which columns the input

@@ -27,7 +27,7 @@ use parquet::file::statistics::Statistics;
 use super::text::{self, Declared};
 use super::unify;
 use super::Piece;
-use crate::config::Format;
+use super::Format;
 use crate::dates;
 use crate::error::{InputError, Location};
 

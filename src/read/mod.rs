@@ -27,6 +27,15 @@ pub mod unify;
 pub use decode::{footer_schema, parquet_footer, row_group_dates, DateSource, Decoded, Decoder};
 pub use text::{parse_type, Declared};
 
+/// The format of input objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Parquet,
+    Csv,
+    Ndjson,
+}
+
 /// Row ids of a [`Table`]: the chunk in the high bits, the row within it in the low
 /// `CHUNK_BITS`. Ids grow in row order; a chunk holds at most `CHUNK_ROWS` rows.
 pub const CHUNK_BITS: u32 = 17;

@@ -67,7 +67,7 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                         Err(e) => report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e)),
                         Ok(f) => {
                             let res = match leases.check(&o.plan.dir) {
-                                Ok(()) if f.skip => Ok(Action::Skipped),
+                                Ok(()) if f.skip => Ok(Action::Untouched),
                                 Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f).await,
                                 Err(e) => Err(e),
                             };
@@ -191,7 +191,7 @@ async fn commit_together(
         let date = o.plan.date;
         match o.result {
             Err(e) => reports.push(report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e))),
-            Ok(f) if f.skip => reports.push(finished(date, Ok(Action::Skipped), &f, o.seconds)),
+            Ok(f) if f.skip => reports.push(finished(date, Ok(Action::Untouched), &f, o.seconds)),
             Ok(f) => {
                 let step = async {
                     leases.check(&o.plan.dir)?;

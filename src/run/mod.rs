@@ -1,4 +1,4 @@
-//! A run: the stages of the contract, in order (SPEC §2; docs/design.md, "A run").
+//! A run: the stages of the contract, in order (docs/design.md §2).
 //!
 //! ```text
 //! plan     the dates, the input objects, the table's schema       → Planned

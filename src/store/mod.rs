@@ -18,7 +18,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 
 mod protocol;
 pub use protocol::{ConditionalPut, LocalFolder, Protocol};

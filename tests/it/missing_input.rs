@@ -1,8 +1,7 @@
 //! Risk: a late or lost input silently wipes good output (G7). A date without input fails
 //! loudly and keeps its old output; `--allow-empty` writes a zero-row file instead.
 
-mod common;
-use common::*;
+use crate::common::*;
 use lakeswap::commit::Action;
 use lakeswap::ExitCode;
 

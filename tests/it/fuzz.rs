@@ -2,8 +2,7 @@
 //! NDJSON decoders (and the prepare and aggregate steps behind them) and the config parser:
 //! any input becomes rows or an error, never a panic.
 
-mod common;
-use common::*;
+use crate::common::*;
 use lakeswap::config::{Format, JobConfig};
 use lakeswap::read::{assemble, DateSource, Decoder};
 use proptest::prelude::*;

@@ -1,8 +1,7 @@
 //! Risk: a re-run appends, drifts, or depends on the range. Re-runs are byte-identical and
 //! reported `unchanged`; a range equals each day run alone; a partition is one object.
 
-mod common;
-use common::*;
+use crate::common::*;
 use lakeswap::commit::Action;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,11 +4,10 @@
 //! same query over the same cleaned rows, computed by a plain model), every refusal, and the
 //! shorthand's typed filters.
 
-mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 

@@ -3,8 +3,7 @@
 //! `gc` removes stale staging and expired leases, never a live run's staging, and nothing whose
 //! name lakeswap does not make; a partition is one object, checked.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn put(path: &std::path::Path, body: &[u8]) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -102,8 +101,8 @@ async fn a_run_cleans_its_own_partitions_first() {
 
 /// Foreign objects in every place gc looks: all left alone, and listed; lakeswap's own debris
 /// beside them removed.
-async fn gc_touches_only_what_lakeswap_wrote(kind: common::backends::Kind) {
-    use common::backends::{Backend, Kind};
+async fn gc_touches_only_what_lakeswap_wrote(kind: crate::common::backends::Kind) {
+    use crate::common::backends::{Backend, Kind};
     let b = Backend::new(kind);
     b.write_input(&random_orders(98, 1, 30), 1).await;
     let s = lakeswap::run::run(
@@ -162,8 +161,8 @@ async fn gc_touches_only_what_lakeswap_wrote(kind: common::backends::Kind) {
 
 /// A second object in a partition folder fails that partition (exit 1), naming it; status and
 /// verify report it; with `foreign_files = "remove"` the run removes it.
-async fn a_foreign_object_in_a_partition_is_refused(kind: common::backends::Kind) {
-    use common::backends::{Backend, Kind};
+async fn a_foreign_object_in_a_partition_is_refused(kind: crate::common::backends::Kind) {
+    use crate::common::backends::{Backend, Kind};
     let b = Backend::new(kind);
     let rows = random_orders(99, 2, 40);
     b.write_input(&rows, 1).await;
@@ -229,5 +228,5 @@ macro_rules! suite {
     };
 }
 
-suite!(local, super::common::backends::Kind::Local);
-suite!(s3, super::common::backends::Kind::S3, ignore = "needs the S3 server that scripts/test starts (not requested)");
+suite!(local, crate::common::backends::Kind::Local);
+suite!(s3, crate::common::backends::Kind::S3, ignore = "needs the S3 server that scripts/test starts (not requested)");

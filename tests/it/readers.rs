@@ -3,8 +3,7 @@
 //! dataset, equals the model. Needs `python3` with `duckdb` and `pyarrow` (the test script
 //! installs them); without them these tests fail, they never pass silently.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn read_with(engine: &str, dir: &std::path::Path) -> Vec<serde_json::Value> {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_output.py");

@@ -4,8 +4,7 @@
 //! anything but the whole old or the whole new file; a final run converges to the expected
 //! bytes and leaves no staging and no lease.
 
-mod common;
-use common::*;
+use crate::common::*;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -4,10 +4,9 @@
 //! as ignored: not requested); `scripts/test` starts the servers and runs them, and there a
 //! missing server is a failure.
 
-mod common;
-use common::backends::{Backend, Kind};
-use common::faults::{FaultStore, Mode};
-use common::*;
+use crate::common::backends::{Backend, Kind};
+use crate::common::faults::{FaultStore, Mode};
+use crate::common::*;
 use lakeswap::commit::Action;
 use lakeswap::{dates, run, ExitCode, RunOptions};
 use std::sync::Arc;

@@ -1,8 +1,7 @@
 //! Risk: CSV and NDJSON inputs, or flat layouts, are read differently from Parquet. The same
 //! events in every format and layout give the same table.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const SCHEMA: &str = "schema = { amount = \"decimal(12,2)\", event_date = \"date\" }\n";
 

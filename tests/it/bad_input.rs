@@ -2,8 +2,7 @@
 //! its partitions, naming keys and objects; quarantine; keys under two dates; rows in the wrong
 //! folder; overflow. (Null keys, versions and dates are in `catalogue.rs`.)
 
-mod common;
-use common::*;
+use crate::common::*;
 use lakeswap::commit::Action;
 use lakeswap::ExitCode;
 

@@ -3,15 +3,14 @@
 //! mid-day, a table whose schema changes silently, a flat input that rewrites every date.
 //! Every case runs the real binary, on a local folder and (the `s3` suite) on SeaweedFS.
 
-mod common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use chrono::{NaiveDateTime, TimeZone};
-use common::backends::{Backend, Kind};
-use common::*;
+use crate::common::backends::{Backend, Kind};
+use crate::common::*;
 use std::sync::Arc;
 
 /// A place to run the binary against: input and output on one backend, the config beside.

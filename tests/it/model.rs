@@ -1,8 +1,7 @@
 //! Risk: the numbers are wrong. The pipeline against a plain model (a HashMap of latest
 //! versions, BTreeMap sums) on seeded random events with duplicates and several versions.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pipeline_equals_the_model_on_random_events() {

@@ -2,9 +2,8 @@
 //! reading them, a failed run's partitions can be retried exactly, shards split a backfill
 //! without overlap, logs go out as JSON, and dates follow the job's time zone across DST.
 
-mod common;
-use common::faults::{FaultStore, Mode};
-use common::*;
+use crate::common::faults::{FaultStore, Mode};
+use crate::common::*;
 use lakeswap::commit::Action;
 use lakeswap::{run, ExitCode, Job, RunOptions};
 use std::sync::atomic::Ordering;

@@ -3,9 +3,8 @@
 //! where known), the exit code is the contract's, the partition's committed bytes stay as
 //! they were, and the unaffected partition is still committed.
 
-mod common;
-use common::faults::{FaultStore, Mode};
-use common::*;
+use crate::common::faults::{FaultStore, Mode};
+use crate::common::*;
 use lakeswap::commit::Action;
 use lakeswap::{ExitCode, Job, RunOptions};
 use std::path::Path;

@@ -1,9 +1,8 @@
 //! Risk: two runs over overlapping dates interleave on a partition (G6). Processes race over
 //! one range; a live holder keeps its lease by renewing it; the loser is told who holds it.
 
-mod common;
-use common::faults::{FaultStore, Mode};
-use common::*;
+use crate::common::faults::{FaultStore, Mode};
+use crate::common::*;
 use lakeswap::commit::Action;
 use lakeswap::{run, ExitCode, Job};
 use std::sync::Arc;

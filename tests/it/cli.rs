@@ -2,8 +2,7 @@
 //! mistakes are refused before anything runs (exit 2) with the key named; exit codes follow
 //! the contract; `--dry-run` touches nothing.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 
 fn example_dir() -> tempfile::TempDir {

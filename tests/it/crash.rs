@@ -4,10 +4,9 @@
 //! report a timeout (an unknown outcome). After each: every partition is wholly old or wholly
 //! new, and the next run converges to the expected bytes with no staging or lease left.
 
-mod common;
-use common::backends::{Backend, Kind};
-use common::faults::{FaultStore, Mode};
-use common::*;
+use crate::common::backends::{Backend, Kind};
+use crate::common::faults::{FaultStore, Mode};
+use crate::common::*;
 use lakeswap::{dates, run, ExitCode, RunOptions};
 use std::collections::BTreeMap;
 use std::time::Duration;
