@@ -215,7 +215,9 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
     let Rows { chunks, keep, date, events } = rows;
     let record = chunks.first().map(|c| c.schema());
     let record = record.unwrap_or_else(|| {
-        Arc::new(Schema::new(events.fields().iter().filter(|f| f.data_type() != &DataType::Null).cloned().collect::<Vec<_>>()))
+        Arc::new(Schema::new(
+            events.fields().iter().filter(|f| f.data_type() != &DataType::Null).cloned().collect::<Vec<_>>(),
+        ))
     });
     let mut fields: Vec<Field> = record.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
     fields.push(Field::new(KEEP, DataType::Boolean, false));
@@ -236,8 +238,10 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
         .iter()
         .map(|f| match record.field_with_name(f.name()) {
             Ok(_) => col(f.name()),
-            Err(_) => datafusion::prelude::lit(datafusion::common::ScalarValue::Date32(Some(crate::dates::to_days(date))))
-                .alias(f.name()),
+            Err(_) => {
+                datafusion::prelude::lit(datafusion::common::ScalarValue::Date32(Some(crate::dates::to_days(date))))
+                    .alias(f.name())
+            }
         })
         .collect();
     let view = ctx.table("__lakeswap_rows").await?.filter(col(KEEP))?.select(select)?;
@@ -265,7 +269,8 @@ pub async fn execute(query: &Query, rows: Rows, lookups: &[Lookup]) -> Result<Re
     }
     let schema = Arc::new(df.schema().as_arrow().clone());
     let out = df.collect().await.map_err(fail)?;
-    let batch = arrow::compute::concat_batches(&schema, &out).map_err(|e| PartitionError::Query { message: e.to_string() })?;
+    let batch =
+        arrow::compute::concat_batches(&schema, &out).map_err(|e| PartitionError::Query { message: e.to_string() })?;
     shape(query, batch)
 }
 

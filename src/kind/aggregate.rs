@@ -33,7 +33,8 @@ pub struct Aggregate {
 
 impl Aggregate {
     pub fn new(cfg: &JobConfig) -> Result<Self, ConfigError> {
-        let bad = |key: &str, message: String| ConfigError::Invalid { path: cfg.origin.clone(), key: key.into(), message };
+        let bad =
+            |key: &str, message: String| ConfigError::Invalid { path: cfg.origin.clone(), key: key.into(), message };
         let section = cfg
             .aggregate
             .clone()

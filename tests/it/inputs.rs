@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::common::backends::{Backend, Kind};
+use crate::common::*;
 use arrow::array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use chrono::{NaiveDateTime, TimeZone};
-use crate::common::backends::{Backend, Kind};
-use crate::common::*;
 use std::sync::Arc;
 
 /// A place to run the binary against: input and output on one backend, the config beside.
