@@ -26,8 +26,8 @@ use parquet::file::statistics::Statistics;
 
 use super::text::{self, Declared};
 use super::unify;
-use super::Piece;
 use super::Format;
+use super::Piece;
 use crate::dates;
 use crate::error::{InputError, Location};
 
