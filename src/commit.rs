@@ -54,6 +54,8 @@ pub enum Action {
     /// Nothing to do for it in this run (a merge date without batch rows).
     Untouched,
     Failed,
+    /// Not run: the run was stopped (SIGTERM, SIGINT) first.
+    Stopped,
     Planned,
     /// `verify`: the committed bytes equal a recomputation.
     Verified,
@@ -68,6 +70,7 @@ impl std::fmt::Display for Action {
             Action::Skipped => "skipped",
             Action::Untouched => "untouched",
             Action::Failed => "failed",
+            Action::Stopped => "stopped",
             Action::Planned => "planned",
             Action::Verified => "verified",
         };

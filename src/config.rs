@@ -296,19 +296,41 @@ fn default_partition() -> PartitionSection {
 }
 
 impl JobConfig {
-    /// Reads and validates a config file.
+    /// Reads and validates a config file, its `${VAR}`s taken from the environment.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with(path, &crate::vars::Vars::environment())
+    }
+
+    /// Reads and validates a config file, its `${VAR}`s taken from `vars` (see [`crate::vars`]).
+    pub fn load_with(path: &Path, vars: &crate::vars::Vars) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        Self::parse(&text, &path.display().to_string())
+        Self::parse_with(&text, &path.display().to_string(), vars)
     }
 
     /// Parses and validates config text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let mut cfg: JobConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        Self::parse_with(text, origin, &crate::vars::Vars::environment())
+    }
+
+    /// Parses config text, substitutes its variables, validates it.
+    pub fn parse_with(text: &str, origin: &str, vars: &crate::vars::Vars) -> Result<Self, ConfigError> {
+        let syntax = |e: toml::de::Error| ConfigError::Parse {
             path: origin.to_string(),
             message: format!("{}. See the config reference in README.md", e.to_string().trim_end()),
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(syntax)?;
+        let substituted = vars.substitute(&mut table).map_err(|(key, message)| ConfigError::Invalid {
+            path: origin.to_string(),
+            key,
+            message,
         })?;
+        // Without variables, the text itself is read: its errors carry line and column.
+        let mut cfg: JobConfig = if substituted {
+            JobConfig::deserialize(toml::Value::Table(table)).map_err(syntax)?
+        } else {
+            toml::from_str(text).map_err(syntax)?
+        };
         cfg.origin = origin.to_string();
         cfg.validate(origin)?;
         Ok(cfg)
@@ -476,7 +498,13 @@ impl JobConfig {
                 crate::read::parse_type(ty).map_err(|m| bad(&format!("{key}.schema.{col}"), m))?;
             }
         }
-        let mut names: Vec<&str> = agg.group_by.iter().map(String::as_str).collect();
+        let mut names: Vec<&str> = Vec::new();
+        for (i, g) in agg.group_by.iter().enumerate() {
+            if names.contains(&g.as_str()) {
+                return Err(bad(&format!("aggregate.group_by[{i}]"), format!("`{g}` is listed twice")));
+            }
+            names.push(g);
+        }
         for (i, m) in agg.measures.iter().enumerate() {
             let key = format!("aggregate.measures[{i}]");
             if m.name.trim().is_empty() {

@@ -26,9 +26,19 @@ pub fn resolve_at(expr: &str, today: NaiveDate) -> Result<NaiveDate, String> {
 }
 
 /// Every date from `from` to `to`, inclusive.
+/// The longest range one run takes: 100 years of days.
+pub const MAX_RANGE_DAYS: i64 = 36_525;
+
 pub fn range(from: NaiveDate, to: NaiveDate) -> Result<Vec<NaiveDate>, String> {
     if to < from {
         return Err(format!("--to {to} is before --from {from}"));
+    }
+    let days = (to - from).num_days() + 1;
+    if days > MAX_RANGE_DAYS {
+        return Err(format!(
+            "--from {from} --to {to} is {days} days; a run takes at most {MAX_RANGE_DAYS} (100 years): \
+             is a year mistyped? Split longer backfills into several runs"
+        ));
     }
     Ok(from.iter_days().take_while(|d| *d <= to).collect())
 }

@@ -22,6 +22,10 @@ pub enum ExitCode {
     DataContract = 3,
     /// A partition is leased by another live run.
     Leased = 4,
+    /// Stopped by SIGINT (Ctrl-C): what was in flight finished or was abandoned safely.
+    Interrupted = 130,
+    /// Stopped by SIGTERM (a pod eviction, a task timeout), likewise.
+    Terminated = 143,
 }
 
 impl ExitCode {
@@ -40,6 +44,7 @@ impl ExitCode {
                 ExitCode::Leased => 2,
                 ExitCode::DataContract => 3,
                 ExitCode::Usage => 4,
+                ExitCode::Interrupted | ExitCode::Terminated => 5,
             };
             if rank(c) > rank(worst) {
                 worst = c;
@@ -97,6 +102,10 @@ pub enum Error {
 
     #[error("internal error in {what}: {message}")]
     Internal { what: &'static str, message: String },
+
+    /// Stopped by a signal before any partition was held: nothing done.
+    #[error("stopped ({0}) before any partition was taken: nothing was done")]
+    Stopped(&'static str),
 }
 
 impl Error {
@@ -106,6 +115,7 @@ impl Error {
             Error::Leased(_) => ExitCode::Leased,
             Error::Input(e) => e.exit_code(),
             Error::Store { .. } | Error::Io { .. } | Error::Internal { .. } => ExitCode::PartialFailure,
+            Error::Stopped(signal) => PartitionError::Stopped { signal }.exit_code(),
         }
     }
 
@@ -244,10 +254,16 @@ pub enum PartitionError {
     Overflow { measure: String, message: String },
 
     #[error(
-        "partition is leased by run {holder} on {host} since {since}, until {expires}; \
-         wait for it (--wait) or run again after it finishes"
+        "partition is leased by run {holder} on {host} since {since}; the lease expires at {expires} \
+         (in {left} s) unless that run renews it: wait for it (--wait) or run again after it finishes"
     )]
-    Leased { holder: String, host: String, since: String, expires: String },
+    Leased { holder: String, host: String, since: String, expires: String, left: u64 },
+
+    #[error(
+        "not run: the run was stopped ({signal}) before this partition was committed; what is committed \
+         stays as it was. Run it again (--retry-failed RUN_ID)"
+    )]
+    Stopped { signal: &'static str },
 
     #[error(
         "this run lost the lease of {dir} (it expired, or another run took it over): nothing was written. \
@@ -301,6 +317,13 @@ impl PartitionError {
             | PartitionError::Overflow { .. } => ExitCode::DataContract,
             PartitionError::Input(e) => e.exit_code(),
             PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,
+            PartitionError::Stopped { signal } => {
+                if *signal == "SIGINT" {
+                    ExitCode::Interrupted
+                } else {
+                    ExitCode::Terminated
+                }
+            }
             PartitionError::MissingInput { .. }
             | PartitionError::Foreign { .. }
             | PartitionError::Fenced { .. }

@@ -5,8 +5,10 @@
 //! - staged files `_staging/<run id>/<col>=<date>/part-00000.parquet` of runs that do not hold
 //!   a live lease on the partition (never a live run's; never staging an unfinished move still
 //!   needs);
-//! - expired leases `_lakeswap/leases/<col>=<date>.json` (and the table lease of merges), and
-//!   leases set aside during a take-over;
+//! - expired leases `_lakeswap/leases/<col>=<date>.json` (and the table lease of merges), leases
+//!   of runs that died on this host ([`lease::holder_gone`]), and leases set aside during a
+//!   take-over;
+//! - with [`GcOptions::quarantine_older_than`], quarantined rows written longer ago than that;
 //! - on a local folder, temporary files of interrupted writes (`<name>#<n>`, which the object
 //!   store API never lists) beside the paths lakeswap writes, once older than
 //!   [`lease::TEMP_FILE_AGE`];
@@ -43,8 +45,18 @@ pub struct GcReport {
     pub temp_files_removed: usize,
     /// Tombstone and key-index objects no footer names.
     pub sidecars_removed: usize,
+    /// Quarantined files removed for their age (`--quarantine-older-than`).
+    pub quarantine_removed: usize,
     /// Objects under the output that lakeswap did not write: listed, left alone.
     pub not_mine: Vec<String>,
+}
+
+/// What `gc` may remove beyond debris.
+#[derive(Debug, Clone, Default)]
+pub struct GcOptions {
+    /// Remove quarantined rows written longer ago than this. Never by default: they are the
+    /// only copy of the rows a run set aside.
+    pub quarantine_older_than: Option<chrono::Duration>,
 }
 
 /// A run id as [`crate::journal::new_run_id`] makes them: `20261129T115652.471Z-afcf82`.
@@ -70,8 +82,10 @@ pub fn is_partition_dir(s: &str, column: &str) -> bool {
 /// What a path under the output is to lakeswap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
-    /// A committed partition file, a journal, the schema record, a quarantined file: kept.
+    /// A committed partition file, a journal, the schema record: kept.
     Kept,
+    /// Rows a run set aside (`_quarantine/<run>/<dir>/`): kept unless asked otherwise.
+    Quarantined,
     /// A staged file of (run, partition folder).
     Staged(String, String),
     /// A partition lease, or the merge table lease.
@@ -93,7 +107,9 @@ fn classify(rel: &str, column: &str) -> Entry {
         ["_staging", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => {
             Entry::Staged(run.to_string(), dir.to_string())
         }
-        ["_quarantine", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => Entry::Kept,
+        ["_quarantine", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => {
+            Entry::Quarantined
+        }
         ["_lakeswap", "runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Kept,
         ["_lakeswap", "table-schema"] => Entry::Kept,
         ["_lakeswap", "leases", name] if lease_name(name) => Entry::Lease,
@@ -132,7 +148,7 @@ async fn delete(out: &StoreLocation, path: &object_store::path::Path) -> Result<
 /// that run. An unreadable lease store keeps it (never delete what may be live).
 async fn stale(out: &StoreLocation, run: &str, dir: &str) -> bool {
     match lease::read(out, &lease::lease_path(out, dir)).await {
-        Ok(Some((Some(b), _))) => !(b.run_id == run && b.expires > Utc::now()),
+        Ok(Some((Some(b), _))) => !(b.run_id == run && b.expires > Utc::now()) || lease::holder_gone(&b),
         Ok(_) => true,
         Err(_) => false,
     }
@@ -203,7 +219,7 @@ fn local_temp_files(out: &StoreLocation, parts: &[&str]) -> Vec<(std::path::Path
 }
 
 /// Cleans the whole output: see the module documentation.
-pub async fn gc(out: &StoreLocation, column: &str) -> Result<GcReport> {
+pub async fn gc(out: &StoreLocation, column: &str, opts: &GcOptions) -> Result<GcReport> {
     let mut report = GcReport::default();
     let now = Utc::now();
     let pending = crate::journal::pending_staging(out).await?;
@@ -213,10 +229,16 @@ pub async fn gc(out: &StoreLocation, column: &str) -> Result<GcReport> {
         let rel = out.relative(&m.location);
         match classify(&rel, column) {
             Entry::Kept => {}
+            Entry::Quarantined => {
+                if opts.quarantine_older_than.is_some_and(|age| now - m.last_modified > age) {
+                    delete(out, &m.location).await?;
+                    report.quarantine_removed += 1;
+                }
+            }
             Entry::Staged(run, dir) => staged.entry((run, dir)).or_default().push(m),
             Entry::Lease => {
                 let expired = match lease::read(out, &m.location).await {
-                    Ok(Some((Some(b), _))) => b.expires <= now,
+                    Ok(Some((Some(b), _))) => b.expires <= now || lease::holder_gone(&b),
                     Ok(Some((None, _))) => {
                         report.not_mine.push(format!("{rel} (not a lakeswap lease)"));
                         false

@@ -3,7 +3,10 @@
 //! A lease is the object `OUT/_lakeswap/leases/<col>=<date>.json` naming its holder (run id,
 //! host, pid, since, expiry). It is taken with a put-if-absent, renewed while the holder lives,
 //! and released after the partition is committed. A holder that died stops renewing, so its
-//! lease expires and the next run takes it over — a retry is never blocked forever.
+//! lease expires and the next run takes it over — a retry is never blocked forever. A holder
+//! that died on this very host (an OOM kill, a SIGKILL) is known dead at once: its lease names
+//! the process precisely ([`Process`]: boot id, pid namespace, start time), and a run on the same
+//! host that finds that process gone takes the lease over without waiting for it to expire.
 //!
 //! Taking over an expired lease is itself a compare-and-swap, done by the store's
 //! [`Protocol`](crate::store::Protocol): on object stores a conditional put against the expired
@@ -36,6 +39,54 @@ pub struct LeaseBody {
     pub pid: u32,
     pub since: DateTime<Utc>,
     pub expires: DateTime<Utc>,
+    /// Which process on `host` holds it, precisely enough to tell it died (Linux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<Process>,
+}
+
+/// A process told apart from any other on its machine, before and after a reboot or a pid's
+/// reuse: the kernel's boot id, the pid namespace (containers on one node) and the process's
+/// start time in clock ticks since boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    pub boot: String,
+    pub pid_namespace: String,
+    pub start_ticks: u64,
+}
+
+impl Process {
+    /// This process; `None` where /proc does not tell (not Linux).
+    pub fn current() -> Option<Process> {
+        Some(Process {
+            boot: std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?.trim().to_string(),
+            pid_namespace: pid_namespace()?,
+            start_ticks: start_ticks(std::process::id())?,
+        })
+    }
+}
+
+fn pid_namespace() -> Option<String> {
+    Some(std::fs::read_link("/proc/self/ns/pid").ok()?.to_string_lossy().into_owned())
+}
+
+/// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces and parentheses itself.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether a lease's holder is known to be gone: it ran on this host, under this kernel boot,
+/// in this pid namespace, and its pid is either not running or running a process that started
+/// at another time (the pid was reused). Anything less certain (another host, a lease written
+/// without a process identity) is not known to be gone: that lease expires instead.
+pub fn holder_gone(holder: &LeaseBody) -> bool {
+    let (Some(theirs), Some(mine)) = (&holder.process, Process::current()) else { return false };
+    holder.host == crate::journal::host()
+        && theirs.boot == mine.boot
+        && theirs.pid_namespace == mine.pid_namespace
+        && start_ticks(holder.pid) != Some(theirs.start_ticks)
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +103,7 @@ pub struct Leases {
     run_id: String,
     ttl: Duration,
     wait: bool,
+    process: Option<Process>,
     held: Mutex<BTreeMap<String, Held>>,
 }
 
@@ -83,7 +135,14 @@ pub async fn read(
 
 impl Leases {
     pub fn new(out: StoreLocation, run_id: &str, ttl: Duration, wait: bool) -> Self {
-        Leases { out, run_id: run_id.to_string(), ttl, wait, held: Mutex::new(BTreeMap::new()) }
+        Leases {
+            out,
+            run_id: run_id.to_string(),
+            ttl,
+            wait,
+            process: Process::current(),
+            held: Mutex::new(BTreeMap::new()),
+        }
     }
 
     fn body(&self, since: Option<DateTime<Utc>>) -> LeaseBody {
@@ -94,6 +153,7 @@ impl Leases {
             pid: std::process::id(),
             since: since.unwrap_or(now),
             expires: now + chrono_ttl(self.ttl),
+            process: self.process.clone(),
         }
     }
 
@@ -121,7 +181,8 @@ impl Leases {
             }
             let Some((current, version)) = read(&self.out, &path).await? else { continue };
             let now = Utc::now();
-            if let Some(c) = &current {
+            let gone = current.as_ref().is_some_and(holder_gone);
+            if let Some(c) = current.as_ref().filter(|_| !gone) {
                 if c.expires > now {
                     if self.wait {
                         let left = (c.expires - now).to_std().unwrap_or_default();
@@ -133,11 +194,18 @@ impl Leases {
                         host: format!("{} (pid {})", c.host, c.pid),
                         since: c.since.to_rfc3339(),
                         expires: c.expires.to_rfc3339(),
+                        left: (c.expires - now).num_seconds().max(1) as u64,
                     });
                 }
             }
-            // Expired (or unreadable): take it over, as a compare-and-swap.
-            tracing::info!(lease = %self.out.display(&path), "taking over an expired lease");
+            // Expired, unreadable, or its holder died on this host: take it over, as a
+            // compare-and-swap.
+            if gone {
+                tracing::warn!(lease = %self.out.display(&path), run = current.as_ref().map(|c| c.run_id.as_str()).unwrap_or(""),
+                    "taking over the lease of a run that died on this host");
+            } else {
+                tracing::info!(lease = %self.out.display(&path), "taking over an expired lease");
+            }
             let protocol = self.out.protocol.clone();
             if let Some(version) = protocol.take_over(&self.out, &path, version, current, bytes, &self.run_id).await? {
                 self.held().insert(dir.to_string(), Held { body, version, lost: false });
@@ -146,19 +214,25 @@ impl Leases {
         }
     }
 
-    /// Removes what interrupted lease writes left for `dir` on a local folder: leases renamed
+    /// Removes what interrupted lease writes left for `dirs` on a local folder: leases renamed
     /// aside during a takeover, and temporary files (`<dir>.json#N`, invisible to the object
-    /// store API) older than [`TEMP_FILE_AGE`] — younger ones may be a contender's write in flight.
-    pub fn remove_leftovers(&self, dir: &str) {
+    /// store API) older than [`TEMP_FILE_AGE`] — younger ones may be a contender's write in
+    /// flight. One pass over the lease folder, however many partitions.
+    pub fn remove_leftovers(&self, dirs: &[String]) {
         let Some(folder) = self.out.local_path(&self.out.child(&["_lakeswap", "leases"])) else { return };
-        let (tmp, aside) = (format!("{dir}.json#"), format!("{dir}.json.expired-"));
+        let dirs: std::collections::HashSet<&str> = dirs.iter().map(String::as_str).collect();
         let Ok(rd) = std::fs::read_dir(folder) else { return };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
+            let (dir, aside) = match (name.split_once(".json.expired-"), name.split_once(".json#")) {
+                (Some((dir, _)), _) => (dir, true),
+                (None, Some((dir, _))) => (dir, false),
+                _ => continue,
+            };
             let old = || {
                 e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().unwrap_or_default() > TEMP_FILE_AGE)
             };
-            if name.starts_with(&aside) || (name.starts_with(&tmp) && old()) {
+            if dirs.contains(dir) && (aside || old()) {
                 let _ = std::fs::remove_file(e.path());
             }
         }

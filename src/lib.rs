@@ -43,6 +43,7 @@ pub mod schema;
 pub mod sidecar;
 pub mod status;
 pub mod store;
+pub mod vars;
 
 pub use config::JobConfig;
 pub use error::{Error, ExitCode, PartitionError, Result};

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use lakeswap::commit::Action;
+use lakeswap::vars::Vars;
 use lakeswap::{dates, generate, report, run, Error, ExitCode, Job, RunOptions};
 
 #[derive(Parser)]
@@ -20,7 +22,10 @@ version of each key, computes a table per date and swaps each date's partition i
 Running a date again replaces it byte for byte; it never appends.\n\n\
 Exit codes: 0 every partition committed or unchanged, 1 some partitions failed (the others \
 committed), 2 usage or config error (nothing done), 3 data contract violation (conflicts, bad \
-rows), 4 a partition is leased by another live run.",
+rows), 4 a partition is leased by another live run, 130 / 143 stopped by SIGINT / SIGTERM (the \
+partitions in flight finished or were left as they were; the others are reported `stopped`; a \
+second signal exits at once).\n\n\
+Config values may use ${VAR} and ${VAR:-default}, from --var NAME=VALUE or the environment.",
     after_help = "Examples:\n  lakeswap run --config config/example.toml --from 2026-11-01 --to 2026-11-07\n  \
 lakeswap run --config revenue.toml --date yesterday\n  \
 lakeswap generate --out /tmp/orders --days 10 --rows-per-day 1000000"
@@ -28,6 +33,10 @@ lakeswap generate --out /tmp/orders --days 10 --rows-per-day 1000000"
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Set a config variable for this run: `${NAME}` in the config's values reads it before
+    /// the environment (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE", global = true, value_parser = lakeswap::vars::Vars::parse_pair)]
+    vars: Vec<(String, String)>,
 }
 
 #[derive(Subcommand)]
@@ -56,7 +65,8 @@ Example:\n  lakeswap verify --config revenue.toml --from 2026-11-01 --to 2026-11
     /// Remove what crashed runs left behind: stale staging and expired leases.
     #[command(after_help = "A live run's staging and leases are never touched. Every run also cleans up\n\
 the partitions it works on, so gc is only needed for dates that are not run again.\n\n\
-Example:\n  lakeswap gc --config revenue.toml")]
+Examples:\n  lakeswap gc --config revenue.toml\n  \
+lakeswap gc --config revenue.toml --quarantine-older-than 30d")]
     Gc(GcArgs),
 }
 
@@ -80,9 +90,14 @@ struct RunArgs {
     /// objects (sizes and e-tags), without reading their input: cheap trailing-window runs.
     #[arg(long)]
     skip_unchanged: bool,
-    /// Log lines on stderr as text or as JSON objects (for log collectors).
+    /// Log records on stderr as text or as JSON objects (for log collectors): one per partition
+    /// outcome and one at the start and end of the run, errors included. On a terminal, text
+    /// shows a progress bar instead of the records of partitions that went well.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "LAKESWAP_LOG_FORMAT")]
     log_format: LogFormat,
+    /// Print nothing on stdout (the result table); logs and errors still go to stderr.
+    #[arg(long, short)]
+    quiet: bool,
     /// First date of the range (inclusive).
     #[arg(long, requires = "to")]
     from: Option<String>,
@@ -99,7 +114,8 @@ struct RunArgs {
     /// Print the plan (dates, input objects, actions) and touch nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Also write the summary as JSON to this file.
+    /// Also write the summary as JSON to this file, on every exit: a refused run's holds its
+    /// error and exit code. Checked to be writable before the run starts.
     #[arg(long)]
     summary_json: Option<PathBuf>,
     /// Wait for partitions leased by another run, instead of failing them with exit code 4.
@@ -136,7 +152,7 @@ struct RangeArgs {
     /// Last date of the range (inclusive).
     #[arg(long, requires = "from")]
     to: Option<String>,
-    /// Print JSON instead of text (status).
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -165,6 +181,11 @@ struct GcArgs {
     /// The job's TOML config.
     #[arg(long, short, env = "LAKESWAP_CONFIG")]
     config: PathBuf,
+    /// Also remove rows quarantined (on_conflict = "quarantine") longer ago than this: 30d,
+    /// 12h, 2w. Without it quarantined rows are kept: they are the only copy of what a run set
+    /// aside.
+    #[arg(long, value_name = "AGE")]
+    quarantine_older_than: Option<String>,
 }
 
 #[derive(Args)]
@@ -207,13 +228,23 @@ fn tune_allocator() {
     }
 }
 
+/// The target of the records of partition outcomes and runs: on at the default level.
+const OUTCOME: &str = "lakeswap::outcome";
+
 fn main() -> ProcessExit {
     tune_allocator();
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LAKESWAP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let json = matches!(&cli.command, Command::Run(a) if a.log_format == LogFormat::Json);
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A terminal's text shows a bar and the failures instead of a record per partition.
+    let records = json || !std::io::stderr().is_terminal();
+    let default = if records { format!("warn,{OUTCOME}=info") } else { format!("warn,{OUTCOME}=warn") };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LAKESWAP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours only for a person at a terminal, never in a log file.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if json {
         logs.json().init();
     } else {
@@ -226,20 +257,26 @@ fn main() -> ProcessExit {
             return ProcessExit::from(1);
         }
     };
+    let vars = Vars::environment().with(cli.vars);
     let result = rt.block_on(async {
         match cli.command {
-            Command::Run(a) => cmd_run(a).await,
+            Command::Run(a) => cmd_run(a, &vars).await,
             Command::Generate(a) => cmd_generate(a).await,
-            Command::Gc(a) => cmd_gc(a).await,
-            Command::Status(a) => cmd_status(a).await,
-            Command::Verify(a) => cmd_verify(a).await,
+            Command::Gc(a) => cmd_gc(a, &vars).await,
+            Command::Status(a) => cmd_status(a, &vars).await,
+            Command::Verify(a) => cmd_verify(a, &vars).await,
         }
     });
     match result {
         Ok(code) => ProcessExit::from(code.code() as u8),
         Err(e) => {
-            eprintln!("error: {}", chain(&e));
-            ProcessExit::from(e.exit_code().code() as u8)
+            let code = e.exit_code().code();
+            if json {
+                tracing::error!(target: OUTCOME, record = "run", exit_code = code, error = %chain(&e), "run refused");
+            } else {
+                eprintln!("error: {}", chain(&e));
+            }
+            ProcessExit::from(code as u8)
         }
     }
 }
@@ -263,8 +300,33 @@ fn usage(m: impl Into<String>) -> Error {
     Error::Usage(m.into())
 }
 
-async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
-    let job = Job::load(&a.config)?;
+async fn cmd_run(a: RunArgs, vars: &Vars) -> Result<ExitCode, Error> {
+    // Found before anything runs: a summary that cannot be written after every partition
+    // committed would leave the orchestrator without its answer.
+    if let Some(path) = &a.summary_json {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| usage(format!("--summary-json {}: cannot write it: {e}", path.display())))?;
+    }
+    let summary_json = a.summary_json.clone();
+    let started = std::time::Instant::now();
+    let result = run_job(a, vars).await;
+    if let Some(path) = &summary_json {
+        let text = match &result {
+            Ok(Some(summary)) => report::json(summary),
+            Ok(None) => report::dry_run_json(),
+            Err(e) => report::refused_json(e.exit_code(), &chain(e), started.elapsed().as_secs_f64()),
+        };
+        std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    }
+    result.map(|s| s.map_or(ExitCode::Ok, |s| s.exit_code))
+}
+
+/// A run, or its plan with `--dry-run` (`None`).
+async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Error> {
+    let job = Job::load_with(&a.config, vars)?;
     let tz = job.config.timezone();
     let mut dates = match (&a.date, &a.from, &a.to, &a.retry_failed) {
         (Some(d), _, _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),
@@ -286,13 +348,15 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
     if a.concurrency == Some(0) {
         return Err(usage("--concurrency must be at least 1"));
     }
+    if a.lease_ttl == 0 {
+        return Err(usage("--lease-ttl must be at least 1 second"));
+    }
     let n = dates.as_ref().map_or(0, Vec::len) as u64;
-    let terminal = std::io::stderr().is_terminal();
     let mut opts = RunOptions {
         dates,
         concurrency: a.concurrency.unwrap_or_else(run::default_concurrency),
         allow_empty: a.allow_empty,
-        lease_ttl: std::time::Duration::from_secs(a.lease_ttl.max(1)),
+        lease_ttl: std::time::Duration::from_secs(a.lease_ttl),
         wait: a.wait,
         skip_unchanged: a.skip_unchanged,
         schema_change: match a.schema_change {
@@ -302,27 +366,94 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode, Error> {
         ..Default::default()
     };
     if a.dry_run {
-        print!("{}", run::dry_run(&job, &opts).await?);
-        return Ok(ExitCode::Ok);
+        if !a.quiet {
+            print!("{}", run::dry_run(&job, &opts).await?);
+        }
+        return Ok(None);
     }
+    let terminal = std::io::stderr().is_terminal() && a.log_format == LogFormat::Text;
     let progress = Arc::new(Progress::new(n, terminal));
     opts.observer = progress.clone();
-    let summary = run::run(&job, &opts).await?;
+    let listener = on_signals(opts.stop.clone());
+    let summary = run::run(&job, &opts).await;
+    listener.abort();
+    let summary = summary?;
     progress.finish();
-    print!("{}", report::table(&summary));
-    if let Some(path) = &a.summary_json {
-        std::fs::write(path, report::json(&summary))
-            .map_err(|source| Error::Io { path: path.display().to_string(), source })?;
+    if !a.quiet {
+        print!("{}", report::table(&summary));
     }
-    Ok(summary.exit_code)
+    // On a terminal the run record is off: say what went wrong with the journal plainly.
+    if let (Some(e), true) = (&summary.journal_error, terminal) {
+        eprintln!("error: {e}");
+    }
+    run_record(&summary);
+    Ok(Some(summary))
 }
 
-/// Progress of a run: a bar on a terminal, a plain line per partition otherwise (cron, CI,
-/// orchestrators), for runs of more than one partition.
+/// SIGTERM and SIGINT: the first asks the run to stop politely (no new partition starts,
+/// computations in flight are abandoned, swaps in flight finish, leases are released, the
+/// journal and the summary are written; exit 143 or 130); a second exits at once.
+fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                return;
+            };
+            let first = tokio::select! { _ = term.recv() => "SIGTERM", _ = int.recv() => "SIGINT" };
+            tracing::warn!(target: OUTCOME, signal = first,
+                "stopping: no new partition starts, swaps in flight finish, leases are released; a second signal exits at once");
+            stop.stop(first);
+            let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130 };
+            eprintln!("lakeswap: second signal: exiting at once");
+            std::process::exit(code);
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.stop("SIGINT");
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    })
+}
+
+/// The record of a run's end: its counts and exit code.
+fn run_record(s: &run::RunSummary) {
+    let count = |a: Action| s.partitions.iter().filter(|p| p.action == a).count();
+    let code = s.exit_code.code();
+    macro_rules! record {
+        ($level:ident) => {
+            tracing::$level!(
+                target: OUTCOME,
+                record = "run",
+                run_id = %s.run_id,
+                exit_code = code,
+                partitions = s.partitions.len(),
+                created = count(Action::Created),
+                replaced = count(Action::Replaced),
+                unchanged = count(Action::Unchanged),
+                skipped = count(Action::Skipped),
+                failed = count(Action::Failed),
+                quarantined_rows = s.partitions.iter().map(|p| p.counts.quarantined_rows).sum::<u64>(),
+                seconds = s.seconds,
+                error = s.journal_error.as_deref().unwrap_or(""),
+                "run ended"
+            )
+        };
+    }
+    if code == 0 {
+        record!(info);
+    } else {
+        record!(error);
+    }
+}
+
+/// Progress of a run: a bar on a terminal, and a log record per partition outcome (on a
+/// terminal, for failures only) and at the run's start.
 struct Progress {
     bar: ProgressBar,
-    plain: bool,
-    total: std::sync::atomic::AtomicUsize,
     done: std::sync::atomic::AtomicUsize,
     rows: std::sync::atomic::AtomicU64,
     started: std::time::Instant,
@@ -333,53 +464,55 @@ impl Progress {
         let bar = if terminal && partitions > 1 {
             let pb = ProgressBar::new(partitions);
             pb.set_style(
-                ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} partitions, {msg}, eta {eta}")
+                ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} partitions {msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             pb
         } else {
             ProgressBar::hidden()
         };
-        Progress {
-            bar,
-            plain: !terminal,
-            total: std::sync::atomic::AtomicUsize::new(partitions as usize),
-            done: Default::default(),
-            rows: Default::default(),
-            started: std::time::Instant::now(),
-        }
+        Progress { bar, done: Default::default(), rows: Default::default(), started: std::time::Instant::now() }
     }
 
     fn finish(&self) {
         self.bar.finish_and_clear();
     }
 
-    fn step(&self, date: chrono::NaiveDate, what: &str, input_rows: u64) {
+    fn step(&self, input_rows: u64) {
         use std::sync::atomic::Ordering::Relaxed;
-        let n = self.done.fetch_add(1, Relaxed) + 1;
+        self.done.fetch_add(1, Relaxed);
         let rows = self.rows.fetch_add(input_rows, Relaxed) + input_rows;
         let rate = rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3) / 1e6;
-        self.bar.set_message(format!("{rate:.1} M rows/s"));
+        self.bar.set_message(format!("· {rate:.1} M rows/s · eta {}", indicatif::HumanDuration(self.bar.eta())));
         self.bar.inc(1);
-        let total = self.total.load(Relaxed);
-        if self.plain && total > 1 {
-            eprintln!("progress: {n}/{total} partitions ({date} {what}), {rate:.1} M rows/s");
-        }
     }
 }
 
 impl run::Observer for Progress {
     fn event(&self, e: &run::Event<'_>) {
         match e {
-            run::Event::Planned { partitions, .. } => {
-                self.total.store(*partitions, std::sync::atomic::Ordering::Relaxed);
+            run::Event::Planned { run_id, partitions } => {
                 self.bar.set_length(*partitions as u64);
+                tracing::info!(target: OUTCOME, record = "run", run_id = %run_id, partitions, "run started");
             }
-            run::Event::Computed { date, input_rows, failed } => {
-                self.step(*date, if *failed { "failed" } else { "computed" }, *input_rows)
+            run::Event::Computed { input_rows, .. } => self.step(*input_rows),
+            run::Event::Passed { .. } => self.step(0),
+            run::Event::Done { report: r } => {
+                let date = r.date.to_string();
+                let action = r.action.to_string();
+                let seconds = (r.seconds * 1000.0).round() / 1000.0;
+                let q = r.counts.quarantined_rows;
+                let recorded = || {
+                    if let Some(error) = &r.error {
+                        tracing::error!(target: OUTCOME, record = "partition", date, action, input_rows = r.counts.input_rows,
+                            output_rows = r.output_rows, quarantined_rows = q, seconds, exit_code = r.exit_code, error = %error, "partition failed");
+                    } else {
+                        tracing::info!(target: OUTCOME, record = "partition", date, action, input_rows = r.counts.input_rows,
+                            output_rows = r.output_rows, quarantined_rows = q, seconds, "partition {action}");
+                    }
+                };
+                self.bar.suspend(recorded);
             }
-            run::Event::Passed { date, why } => self.step(*date, why, 0),
-            run::Event::Done { .. } => {}
         }
     }
 }
@@ -403,15 +536,30 @@ async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
     Ok(ExitCode::Ok)
 }
 
-async fn cmd_gc(a: GcArgs) -> Result<ExitCode, Error> {
-    let job = Job::load(&a.config)?;
-    let r = lakeswap::gc::gc(&job.output, &job.config.partition.column).await?;
+async fn cmd_gc(a: GcArgs, vars: &Vars) -> Result<ExitCode, Error> {
+    let job = Job::load_with(&a.config, vars)?;
+    let opts = lakeswap::gc::GcOptions {
+        quarantine_older_than: match &a.quarantine_older_than {
+            Some(age) => Some(
+                lakeswap::config::parse_duration(age).map_err(|e| usage(format!("--quarantine-older-than: {e}")))?,
+            ),
+            None => None,
+        },
+    };
+    let r = lakeswap::gc::gc(&job.output, &job.config.partition.column, &opts).await?;
     println!(
         "removed {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs or unfinished moves",
         r.expired_leases, r.staging_removed, r.staging_kept
     );
     if r.temp_files_removed > 0 {
         println!("removed {} temporary file(s) of interrupted writes", r.temp_files_removed);
+    }
+    if r.quarantine_removed > 0 {
+        println!(
+            "removed {} quarantined file(s) older than {}",
+            r.quarantine_removed,
+            a.quarantine_older_than.as_deref().unwrap_or("")
+        );
     }
     if r.sidecars_removed > 0 {
         println!("removed {} tombstone / key-index object(s) no partition names", r.sidecars_removed);
@@ -446,15 +594,15 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
         usage(format!("no run {run_id} in {}/_lakeswap/runs/ (lakeswap status lists the runs)", job.output.url))
     })?;
     let failed: Vec<chrono::NaiveDate> =
-        j.partitions.iter().filter(|p| p.action == lakeswap::commit::Action::Failed).map(|p| p.date).collect();
+        j.partitions.iter().filter(|p| matches!(p.action, Action::Failed | Action::Stopped)).map(|p| p.date).collect();
     if failed.is_empty() {
         eprintln!("run {run_id} failed no partition: nothing to retry");
     }
     Ok(failed)
 }
 
-async fn cmd_status(a: RangeArgs) -> Result<ExitCode, Error> {
-    let job = Job::load(&a.config)?;
+async fn cmd_status(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
+    let job = Job::load_with(&a.config, vars)?;
     let (journals, parts) = lakeswap::status::status(&job, a.dates(job.config.timezone())?).await?;
     if a.json {
         let runs: Vec<_> = journals.iter().rev().take(20).collect();
@@ -468,13 +616,20 @@ async fn cmd_status(a: RangeArgs) -> Result<ExitCode, Error> {
     Ok(ExitCode::Ok)
 }
 
-async fn cmd_verify(a: RangeArgs) -> Result<ExitCode, Error> {
-    let job = Job::load(&a.config)?;
+async fn cmd_verify(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
+    let job = Job::load_with(&a.config, vars)?;
     let dates = a
         .dates(job.config.timezone())?
         .ok_or_else(|| usage("name the dates to verify: --date D or --from A --to B"))?;
     let opts = RunOptions { dates: Some(dates), ..Default::default() };
     let summary = run::verify(&job, &opts).await?;
-    print!("{}", report::table(&summary));
+    if a.json {
+        println!("{}", report::verify_json(&summary));
+    } else {
+        print!("{}", report::table(&summary));
+        for p in summary.failed() {
+            eprintln!("error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
+        }
+    }
     Ok(summary.exit_code)
 }

@@ -2,7 +2,12 @@
 
 use std::fmt::Write as _;
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
+
+use crate::commit::Action;
+use crate::error::ExitCode;
 
 use crate::journal::PartitionReport;
 use crate::run::RunSummary;
@@ -30,6 +35,12 @@ pub fn table(s: &RunSummary) -> String {
     } else {
         vec!["partition", "action", "input rows", "duplicates", "superseded", "deleted", "output rows", "time"]
     };
+    // Rows set aside under `on_conflict = "quarantine"`: a column when there are any.
+    let quarantine = s.partitions.iter().any(|p| p.counts.quarantined_rows > 0);
+    let mut head = head;
+    if quarantine {
+        head.insert(head.len() - 2, "quarantined");
+    }
     let mut rows: Vec<Vec<String>> = Vec::new();
     for p in &s.partitions {
         let mut r = vec![
@@ -45,6 +56,9 @@ pub fn table(s: &RunSummary) -> String {
             ),
             (None, true) => r.extend(std::iter::repeat_n(String::new(), 8)),
             (None, false) => r.extend([p.counts.superseded.to_string(), p.counts.deleted.to_string()]),
+        }
+        if quarantine {
+            r.push(p.counts.quarantined_rows.to_string());
         }
         r.push(p.output_rows.to_string());
         r.push(format!("{:.2}s", p.seconds));
@@ -73,41 +87,95 @@ pub fn table(s: &RunSummary) -> String {
     for r in &rows {
         line(&mut out, &r.iter().map(String::as_str).collect::<Vec<_>>());
     }
-    let count = |a: crate::commit::Action| s.partitions.iter().filter(|p| p.action == a).count();
-    let untouched = count(crate::commit::Action::Untouched);
+    let count = |a: Action| s.partitions.iter().filter(|p| p.action == a).count();
+    let untouched = count(Action::Untouched);
+    let stopped = count(Action::Stopped);
     let _ = writeln!(
         out,
-        "run {}: {} created, {} replaced, {} unchanged, {} skipped, {}{} failed in {:.2}s",
+        "run {}: {} created, {} replaced, {} unchanged, {} skipped, {}{} failed{} in {:.2}s",
         s.run_id,
-        count(crate::commit::Action::Created),
-        count(crate::commit::Action::Replaced),
-        count(crate::commit::Action::Unchanged),
-        count(crate::commit::Action::Skipped),
+        count(Action::Created),
+        count(Action::Replaced),
+        count(Action::Unchanged),
+        count(Action::Skipped),
         if untouched > 0 { format!("{untouched} untouched, ") } else { String::new() },
-        count(crate::commit::Action::Failed),
+        count(Action::Failed),
+        if stopped > 0 { format!(", {stopped} stopped") } else { String::new() },
         s.seconds
     );
-    for p in s.failed() {
-        let _ = writeln!(out, "error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
+    if quarantine {
+        let rows: u64 = s.partitions.iter().map(|p| p.counts.quarantined_rows).sum();
+        let _ = writeln!(out, "{rows} conflicting row(s) set aside under _quarantine/ (on_conflict = \"quarantine\")");
     }
     out
 }
 
 #[derive(Serialize)]
 struct SummaryJson<'a> {
-    run_id: &'a str,
+    run_id: Option<&'a str>,
     exit_code: i32,
+    /// Why the run stopped as a whole (a refused config, a busy table, a journal that could
+    /// not be written); a partition's own error is in its report.
+    error: Option<&'a str>,
     seconds: f64,
+    counts: BTreeMap<String, usize>,
+    quarantined_rows: u64,
     partitions: &'a [PartitionReport],
+}
+
+fn counts(partitions: &[PartitionReport]) -> BTreeMap<String, usize> {
+    let mut c = BTreeMap::new();
+    for p in partitions {
+        *c.entry(p.action.to_string()).or_insert(0) += 1;
+    }
+    c
 }
 
 /// The summary as JSON (`--summary-json`).
 pub fn json(s: &RunSummary) -> String {
     serde_json::to_string_pretty(&SummaryJson {
-        run_id: &s.run_id,
+        run_id: Some(&s.run_id),
         exit_code: s.exit_code.code(),
+        error: s.journal_error.as_deref(),
         seconds: s.seconds,
+        counts: counts(&s.partitions),
+        quarantined_rows: s.partitions.iter().map(|p| p.counts.quarantined_rows).sum(),
         partitions: &s.partitions,
     })
+    .unwrap_or_default()
+}
+
+/// The summary of a run refused as a whole before it ran (a bad config, a busy table).
+pub fn refused_json(exit_code: ExitCode, error: &str, seconds: f64) -> String {
+    serde_json::to_string_pretty(&SummaryJson {
+        run_id: None,
+        exit_code: exit_code.code(),
+        error: Some(error),
+        seconds,
+        counts: BTreeMap::new(),
+        quarantined_rows: 0,
+        partitions: &[],
+    })
+    .unwrap_or_default()
+}
+
+/// The summary of `--dry-run`: nothing ran.
+pub fn dry_run_json() -> String {
+    serde_json::to_string_pretty(
+        &serde_json::json!({ "run_id": null, "dry_run": true, "exit_code": 0, "partitions": [] }),
+    )
+    .unwrap_or_default()
+}
+
+/// `verify --json`: how many partitions match their recomputation, how many do not.
+pub fn verify_json(s: &RunSummary) -> String {
+    let verified = s.partitions.iter().filter(|p| p.action == Action::Verified).count();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "exit_code": s.exit_code.code(),
+        "verified": verified,
+        "differs": s.partitions.len() - verified,
+        "seconds": s.seconds,
+        "partitions": s.partitions,
+    }))
     .unwrap_or_default()
 }

@@ -30,7 +30,7 @@ pub struct PartitionStatus {
     /// Objects in the partition folder that lakeswap did not write (a partition is one object).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub foreign: Vec<String>,
-    /// The last run that touched the partition, and what it did.
+    /// The last run that wrote the partition (created, replaced) or failed it.
     pub last_run: Option<(String, Action)>,
     pub error: Option<String>,
 }
@@ -39,7 +39,17 @@ pub struct PartitionStatus {
 /// date that is committed or appears in a journal).
 pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Journal>, Vec<PartitionStatus>)> {
     let out = &job.output;
-    let journals = journal::read_all(out).await?;
+    let mut journals = journal::read_all(out).await?;
+    // A journal still `running` is a run that is running, or one that died: a live run holds
+    // leases, renewed while it lives.
+    if journals.iter().any(|j| j.status == "running") {
+        let live = live_runs(out).await;
+        for j in journals.iter_mut().filter(|j| j.status == "running") {
+            if !live.contains(&j.run_id) {
+                j.status = "died".into();
+            }
+        }
+    }
     let column = &job.config.partition.column;
     let listing =
         out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;
@@ -52,7 +62,10 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
     let mut last: BTreeMap<NaiveDate, (String, Action, Option<String>)> = BTreeMap::new();
     for j in &journals {
         for p in &j.partitions {
-            last.insert(p.date, (j.run_id.clone(), p.action, p.error.clone()));
+            // The run that wrote the file, or failed it; not one that found it as it was.
+            if matches!(p.action, Action::Created | Action::Replaced | Action::Failed) {
+                last.insert(p.date, (j.run_id.clone(), p.action, p.error.clone()));
+            }
         }
     }
     let dates = dates.unwrap_or_else(|| {
@@ -106,6 +119,23 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
     Ok((journals, parts))
 }
 
+/// The runs that hold a live lease: unexpired, and not of a process known to be gone.
+async fn live_runs(out: &crate::store::StoreLocation) -> std::collections::BTreeSet<String> {
+    use futures::TryStreamExt;
+    let prefix = out.child(&["_lakeswap", "leases"]);
+    let listed: Vec<object_store::ObjectMeta> = out.store.list(Some(&prefix)).try_collect().await.unwrap_or_default();
+    let now = chrono::Utc::now();
+    let mut live = std::collections::BTreeSet::new();
+    for m in listed {
+        if let Ok(Some((Some(b), _))) = crate::lease::read(out, &m.location).await {
+            if b.expires > now && !crate::lease::holder_gone(&b) {
+                live.insert(b.run_id);
+            }
+        }
+    }
+    live
+}
+
 /// The status as text: recent runs, then a line and a bar per partition.
 pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) -> String {
     let mut s = String::new();
@@ -124,7 +154,13 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
             j.exit_code.map_or("-".into(), |c| c.to_string()),
             j.partitions.len().max(j.dates.len()),
             failed,
-            secs.map_or("still running or killed".into(), |t| format!("{t:.2}s")),
+            secs.map_or_else(
+                || match j.status.as_str() {
+                    "died" => "died: it holds no live lease (killed, or its machine went away)".to_string(),
+                    _ => "still running".to_string(),
+                },
+                |t| format!("{t:.2}s")
+            ),
             j.host
         );
     }
@@ -176,6 +212,10 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
             "  {:<10}  {:<9}  {:>10}  {:>8}  {:<20}  {:<32}  {}",
             p.date, p.state, input, rows, bar, lin, last
         );
+        if let Some(q) = p.lineage.as_ref().map(|l| l.counts.quarantined_rows).filter(|q| *q > 0) {
+            let _ =
+                writeln!(s, "              {q} conflicting row(s) set aside under _quarantine/ when it was written");
+        }
         if !p.foreign.is_empty() {
             let _ = writeln!(
                 s,

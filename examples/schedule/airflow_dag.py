@@ -2,11 +2,36 @@
 
 Re-running or clearing a task replaces that date's partition atomically; it never appends, so
 retries and backfills (`airflow dags backfill -s 2026-01-01 -e 2026-03-31 revenue_daily`) are safe.
-Exit code 4 (partition leased by another live run) is retried; 2 (config) and 3 (bad data) are not.
+
+Retries follow lakeswap's exit codes: 2 (usage or config error) and 3 (data contract violation:
+conflicting versions, bad rows) need a person, so the task fails at once without retrying; 1
+(some partitions failed, e.g. a store outage), 4 (leased by another live run) and 130 / 143
+(stopped by a signal) are retried. The summary JSON is written on every exit and pushed to XCom.
 """
+import json
+import subprocess
+
 import pendulum
 from airflow import DAG
-from airflow.operators.bash import BashOperator
+from airflow.decorators import task
+from airflow.exceptions import AirflowException, AirflowFailException
+
+CONFIG = "/opt/lake/revenue.toml"
+NOT_RETRIED = {2: "usage or config error", 3: "data contract violation"}
+
+
+@task(retries=3, retry_delay=pendulum.duration(minutes=5))
+def lakeswap_run(ds=None):
+    summary = f"/tmp/lakeswap-{ds}.json"
+    cmd = ["lakeswap", "run", "--config", CONFIG, "--date", ds, "--log-format", "json", "--summary-json", summary]
+    code = subprocess.run(cmd, check=False).returncode
+    if code == 0:
+        with open(summary) as f:
+            return json.load(f)
+    if code in NOT_RETRIED:
+        raise AirflowFailException(f"lakeswap exited {code} ({NOT_RETRIED[code]}): not retried, see the log")
+    raise AirflowException(f"lakeswap exited {code}: retrying")
+
 
 with DAG(
     dag_id="revenue_daily",
@@ -14,14 +39,5 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=True,
     max_active_runs=4,
-    default_args={"retries": 3, "retry_delay": pendulum.duration(minutes=5)},
 ) as dag:
-    BashOperator(
-        task_id="lakeswap_run",
-        bash_command=(
-            "lakeswap run --config /opt/lake/revenue.toml --date {{ ds }} "
-            "--log-format json --summary-json /tmp/lakeswap-{{ ds }}.json"
-        ),
-        # Exit code 3 (data contract violation) needs a person, not a retry.
-        skip_on_exit_code=None,
-    )
+    lakeswap_run()

@@ -109,7 +109,7 @@ impl Kind for Aggregate {
             let mut done: Vec<(Outcome, Vec<u64>)> = futures::stream::iter(cx.plan.partitions.iter().cloned())
                 .map(|p| async move {
                     let t = Instant::now();
-                    let result = self.partition(cx, &p).await;
+                    let result = cx.opts.stop.unless(self.partition(cx, &p)).await;
                     let (result, hashes) = match result {
                         Ok((f, h)) => (Ok(f), h),
                         Err(e) => (Err(e), Vec::new()),

@@ -167,7 +167,7 @@ impl Merge {
         let mut slots: Vec<Slot> = futures::stream::iter(cx.plan.partitions.iter().cloned())
             .map(|p| async move {
                 let started = Instant::now();
-                let state = prepare_date(cx, &p).await.map(Some);
+                let state = cx.opts.stop.unless(prepare_date(cx, &p)).await.map(Some);
                 Slot { plan: p, started, state, removals: HashSet::new(), stored: None, moved_in: 0 }
             })
             .buffered(cx.opts.concurrency.max(1))
@@ -189,7 +189,12 @@ impl Merge {
         let outcomes: Vec<Outcome> = futures::stream::iter(slots)
             .map(|slot| async move {
                 let date = slot.plan.date;
-                let outcome = self.finish(cx, slot).await;
+                let outcome = match cx.opts.stop.check() {
+                    Ok(()) => self.finish(cx, slot).await,
+                    Err(e) => {
+                        Outcome { plan: slot.plan, result: Err(e), seconds: slot.started.elapsed().as_secs_f64() }
+                    }
+                };
                 let input_rows = outcome.result.as_ref().map_or(0, |f| f.stats.input_rows);
                 cx.opts.observer.event(&Event::Computed { date, input_rows, failed: outcome.result.is_err() });
                 outcome

@@ -66,7 +66,7 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                     let r = match o.result {
                         Err(e) => report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e)),
                         Ok(f) => {
-                            let res = match leases.check(&o.plan.dir) {
+                            let res = match leases.check(&o.plan.dir).and_then(|_| opts.stop.check()) {
                                 Ok(()) if f.skip => Ok(Action::Untouched),
                                 Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f).await,
                                 Err(e) => Err(e),
@@ -85,7 +85,7 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
     } else {
         journal.moves = moves.clone();
         let dirs: Vec<String> = outcomes.iter().map(|o| o.plan.dir.clone()).collect();
-        let done = commit_together(job, &run_id, &leases, &mut journal, outcomes, &moves).await;
+        let done = commit_together(job, &run_id, &leases, &mut journal, outcomes, &moves, &opts.stop).await;
         for d in &dirs {
             leases.release(d).await;
         }
@@ -164,8 +164,19 @@ async fn commit_one(
     f: &PartitionFile,
 ) -> std::result::Result<Action, PartitionError> {
     let foreign = foreign(job, dir).await?;
-    before(job, run_id, dir, f).await?;
-    let action = commit::commit(&job.output, run_id, dir, f.bytes.clone(), &f.schema, f.rows, seen).await?;
+    let out = &job.output;
+    // Staged first: a partition whose bytes are already committed writes nothing at all (its
+    // quarantined rows and sidecars were written with it).
+    let action = match commit::stage(out, run_id, dir, &f.bytes, &f.schema, f.rows, seen).await? {
+        Staged::Unchanged => Action::Unchanged,
+        Staged::Ready(staged) => {
+            if let Err(e) = before(job, run_id, dir, f).await {
+                let _ = out.store.delete(&staged).await;
+                return Err(e);
+            }
+            commit::swap_in(out, &staged, dir, f.bytes.clone(), seen).await?
+        }
+    };
     if action != Action::Unchanged || !foreign.is_empty() {
         after(job, f, &foreign).await;
     }
@@ -181,6 +192,7 @@ async fn commit_together(
     journal: &mut Journal,
     outcomes: Vec<Outcome>,
     moves: &[crate::merge::Move],
+    stop: &super::Stop,
 ) -> Vec<PartitionReport> {
     let out = &job.output;
     let mut reports = Vec::new();
@@ -196,8 +208,13 @@ async fn commit_together(
                 let step = async {
                     leases.check(&o.plan.dir)?;
                     let foreign = foreign(job, &o.plan.dir).await?;
-                    before(job, run_id, &o.plan.dir, &f).await?;
                     let s = commit::stage(out, run_id, &o.plan.dir, &f.bytes, &f.schema, f.rows, &o.plan.seen).await?;
+                    if let Staged::Ready(staged) = &s {
+                        if let Err(e) = before(job, run_id, &o.plan.dir, &f).await {
+                            let _ = out.store.delete(staged).await;
+                            return Err(e);
+                        }
+                    }
                     Ok::<_, PartitionError>((s, foreign))
                 };
                 match step.await {
@@ -219,6 +236,10 @@ async fn commit_together(
                 reports.push(finished(o.plan.date, Err(e), &f, o.seconds));
             }
         };
+    // Asked to stop before the first swap: none is done.
+    if let (None, Some(signal)) = (&failure, stop.stopped()) {
+        failure = Some(format!("the run was stopped ({signal})"));
+    }
     if let Some(why) = failure {
         for (_, _, s, _) in &staged {
             if let Staged::Ready(p) = s {
@@ -271,8 +292,12 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
     job.output.tidy(&job.output.child(&["_staging"]));
     let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
     journal.finish(reports.clone(), exit);
-    journal.write(&job.output).await?;
-    Ok(RunSummary { run_id, partitions: reports, exit_code: exit, seconds: super::elapsed(started) })
+    // A store that went away mid-run: the reports still say what happened to each partition.
+    let (exit_code, journal_error) = match journal.write(&job.output).await {
+        Ok(()) => (exit, None),
+        Err(e) => (ExitCode::combine([exit, ExitCode::PartialFailure]), Some(e.to_string())),
+    };
+    Ok(RunSummary { run_id, partitions: reports, exit_code, seconds: super::elapsed(started), journal_error })
 }
 
 /// `verify`: each recomputed file compared with the committed one; nothing written.
@@ -313,7 +338,13 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
     }
     reports.sort_by_key(|r| r.date);
     let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
-    Ok(RunSummary { run_id: held.run_id, partitions: reports, exit_code: exit, seconds: super::elapsed(held.started) })
+    Ok(RunSummary {
+        run_id: held.run_id,
+        partitions: reports,
+        exit_code: exit,
+        seconds: super::elapsed(held.started),
+        journal_error: None,
+    })
 }
 
 /// Completes the swaps interrupted runs recorded as pending (merges that move keys): each

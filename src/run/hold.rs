@@ -66,17 +66,33 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     let leases = Arc::new(Leases::new(job.output.clone(), &run_id, opts.lease_ttl, opts.wait));
     if job.kind.one_run_at_a_time() {
         // One run of this table at a time; then finish what an interrupted one left.
-        leases
-            .acquire(TABLE_LEASE)
-            .await
-            .map_err(|e| Error::Leased(format!("the table {} is busy: {e}", job.output.url)))?;
+        opts.stop.unless(leases.acquire(TABLE_LEASE)).await.map_err(|e| match e {
+            crate::error::PartitionError::Stopped { signal } => Error::Stopped(signal),
+            e => Error::Leased(format!("the table {} is busy: {e}", job.output.url)),
+        })?;
         super::commit::roll_forward(job, &run_id).await?;
     }
     // Leases first, then the committed state as seen under them (the swap compares with it).
     let mut reports = Vec::new();
     let mut held: Vec<PartitionPlan> = Vec::new();
-    for p in std::mem::take(&mut plan.partitions) {
-        let seen = match leases.acquire(&p.dir).await {
+    let mut todo = std::mem::take(&mut plan.partitions);
+    if job.kind.output_from_input_alone() && !opts.allow_empty {
+        // A date no input object can hold fails without a lease: nothing will be written for
+        // it, and a long range with a few days of input stays quick.
+        todo.retain(|p| {
+            if !p.inputs.is_empty() {
+                return true;
+            }
+            opts.observer.event(&Event::Passed { date: p.date, why: "no input" });
+            let e = crate::error::PartitionError::MissingInput { date: p.date };
+            let r = report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e));
+            opts.observer.event(&Event::Done { report: &r });
+            reports.push(r);
+            false
+        });
+    }
+    for p in todo {
+        let seen = match opts.stop.unless(leases.acquire(&p.dir)).await {
             Ok(()) => commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await,
             Err(e) => Err(e),
         };
@@ -85,13 +101,15 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
             Err(e) => {
                 leases.release(&p.dir).await;
                 opts.observer.event(&Event::Passed { date: p.date, why: "refused" });
-                reports.push(report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e)));
+                let r = report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e));
+                opts.observer.event(&Event::Done { report: &r });
+                reports.push(r);
             }
         }
     }
     let renewer = Some(leases.spawn_renewer());
     let dirs: Vec<String> = held.iter().map(|p| p.dir.clone()).collect();
-    dirs.iter().for_each(|d| leases.remove_leftovers(d));
+    leases.remove_leftovers(&dirs);
     let keep = crate::journal::pending_staging(&job.output).await.unwrap_or_default();
     if let Err(e) = gc::remove_stale_staging(&job.output, &cfg.partition.column, &run_id, &dirs, &keep).await {
         tracing::warn!(error = %e, "could not remove stale staging");
@@ -100,14 +118,17 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     // input objects (paths, sizes, e-tags) is skipped without reading its input.
     let mut todo = Vec::with_capacity(held.len());
     for p in held {
-        let skip = opts.skip_unchanged
-            && job.kind.output_from_input_alone()
-            && p.seen.meta.is_some()
-            && unchanged_inputs(job, &plan, &p).await;
-        if skip {
+        let skip = match opts.skip_unchanged && job.kind.output_from_input_alone() && p.seen.meta.is_some() {
+            true => unchanged_inputs(job, &plan, &p).await,
+            false => None,
+        };
+        if let Some(committed) = skip {
             leases.release(&p.dir).await;
             opts.observer.event(&Event::Passed { date: p.date, why: "skipped" });
-            reports.push(report(p.date, Action::Skipped, PrepareStats::default(), 0, 0.0, None));
+            // The committed file's counts: what the table holds for the date.
+            let r = report(p.date, Action::Skipped, committed.counts, committed.output_rows, 0.0, None);
+            opts.observer.event(&Event::Done { report: &r });
+            reports.push(r);
         } else {
             todo.push(p);
         }
@@ -176,17 +197,18 @@ async fn read_input(job: &Job, plan: &mut Plan, flat: Option<Arc<FlatInput>>) ->
     Some(flat)
 }
 
-/// Whether the committed file of a partition was made by this config from exactly the input
-/// objects listed now.
-async fn unchanged_inputs(job: &Job, plan: &Plan, p: &PartitionPlan) -> bool {
+/// The lineage of the committed file of a partition when it was made by this config from
+/// exactly the input objects listed now.
+async fn unchanged_inputs(job: &Job, plan: &Plan, p: &PartitionPlan) -> Option<crate::lineage::Lineage> {
     let Ok(Some(Some(lineage))) =
         commit::committed_lineage(&job.output, &commit::target_path(&job.output, &p.dir)).await
     else {
-        return false;
+        return None;
     };
     let mut inputs = plan.lineage_inputs(p, &job.input);
     inputs.sort();
-    lineage.config_fingerprint == job.config.fingerprint()
+    let same = lineage.config_fingerprint == job.config.fingerprint()
         && lineage.input_fingerprint == crate::lineage::input_fingerprint(&inputs)
-        && !inputs.is_empty()
+        && !inputs.is_empty();
+    same.then_some(lineage)
 }

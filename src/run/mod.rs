@@ -49,7 +49,12 @@ impl Job {
     /// Loads a config file and opens its stores. Relative paths are taken from the current
     /// directory.
     pub fn load(path: &std::path::Path) -> Result<Job> {
-        let config = JobConfig::load(path)?;
+        Job::load_with(path, &crate::vars::Vars::environment())
+    }
+
+    /// Loads a config file with its `${VAR}`s taken from `vars`, and opens its stores.
+    pub fn load_with(path: &std::path::Path, vars: &crate::vars::Vars) -> Result<Job> {
+        let config = JobConfig::load_with(path, vars)?;
         Job::from_config(config, &path.display().to_string())
     }
 
@@ -88,6 +93,61 @@ pub struct RunOptions {
     pub schema_change: crate::schema::SchemaChange,
     /// Who hears of the run's progress.
     pub observer: Arc<dyn Observer>,
+    /// Asks the run to stop politely (see [`Stop`]).
+    pub stop: Arc<Stop>,
+}
+
+/// A request to stop a run: no new partition starts, computations in flight are abandoned
+/// (they wrote nothing), swaps in flight finish; the partitions not committed are reported
+/// [`Action::Stopped`], their leases released, the journal written.
+#[derive(Debug, Default)]
+pub struct Stop {
+    signal: std::sync::OnceLock<&'static str>,
+    notify: tokio::sync::Notify,
+}
+
+impl Stop {
+    /// Asks the run to stop; `why` names the cause (`SIGTERM`).
+    pub fn stop(&self, why: &'static str) {
+        let _ = self.signal.set(why);
+        self.notify.notify_waiters();
+    }
+
+    /// The cause when asked to stop.
+    pub fn stopped(&self) -> Option<&'static str> {
+        self.signal.get().copied()
+    }
+
+    /// Fails with [`PartitionError::Stopped`] once asked to stop.
+    pub fn check(&self) -> std::result::Result<(), PartitionError> {
+        match self.stopped() {
+            Some(signal) => Err(PartitionError::Stopped { signal }),
+            None => Ok(()),
+        }
+    }
+
+    /// Resolves when asked to stop.
+    pub async fn wait(&self) -> PartitionError {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(signal) = self.stopped() {
+                return PartitionError::Stopped { signal };
+            }
+            notified.await;
+        }
+    }
+
+    /// `work`, unless asked to stop first: then it is dropped (abandoned).
+    pub async fn unless<T>(
+        &self,
+        work: impl std::future::Future<Output = std::result::Result<T, PartitionError>>,
+    ) -> std::result::Result<T, PartitionError> {
+        self.check()?;
+        tokio::select! {
+            r = work => r,
+            e = self.wait() => Err(e),
+        }
+    }
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -107,6 +167,7 @@ impl Default for RunOptions {
             skip_unchanged: false,
             schema_change: Default::default(),
             observer: Arc::new(Silent),
+            stop: Arc::new(Stop::default()),
         }
     }
 }
@@ -127,11 +188,14 @@ pub struct RunSummary {
     pub partitions: Vec<PartitionReport>,
     pub exit_code: ExitCode,
     pub seconds: f64,
+    /// The run journal could not be written (the store went away): the partitions' reports
+    /// still say what happened to each; the exit code is at least 1.
+    pub journal_error: Option<String>,
 }
 
 impl RunSummary {
     pub fn failed(&self) -> impl Iterator<Item = &PartitionReport> {
-        self.partitions.iter().filter(|p| p.action == Action::Failed)
+        self.partitions.iter().filter(|p| matches!(p.action, Action::Failed | Action::Stopped))
     }
 }
 
@@ -176,6 +240,10 @@ pub(crate) fn report(
     error: Option<PartitionError>,
 ) -> PartitionReport {
     let exit_code = error.as_ref().map_or(ExitCode::Ok, |e| e.exit_code()).code();
+    let action = match &error {
+        Some(PartitionError::Stopped { .. }) => Action::Stopped,
+        _ => action,
+    };
     PartitionReport {
         date,
         action,
@@ -194,6 +262,8 @@ fn exit_of(code: i32) -> ExitCode {
         2 => ExitCode::Usage,
         3 => ExitCode::DataContract,
         4 => ExitCode::Leased,
+        130 => ExitCode::Interrupted,
+        143 => ExitCode::Terminated,
         _ => ExitCode::PartialFailure,
     }
 }

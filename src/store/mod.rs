@@ -142,6 +142,15 @@ pub fn open(
             if create {
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
+                // Writable, found now rather than after every partition was computed.
+                let probe = dir.join(format!(".lakeswap-probe-{}", std::process::id()));
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&probe)
+                    .map_err(|e| invalid(format!("cannot write in the folder {}: {e}", dir.display())))?;
+                let _ = std::fs::remove_file(&probe);
             } else if !dir.is_dir() {
                 return Err(invalid(format!(
                     "the folder {} does not exist (a plain path is taken relative to the current directory)",

@@ -144,7 +144,7 @@ async fn gc_touches_only_what_lakeswap_wrote(kind: crate::common::backends::Kind
         }
     }
     let job = b.job();
-    let r = lakeswap::gc::gc(&job.output, "event_date").await.unwrap();
+    let r = lakeswap::gc::gc(&job.output, "event_date", &Default::default()).await.unwrap();
     assert_eq!((r.staging_removed, r.expired_leases), (1, 1), "{r:?}");
     let left = b.objects("out").await;
     for f in &foreign {

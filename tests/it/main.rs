@@ -19,5 +19,6 @@ mod missing_input;
 mod model;
 mod operations;
 mod readers;
+mod scheduler;
 mod sql;
 mod stores;

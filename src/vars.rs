@@ -1,0 +1,174 @@
+//! Variables in config values: `${NAME}` and `${NAME:-default}` in any string value, so one
+//! config serves every environment (`url = "${RAW_BUCKET}/orders"`). A value comes from the
+//! variables given for the run (`--var NAME=VALUE`) first, then from the environment. `:-`
+//! takes the default when the variable is unset or empty (as docker-compose and POSIX shells
+//! do); `$${` writes a literal `${`. A variable that is unset and has no default is an error
+//! naming it and the key. Keys are never substituted, only values; the config's fingerprint
+//! is taken after substitution.
+
+use std::collections::BTreeMap;
+
+/// Where variables come from: the run's own, then the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Vars {
+    given: BTreeMap<String, String>,
+    environment: bool,
+}
+
+impl Vars {
+    /// The environment only.
+    pub fn environment() -> Self {
+        Vars { given: BTreeMap::new(), environment: true }
+    }
+
+    /// `NAME=VALUE` pairs that win over the environment.
+    pub fn with(mut self, given: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.given.extend(given);
+        self
+    }
+
+    /// No environment: only the given pairs (for tests and embedding).
+    pub fn only(given: impl IntoIterator<Item = (String, String)>) -> Self {
+        Vars { given: given.into_iter().collect(), environment: false }
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        self.given.get(name).cloned().or_else(|| if self.environment { std::env::var(name).ok() } else { None })
+    }
+
+    /// Parses `NAME=VALUE` (of `--var`).
+    pub fn parse_pair(s: &str) -> Result<(String, String), String> {
+        let (name, value) = s.split_once('=').ok_or_else(|| format!("--var {s}: write NAME=VALUE"))?;
+        if !valid_name(name) {
+            return Err(format!("--var {s}: `{name}` is not a variable name (letters, digits and _)"));
+        }
+        Ok((name.to_string(), value.to_string()))
+    }
+
+    /// Substitutes every string value of a TOML table in place. `Err((key, message))`.
+    pub fn substitute(&self, table: &mut toml::Table) -> Result<bool, (String, String)> {
+        let mut changed = false;
+        for (k, v) in table.iter_mut() {
+            changed |= self.value(k, v)?;
+        }
+        Ok(changed)
+    }
+
+    fn value(&self, key: &str, v: &mut toml::Value) -> Result<bool, (String, String)> {
+        match v {
+            toml::Value::String(s) => match self.expand(s) {
+                Ok(Some(new)) => {
+                    *s = new;
+                    Ok(true)
+                }
+                Ok(None) => Ok(false),
+                Err(m) => Err((key.to_string(), m)),
+            },
+            toml::Value::Array(items) => {
+                let mut changed = false;
+                for (i, item) in items.iter_mut().enumerate() {
+                    changed |= self.value(&format!("{key}[{i}]"), item)?;
+                }
+                Ok(changed)
+            }
+            toml::Value::Table(t) => {
+                let mut changed = false;
+                for (k, item) in t.iter_mut() {
+                    changed |= self.value(&format!("{key}.{k}"), item)?;
+                }
+                Ok(changed)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The string with its variables replaced; `None` when it has none.
+    pub fn expand(&self, s: &str) -> Result<Option<String>, String> {
+        if !s.contains("${") {
+            return Ok(None);
+        }
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s;
+        while let Some(i) = rest.find("${") {
+            if rest[..i].ends_with('$') {
+                // `$${`: a literal `${`.
+                out.push_str(&rest[..i - 1]);
+                out.push_str("${");
+                rest = &rest[i + 2..];
+                continue;
+            }
+            out.push_str(&rest[..i]);
+            let body = &rest[i + 2..];
+            let end = body
+                .find('}')
+                .ok_or_else(|| format!("`${{` without a closing `}}` in {s:?} (write $${{ for a literal ${{)"))?;
+            let inner = &body[..end];
+            let (name, default) = match inner.split_once(":-") {
+                Some((n, d)) => (n, Some(d)),
+                None => (inner, None),
+            };
+            if !valid_name(name) {
+                return Err(format!(
+                    "`${{{inner}}}`: `{name}` is not a variable name (letters, digits and _; a default is written ${{NAME:-default}})"
+                ));
+            }
+            match (self.get(name).filter(|v| default.is_none() || !v.is_empty()), default) {
+                (Some(v), _) => out.push_str(&v),
+                (None, Some(d)) => out.push_str(d),
+                (None, None) => {
+                    return Err(format!(
+                        "the variable {name} is not set (set it in the environment, with --var {name}=VALUE, or give a default: ${{{name}:-default}})"
+                    ))
+                }
+            }
+            rest = &body[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(Some(out))
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars() -> Vars {
+        Vars::only([("BUCKET".to_string(), "s3://raw".to_string()), ("EMPTY".to_string(), String::new())])
+    }
+
+    #[test]
+    fn expands_names_defaults_and_escapes() {
+        let v = vars();
+        assert_eq!(v.expand("plain").unwrap(), None);
+        assert_eq!(v.expand("${BUCKET}/orders").unwrap().unwrap(), "s3://raw/orders");
+        assert_eq!(v.expand("${MISSING:-lake}/x").unwrap().unwrap(), "lake/x");
+        assert_eq!(v.expand("${EMPTY:-d}").unwrap().unwrap(), "d");
+        assert_eq!(v.expand("${EMPTY}").unwrap().unwrap(), "");
+        assert_eq!(v.expand("a$${B}c").unwrap().unwrap(), "a${B}c");
+        assert_eq!(v.expand("${BUCKET}${BUCKET:-x}").unwrap().unwrap(), "s3://raws3://raw");
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_expand() {
+        let v = vars();
+        assert!(v.expand("${MISSING}").unwrap_err().contains("MISSING is not set"));
+        assert!(v.expand("${BUCKET").unwrap_err().contains("without a closing"));
+        assert!(v.expand("${1X}").unwrap_err().contains("not a variable name"));
+        assert!(Vars::parse_pair("A").is_err());
+        assert_eq!(Vars::parse_pair("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+    }
+
+    #[test]
+    fn names_the_key() {
+        let mut t: toml::Table =
+            toml::from_str("[input]\nurl = \"${NOPE}/x\"\n[aggregate]\nm = [{ a = \"${NOPE}\" }]").unwrap();
+        let (key, _) = vars().substitute(&mut t).unwrap_err();
+        assert!(key == "aggregate.m[0].a" || key == "input.url", "{key}");
+    }
+}
