@@ -59,6 +59,8 @@ pub enum Action {
     Planned,
     /// `verify`: the committed bytes equal a recomputation.
     Verified,
+    /// `verify`: the committed bytes differ from a recomputation (or are missing).
+    Differs,
 }
 
 impl std::fmt::Display for Action {
@@ -73,6 +75,7 @@ impl std::fmt::Display for Action {
             Action::Stopped => "stopped",
             Action::Planned => "planned",
             Action::Verified => "verified",
+            Action::Differs => "differs",
         };
         f.write_str(s)
     }

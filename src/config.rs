@@ -327,7 +327,9 @@ impl JobConfig {
         })?;
         // Without variables, the text itself is read: its errors carry line and column.
         let mut cfg: JobConfig = if substituted {
-            JobConfig::deserialize(toml::Value::Table(table)).map_err(syntax)?
+            // An error the text has too is shown with the text's line and column.
+            JobConfig::deserialize(toml::Value::Table(table))
+                .map_err(|e| syntax(toml::from_str::<JobConfig>(text).err().unwrap_or(e)))?
         } else {
             toml::from_str(text).map_err(syntax)?
         };

@@ -55,12 +55,18 @@ pub struct Process {
 }
 
 impl Process {
-    /// This process; `None` where /proc does not tell (not Linux).
+    /// This process; `None` where /proc does not tell (not Linux, or a /proc of another pid
+    /// namespace than this process's).
     pub fn current() -> Option<Process> {
+        let me = std::process::id();
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        if stat.split_whitespace().next()?.parse::<u32>().ok()? != me {
+            return None;
+        }
         Some(Process {
             boot: std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?.trim().to_string(),
             pid_namespace: pid_namespace()?,
-            start_ticks: start_ticks(std::process::id())?,
+            start_ticks: start_ticks(me)?,
         })
     }
 }
@@ -83,10 +89,32 @@ fn start_ticks(pid: u32) -> Option<u64> {
 /// without a process identity) is not known to be gone: that lease expires instead.
 pub fn holder_gone(holder: &LeaseBody) -> bool {
     let (Some(theirs), Some(mine)) = (&holder.process, Process::current()) else { return false };
-    holder.host == crate::journal::host()
-        && theirs.boot == mine.boot
-        && theirs.pid_namespace == mine.pid_namespace
-        && start_ticks(holder.pid) != Some(theirs.start_ticks)
+    if holder.host != crate::journal::host() || theirs.boot != mine.boot || theirs.pid_namespace != mine.pid_namespace {
+        return false;
+    }
+    match start_ticks(holder.pid) {
+        // Running, but a process that started at another time: the pid was reused.
+        Some(ticks) => ticks != theirs.start_ticks,
+        // Not readable: gone only if the kernel says no such process (a /proc mounted with
+        // `hidepid`, or no file descriptor left, must not make a live run look dead).
+        None => no_such_process(holder.pid),
+    }
+}
+
+#[cfg(unix)]
+fn no_such_process(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks whether the process exists; nothing is sent.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+#[cfg(not(unix))]
+fn no_such_process(_: u32) -> bool {
+    false
 }
 
 #[derive(Debug, Clone)]
@@ -163,10 +191,13 @@ impl Leases {
 
     /// Takes the lease of a partition folder, or says who holds it. With `wait`, waits for
     /// the holder to release it or for it to expire.
-    pub async fn acquire(&self, dir: &str) -> Result<(), PartitionError> {
+    pub async fn acquire(&self, dir: &str, stop: &crate::stop::Stop) -> Result<(), PartitionError> {
         let path = lease_path(&self.out, dir);
         let store_err = |what, e| PartitionError::store(what, self.out.display(&path), e);
         loop {
+            // Asked to stop: no new lease. (A put in flight is never abandoned half-way: the
+            // lease it takes is recorded, so it is released.)
+            stop.check()?;
             let body = self.body(None);
             let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
             let create = PutOptions { mode: PutMode::Create, ..Default::default() };
@@ -186,8 +217,11 @@ impl Leases {
                 if c.expires > now {
                     if self.wait {
                         let left = (c.expires - now).to_std().unwrap_or_default();
-                        tokio::time::sleep(left.min(Duration::from_millis(500)) + Duration::from_millis(20)).await;
-                        continue;
+                        let nap = tokio::time::sleep(left.min(Duration::from_millis(500)) + Duration::from_millis(20));
+                        tokio::select! {
+                            _ = nap => continue,
+                            e = stop.wait() => return Err(e),
+                        }
                     }
                     return Err(PartitionError::Leased {
                         holder: c.run_id.clone(),

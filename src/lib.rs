@@ -42,6 +42,7 @@ pub mod run;
 pub mod schema;
 pub mod sidecar;
 pub mod status;
+pub mod stop;
 pub mod store;
 pub mod vars;
 

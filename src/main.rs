@@ -267,6 +267,8 @@ fn main() -> ProcessExit {
             Command::Verify(a) => cmd_verify(a, &vars).await,
         }
     });
+    // Work a stop abandoned (a decode on a blocking thread) is not waited for.
+    rt.shutdown_background();
     match result {
         Ok(code) => ProcessExit::from(code.code() as u8),
         Err(e) => {
@@ -303,11 +305,10 @@ fn usage(m: impl Into<String>) -> Error {
 async fn cmd_run(a: RunArgs, vars: &Vars) -> Result<ExitCode, Error> {
     // Found before anything runs: a summary that cannot be written after every partition
     // committed would leave the orchestrator without its answer.
+    // The file says `running` until the run ends: a reader never takes an older attempt's
+    // summary (one killed with SIGKILL) for this one's.
     if let Some(path) = &a.summary_json {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
+        std::fs::write(path, report::running_json())
             .map_err(|e| usage(format!("--summary-json {}: cannot write it: {e}", path.display())))?;
     }
     let summary_json = a.summary_json.clone();
@@ -374,10 +375,9 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
     let terminal = std::io::stderr().is_terminal() && a.log_format == LogFormat::Text;
     let progress = Arc::new(Progress::new(n, terminal));
     opts.observer = progress.clone();
-    let listener = on_signals(opts.stop.clone());
-    let summary = run::run(&job, &opts).await;
-    listener.abort();
-    let summary = summary?;
+    // Listening until the process exits: a second signal exits at once at any point.
+    on_signals(opts.stop.clone());
+    let summary = run::run(&job, &opts).await?;
     progress.finish();
     if !a.quiet {
         print!("{}", report::table(&summary));
@@ -435,8 +435,10 @@ fn run_record(s: &run::RunSummary) {
                 replaced = count(Action::Replaced),
                 unchanged = count(Action::Unchanged),
                 skipped = count(Action::Skipped),
+                untouched = count(Action::Untouched),
                 failed = count(Action::Failed),
-                quarantined_rows = s.partitions.iter().map(|p| p.counts.quarantined_rows).sum::<u64>(),
+                stopped = count(Action::Stopped),
+                quarantined_rows = report::quarantined_now(s),
                 seconds = s.seconds,
                 error = s.journal_error.as_deref().unwrap_or(""),
                 "run ended"

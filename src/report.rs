@@ -103,8 +103,8 @@ pub fn table(s: &RunSummary) -> String {
         if stopped > 0 { format!(", {stopped} stopped") } else { String::new() },
         s.seconds
     );
-    if quarantine {
-        let rows: u64 = s.partitions.iter().map(|p| p.counts.quarantined_rows).sum();
+    let rows = quarantined_now(s);
+    if rows > 0 {
         let _ = writeln!(out, "{rows} conflicting row(s) set aside under _quarantine/ (on_conflict = \"quarantine\")");
     }
     out
@@ -139,7 +139,7 @@ pub fn json(s: &RunSummary) -> String {
         error: s.journal_error.as_deref(),
         seconds: s.seconds,
         counts: counts(&s.partitions),
-        quarantined_rows: s.partitions.iter().map(|p| p.counts.quarantined_rows).sum(),
+        quarantined_rows: quarantined_now(s),
         partitions: &s.partitions,
     })
     .unwrap_or_default()
@@ -159,6 +159,21 @@ pub fn refused_json(exit_code: ExitCode, error: &str, seconds: f64) -> String {
     .unwrap_or_default()
 }
 
+/// What `--summary-json` holds while the run goes: an older attempt's summary is gone.
+pub fn running_json() -> String {
+    serde_json::to_string_pretty(&serde_json::json!({ "run_id": null, "status": "running", "exit_code": null }))
+        .unwrap_or_default()
+}
+
+/// The rows set aside under `_quarantine/` by this run: those of the partitions it wrote.
+pub fn quarantined_now(s: &RunSummary) -> u64 {
+    s.partitions
+        .iter()
+        .filter(|p| matches!(p.action, Action::Created | Action::Replaced))
+        .map(|p| p.counts.quarantined_rows)
+        .sum()
+}
+
 /// The summary of `--dry-run`: nothing ran.
 pub fn dry_run_json() -> String {
     serde_json::to_string_pretty(
@@ -169,11 +184,12 @@ pub fn dry_run_json() -> String {
 
 /// `verify --json`: how many partitions match their recomputation, how many do not.
 pub fn verify_json(s: &RunSummary) -> String {
-    let verified = s.partitions.iter().filter(|p| p.action == Action::Verified).count();
+    let count = |a: Action| s.partitions.iter().filter(|p| p.action == a).count();
     serde_json::to_string_pretty(&serde_json::json!({
         "exit_code": s.exit_code.code(),
-        "verified": verified,
-        "differs": s.partitions.len() - verified,
+        "verified": count(Action::Verified),
+        "differs": count(Action::Differs),
+        "failed": count(Action::Failed),
         "seconds": s.seconds,
         "partitions": s.partitions,
     }))

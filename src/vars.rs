@@ -107,6 +107,9 @@ impl Vars {
                 Some((n, d)) => (n, Some(d)),
                 None => (inner, None),
             };
+            if default.is_some_and(|d| d.contains("${")) {
+                return Err(format!("`${{{inner}}}`: a default is plain text; variables inside it are not read"));
+            }
             if !valid_name(name) {
                 return Err(format!(
                     "`${{{inner}}}`: `{name}` is not a variable name (letters, digits and _; a default is written ${{NAME:-default}})"
@@ -160,6 +163,7 @@ mod tests {
         assert!(v.expand("${MISSING}").unwrap_err().contains("MISSING is not set"));
         assert!(v.expand("${BUCKET").unwrap_err().contains("without a closing"));
         assert!(v.expand("${1X}").unwrap_err().contains("not a variable name"));
+        assert!(v.expand("${A:-${B}}").unwrap_err().contains("plain text"));
         assert!(Vars::parse_pair("A").is_err());
         assert_eq!(Vars::parse_pair("A=b=c").unwrap(), ("A".into(), "b=c".into()));
     }

@@ -724,7 +724,7 @@ async fn partition_index(cx: &Context<'_>, dir: &str, stored: Option<&Bytes>) ->
 async fn lease_extra(cx: &Context<'_>, dir: &str, date: NaiveDate) -> Result<Slot, PartitionError> {
     let out = &cx.job.output;
     let leases = cx.leases.ok_or_else(|| PartitionError::Other("no leases".into()))?;
-    leases.acquire(dir).await?;
+    leases.acquire(dir, &cx.opts.stop).await?;
     let target = commit::target_path(out, dir);
     let meta = commit::head(out, &target).await?;
     let stored = commit::get(out, &target).await?;

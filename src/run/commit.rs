@@ -238,7 +238,15 @@ async fn commit_together(
         };
     // Asked to stop before the first swap: none is done.
     if let (None, Some(signal)) = (&failure, stop.stopped()) {
-        failure = Some(format!("the run was stopped ({signal})"));
+        for (_, _, s, _) in &staged {
+            if let Staged::Ready(p) = s {
+                let _ = out.store.delete(p).await;
+            }
+        }
+        for (o, f, _, _) in staged {
+            reports.push(finished(o.plan.date, Err(PartitionError::Stopped { signal }), &f, o.seconds));
+        }
+        return reports;
     }
     if let Some(why) = failure {
         for (_, _, s, _) in &staged {

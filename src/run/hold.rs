@@ -59,19 +59,25 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     let cfg = &job.config;
     let Planned { run_id, started, now, mut plan, flat, new_table_schema, rebuild } = planned;
     let dates = plan.partitions.iter().map(|p| p.date).collect();
-    let journal = Journal::start(&run_id, &cfg.job.name, dates, now);
-    journal.write(&job.output).await?;
-    opts.observer.event(&Event::Planned { run_id: &run_id, partitions: plan.partitions.len() });
-
     let leases = Arc::new(Leases::new(job.output.clone(), &run_id, opts.lease_ttl, opts.wait));
     if job.kind.one_run_at_a_time() {
         // One run of this table at a time; then finish what an interrupted one left.
-        opts.stop.unless(leases.acquire(TABLE_LEASE)).await.map_err(|e| match e {
+        leases.acquire(TABLE_LEASE, &opts.stop).await.map_err(|e| match e {
             crate::error::PartitionError::Stopped { signal } => Error::Stopped(signal),
             e => Error::Leased(format!("the table {} is busy: {e}", job.output.url)),
         })?;
-        super::commit::roll_forward(job, &run_id).await?;
+        if let Err(e) = super::commit::roll_forward(job, &run_id).await {
+            leases.release(TABLE_LEASE).await;
+            return Err(e);
+        }
     }
+    // Journaled once the table is this run's (a run refused as busy leaves no journal).
+    let journal = Journal::start(&run_id, &cfg.job.name, dates, now);
+    if let Err(e) = journal.write(&job.output).await {
+        leases.release(TABLE_LEASE).await;
+        return Err(e);
+    }
+    opts.observer.event(&Event::Planned { run_id: &run_id, partitions: plan.partitions.len() });
     // Leases first, then the committed state as seen under them (the swap compares with it).
     let mut reports = Vec::new();
     let mut held: Vec<PartitionPlan> = Vec::new();
@@ -92,7 +98,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         });
     }
     for p in todo {
-        let seen = match opts.stop.unless(leases.acquire(&p.dir)).await {
+        let seen = match leases.acquire(&p.dir, &opts.stop).await {
             Ok(()) => commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await,
             Err(e) => Err(e),
         };

@@ -33,6 +33,7 @@ mod hold;
 mod observe;
 mod planned;
 
+pub use crate::stop::Stop;
 pub use observe::{Event, Observer, Silent};
 pub use planned::Planned;
 
@@ -97,59 +98,6 @@ pub struct RunOptions {
     pub stop: Arc<Stop>,
 }
 
-/// A request to stop a run: no new partition starts, computations in flight are abandoned
-/// (they wrote nothing), swaps in flight finish; the partitions not committed are reported
-/// [`Action::Stopped`], their leases released, the journal written.
-#[derive(Debug, Default)]
-pub struct Stop {
-    signal: std::sync::OnceLock<&'static str>,
-    notify: tokio::sync::Notify,
-}
-
-impl Stop {
-    /// Asks the run to stop; `why` names the cause (`SIGTERM`).
-    pub fn stop(&self, why: &'static str) {
-        let _ = self.signal.set(why);
-        self.notify.notify_waiters();
-    }
-
-    /// The cause when asked to stop.
-    pub fn stopped(&self) -> Option<&'static str> {
-        self.signal.get().copied()
-    }
-
-    /// Fails with [`PartitionError::Stopped`] once asked to stop.
-    pub fn check(&self) -> std::result::Result<(), PartitionError> {
-        match self.stopped() {
-            Some(signal) => Err(PartitionError::Stopped { signal }),
-            None => Ok(()),
-        }
-    }
-
-    /// Resolves when asked to stop.
-    pub async fn wait(&self) -> PartitionError {
-        loop {
-            let notified = self.notify.notified();
-            if let Some(signal) = self.stopped() {
-                return PartitionError::Stopped { signal };
-            }
-            notified.await;
-        }
-    }
-
-    /// `work`, unless asked to stop first: then it is dropped (abandoned).
-    pub async fn unless<T>(
-        &self,
-        work: impl std::future::Future<Output = std::result::Result<T, PartitionError>>,
-    ) -> std::result::Result<T, PartitionError> {
-        self.check()?;
-        tokio::select! {
-            r = work => r,
-            e = self.wait() => Err(e),
-        }
-    }
-}
-
 impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunOptions").field("dates", &self.dates).field("concurrency", &self.concurrency).finish()
@@ -195,7 +143,7 @@ pub struct RunSummary {
 
 impl RunSummary {
     pub fn failed(&self) -> impl Iterator<Item = &PartitionReport> {
-        self.partitions.iter().filter(|p| matches!(p.action, Action::Failed | Action::Stopped))
+        self.partitions.iter().filter(|p| matches!(p.action, Action::Failed | Action::Stopped | Action::Differs))
     }
 }
 
@@ -242,6 +190,7 @@ pub(crate) fn report(
     let exit_code = error.as_ref().map_or(ExitCode::Ok, |e| e.exit_code()).code();
     let action = match &error {
         Some(PartitionError::Stopped { .. }) => Action::Stopped,
+        Some(PartitionError::Differs { .. }) => Action::Differs,
         _ => action,
     };
     PartitionReport {
