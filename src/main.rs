@@ -235,9 +235,9 @@ fn main() -> ProcessExit {
     tune_allocator();
     let cli = Cli::parse();
     let json = matches!(&cli.command, Command::Run(a) if a.log_format == LogFormat::Json);
-    // A terminal's text shows a bar and the failures instead of a record per partition.
+    // A terminal's text shows a bar and the failures after the table instead of records.
     let records = json || !std::io::stderr().is_terminal();
-    let default = if records { format!("warn,{OUTCOME}=info") } else { format!("warn,{OUTCOME}=warn") };
+    let default = if records { format!("warn,{OUTCOME}=info") } else { format!("warn,{OUTCOME}=off") };
     let filter = tracing_subscriber::EnvFilter::try_from_env("LAKESWAP_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only for a person at a terminal, never in a log file.
@@ -382,9 +382,14 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
     if !a.quiet {
         print!("{}", report::table(&summary));
     }
-    // On a terminal the run record is off: say what went wrong with the journal plainly.
-    if let (Some(e), true) = (&summary.journal_error, terminal) {
-        eprintln!("error: {e}");
+    // Text ends with the errors, one line each, after the records (JSON has them in its records).
+    if a.log_format == LogFormat::Text {
+        for p in summary.failed() {
+            eprintln!("error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
+        }
+        if let Some(e) = &summary.journal_error {
+            eprintln!("error: {e}");
+        }
     }
     run_record(&summary);
     Ok(Some(summary))
@@ -402,7 +407,7 @@ fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
                 return;
             };
             let first = tokio::select! { _ = term.recv() => "SIGTERM", _ = int.recv() => "SIGINT" };
-            tracing::warn!(target: OUTCOME, signal = first,
+            tracing::warn!(signal = first,
                 "stopping: no new partition starts, swaps in flight finish, leases are released; a second signal exits at once");
             stop.stop(first);
             let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130 };

@@ -23,7 +23,7 @@ fn the_bundled_example_runs_and_reruns_unchanged() {
     let args = ["run", "--config", "config/example.toml", "--from", "2026-11-01", "--to", "2026-11-07"];
     let o = cli(&args, t.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let out = text(&o);
+    let out = table_of(&o);
     for h in ["partition", "action", "input rows", "duplicates", "superseded", "output rows", "time"] {
         assert!(out.contains(h), "summary column {h}: {out}");
     }

@@ -32,7 +32,7 @@ fn racing_processes_end_in_the_expected_bytes() {
         assert!(code == 0 || code == 4, "exit {code}: {}", text(&o));
         if code == 4 {
             let t = text(&o);
-            assert!(t.contains("leased by run") && t.contains("pid") && t.contains("until"), "{t}");
+            assert!(t.contains("leased by run") && t.contains("pid") && t.contains("expires at"), "{t}");
         }
     }
     let expected = model(&rows);

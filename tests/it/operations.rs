@@ -75,7 +75,7 @@ fn retry_failed_reruns_exactly_the_failed_partitions() {
     write_parquet(&lake.input().join("event_date=2026-11-03/part-00000.parquet"), &batch(&good));
     let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--retry-failed", &run_id], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let out = text(&o);
+    let out = table_of(&o);
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("2026-")).map(|l| &l[..10]).collect();
     assert_eq!(lines, ["2026-11-03"], "{out}");
     assert!(out.contains("created"), "{out}");
@@ -102,7 +102,7 @@ fn four_shards_commit_every_partition_once() {
     for c in children {
         let o = c.wait_with_output().unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-        let out = text(&o);
+        let out = table_of(&o);
         assert_eq!(out.lines().filter(|l| l.starts_with("2026-")).count(), 3, "a quarter of 12 dates: {out}");
         for l in out.lines().filter(|l| l.starts_with("2026-") && l.contains(" created ")) {
             *created.entry(l[..10].to_string()).or_default() += 1;

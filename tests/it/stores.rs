@@ -97,7 +97,7 @@ async fn racing_runs_never_interleave(kind: Kind) {
                 Action::Failed => {
                     assert_eq!(p.exit_code, 4, "{:?}", p.error);
                     let e = p.error.as_deref().unwrap();
-                    assert!(e.contains("leased by run") && e.contains("until"), "{e}");
+                    assert!(e.contains("leased by run") && e.contains("expires at"), "{e}");
                 }
                 other => panic!("{other:?}"),
             }

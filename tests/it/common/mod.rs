@@ -219,6 +219,11 @@ pub fn cli(args: &[&str], cwd: &Path) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap")).args(args).current_dir(cwd).output().unwrap()
 }
 
+/// The result table: stdout, which holds nothing else.
+pub fn table_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 pub fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
