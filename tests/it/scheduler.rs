@@ -484,3 +484,43 @@ fn a_skipped_partition_shows_what_is_committed_and_status_names_its_writer() {
     let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(st["partitions"][0]["last_run"][0], first["run_id"], "{st:#}");
 }
+
+/// The output store goes away at every point of a run in turn: whenever the run gets as far as
+/// reporting, every planned date has its outcome, and a journal that could not be written is
+/// said (exit code at least 1), never silently dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_that_goes_away_mid_run_still_gets_each_partition_reported() {
+    use crate::common::faults::{FaultStore, Mode};
+    use lakeswap::commit::Action;
+    use lakeswap::{run, ExitCode, Job, RunOptions};
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(160, 3, 30), 1);
+    let opts = || RunOptions {
+        dates: Some(lakeswap::dates::range(d("2026-11-01"), d("2026-11-03")).unwrap()),
+        lease_ttl: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let mut job = Job::load(&lake.config()).unwrap();
+    let counter = FaultStore::new(job.output.store.clone(), Mode::None);
+    job.output.store = counter.clone();
+    run::run(&job, &opts()).await.unwrap();
+    let calls = counter.calls();
+    let mut journal_lost_after_commits = 0;
+    for i in 0..calls {
+        let fresh = Lake::new();
+        fresh.write_hive(&random_orders(160, 3, 30), 1);
+        let mut job = Job::load(&fresh.config()).unwrap();
+        job.output.store = FaultStore::new(job.output.store.clone(), Mode::CrashAt(i));
+        let Ok(s) = run::run(&job, &opts()).await else { continue };
+        let dates: Vec<_> = s.partitions.iter().map(|p| p.date.to_string()).collect();
+        assert_eq!(dates, ["2026-11-01", "2026-11-02", "2026-11-03"], "crash at call {i}");
+        if let Some(e) = &s.journal_error {
+            assert_ne!(s.exit_code, ExitCode::Ok, "crash at call {i}: {e}");
+            assert!(e.contains("journal"), "{e}");
+            if s.partitions.iter().any(|p| p.action == Action::Created) {
+                journal_lost_after_commits += 1;
+            }
+        }
+    }
+    assert!(journal_lost_after_commits > 0, "no crash point fell between a commit and the journal");
+}
