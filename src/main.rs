@@ -79,7 +79,8 @@ struct RunArgs {
     /// without dates merges every date its batch holds.
     #[arg(long, conflicts_with_all = ["from", "to", "retry_failed"])]
     date: Option<String>,
-    /// Re-run exactly the partitions that the run RUN_ID failed (see its journal, or `status`).
+    /// Re-run exactly the partitions that the run RUN_ID failed or did not get to (stopped),
+    /// from its journal (`status` lists the runs).
     #[arg(long, value_name = "RUN_ID", conflicts_with_all = ["from", "to"])]
     retry_failed: Option<String>,
     /// Take a deterministic share of the dates: I/N runs every N-th date of the range, from
@@ -104,7 +105,7 @@ struct RunArgs {
     /// Last date of the range (inclusive).
     #[arg(long, requires = "from")]
     to: Option<String>,
-    /// Partitions processed at once [default: the number of cores]. Cores left over (a range
+    /// Partitions processed at once [default: the number of cores, at most 8]. Cores left over (a range
     /// shorter than this) go to each partition's hash pass and measures.
     #[arg(long, env = "LAKESWAP_CONCURRENCY")]
     concurrency: Option<usize>,

@@ -60,6 +60,8 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     let Planned { run_id, started, now, mut plan, flat, new_table_schema, rebuild } = planned;
     let dates = plan.partitions.iter().map(|p| p.date).collect();
     let leases = Arc::new(Leases::new(job.output.clone(), &run_id, opts.lease_ttl, opts.wait));
+    // Renewing from the first lease on: taking the others may wait (--wait) longer than a TTL.
+    let renewer = Some(leases.spawn_renewer());
     if job.kind.one_run_at_a_time() {
         // One run of this table at a time; then finish what an interrupted one left.
         leases.acquire(TABLE_LEASE, &opts.stop).await.map_err(|e| match e {
@@ -113,7 +115,6 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
             }
         }
     }
-    let renewer = Some(leases.spawn_renewer());
     let dirs: Vec<String> = held.iter().map(|p| p.dir.clone()).collect();
     leases.remove_leftovers(&dirs);
     let keep = crate::journal::pending_staging(&job.output).await.unwrap_or_default();
