@@ -23,10 +23,6 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 fn json_lines(s: &str) -> Vec<serde_json::Value> {
     s.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON record ({e}): {l}"))).collect()
 }
@@ -72,13 +68,13 @@ fn json_logs_hold_a_record_per_partition_and_per_run_at_the_default_level() {
     assert_eq!(runs[1]["fields"]["created"], 2);
     assert_eq!(runs[1]["fields"]["failed"], 1);
     // stdout: the table only; no error text there.
-    let out = stdout(&o);
+    let out = table_of(&o);
     assert!(out.starts_with("partition"), "{out}");
     assert!(!out.contains("error"), "{out}");
     // --quiet: nothing on stdout at all.
     let o = run(&lake, &lake.config(), &["--date", "2026-11-01", "--quiet"]);
     assert_eq!(o.status.code(), Some(0));
-    assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    assert!(o.stdout.is_empty(), "{}", table_of(&o));
 }
 
 #[test]
@@ -90,7 +86,7 @@ fn text_logs_say_the_same_for_people_and_errors_go_to_stderr() {
     assert_eq!(err.lines().filter(|l| l.contains("record=\"partition\"")).count(), 3, "{err}");
     assert!(err.lines().any(|l| l.contains("ERROR") && l.contains("2026-11-03") && l.contains("conflict")), "{err}");
     assert!(err.contains("run ended"), "{err}");
-    assert!(!stdout(&o).contains("conflict"), "{}", stdout(&o));
+    assert!(!table_of(&o).contains("conflict"), "{}", table_of(&o));
 }
 
 #[test]
@@ -275,7 +271,7 @@ fn a_retry_right_after_sigkill_on_the_same_host_runs_at_once() {
     assert!(leases(&lake).is_empty());
     // The killed run's journal: status calls it dead, not running.
     let o = bin().args(["status", "--config", lake.config().to_str().unwrap()]).output().unwrap();
-    let s = stdout(&o);
+    let s = table_of(&o);
     assert!(s.contains("died"), "{s}");
 }
 
@@ -357,7 +353,7 @@ fn config_values_read_variables() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).contains("unchanged"), "{}", stdout(&o));
+    assert!(table_of(&o).contains("unchanged"), "{}", table_of(&o));
     // A value that decides the output changes the fingerprint (taken after substitution).
     let o = bin()
         .current_dir(lake.dir.path())
@@ -366,7 +362,7 @@ fn config_values_read_variables() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).lines().any(|l| l.starts_with("2026-11-01  replaced")), "{}", stdout(&o));
+    assert!(table_of(&o).lines().any(|l| l.starts_with("2026-11-01  replaced")), "{}", table_of(&o));
     assert_ne!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), first);
     // A missing variable: exit 2, naming it and the key.
     let o = bin()
@@ -386,7 +382,7 @@ fn quarantine_is_counted_written_once_and_aged_out_by_gc() {
         .config_with("key = [\"order_id\"]\nversion = \"source_version\"", "[prepare]\non_conflict = \"quarantine\"\n");
     let o = run(&lake, &cfg, &["--from", "2026-11-01", "--to", "2026-11-03"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let out = stdout(&o);
+    let out = table_of(&o);
     let header = out.lines().next().unwrap();
     assert!(header.contains("quarantined"), "{out}");
     let column = header.split("  ").filter(|c| !c.is_empty()).position(|c| c.trim() == "quarantined").unwrap();
@@ -401,10 +397,14 @@ fn quarantine_is_counted_written_once_and_aged_out_by_gc() {
     assert_eq!(quarantine().len(), 1);
     // Status shows it.
     let o = bin().args(["status", "--config", cfg.to_str().unwrap()]).output().unwrap();
-    assert!(stdout(&o).contains(&format!("{set_aside} conflicting row(s) set aside")), "{}", stdout(&o));
+    assert!(table_of(&o).contains(&format!("{set_aside} conflicting row(s) set aside")), "{}", table_of(&o));
     // Nothing changed: nothing new is written.
     let o = run(&lake, &cfg, &["--from", "2026-11-01", "--to", "2026-11-03"]);
-    assert!(stdout(&o).lines().filter(|l| l.starts_with("2026-")).all(|l| l.contains("unchanged")), "{}", stdout(&o));
+    assert!(
+        table_of(&o).lines().filter(|l| l.starts_with("2026-")).all(|l| l.contains("unchanged")),
+        "{}",
+        table_of(&o)
+    );
     assert_eq!(quarantine().len(), 1);
     // gc keeps quarantined rows unless told their age.
     let gc = |extra: &[&str]| bin().args(["gc", "--config", cfg.to_str().unwrap()]).args(extra).output().unwrap();
@@ -414,7 +414,7 @@ fn quarantine_is_counted_written_once_and_aged_out_by_gc() {
     assert_eq!(quarantine().len(), 1);
     std::thread::sleep(Duration::from_millis(1100));
     let o = gc(&["--quarantine-older-than", "1s"]);
-    assert!(stdout(&o).contains("removed 1 quarantined file(s)"), "{}", stdout(&o));
+    assert!(table_of(&o).contains("removed 1 quarantined file(s)"), "{}", table_of(&o));
     assert!(quarantine().is_empty());
     assert_eq!(gc(&["--quarantine-older-than", "soon"]).status.code(), Some(2));
 }
