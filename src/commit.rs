@@ -4,7 +4,7 @@
 //! The protocol, per partition:
 //! 1. encode the batch with fixed writer settings and the lineage footer (deterministic bytes);
 //! 2. compare with the committed object: same bytes → `unchanged`, nothing written;
-//! 3. write `_staging/<run_id>/<col>=<date>/part-00000.parquet` (multipart when large,
+//! 3. write `STATE/staging/<run_id>/<col>=<date>/part-00000.parquet` (multipart when large,
 //!    aborted on failure), read it back and check schema and row count;
 //! 4. swap it in as a compare-and-swap against the state seen at planning time: on a local
 //!    folder a `rename(2)` over the old file after checking its e-tag; on an object store a
@@ -91,9 +91,15 @@ pub fn target_path(out: &StoreLocation, dir: &str) -> Path {
     out.child(&[dir, PART_FILE])
 }
 
-/// The staged object of a partition in a run.
-pub fn staging_path(out: &StoreLocation, run_id: &str, dir: &str) -> Path {
-    out.child(&["_staging", run_id, dir, PART_FILE])
+/// The staged object of a partition in a run, in the table's state location.
+pub fn staging_path(state: &StoreLocation, run_id: &str, dir: &str) -> Path {
+    state.child(&["staging", run_id, dir, PART_FILE])
+}
+
+/// The rows a run set aside for a partition (`on_conflict = "quarantine"`), in the state
+/// location.
+pub fn quarantine_path(state: &StoreLocation, run_id: &str, dir: &str) -> Path {
+    state.child(&["quarantine", run_id, dir, PART_FILE])
 }
 
 /// Encodes a partition's rows with fixed writer settings and the lineage in the footer.
@@ -272,8 +278,10 @@ pub enum Staged {
 
 /// Stages one partition's bytes: compare with what is committed (a change since planning
 /// means another run won), write the staged copy, read it back and verify it.
+#[allow(clippy::too_many_arguments)] // the table, its state, and what identifies and checks the file
 pub async fn stage(
     out: &StoreLocation,
+    state: &StoreLocation,
     run_id: &str,
     dir: &str,
     bytes: &Bytes,
@@ -289,9 +297,9 @@ pub async fn stage(
     if now.is_some() && get(out, &target).await?.as_ref() == Some(bytes) {
         return Ok(Staged::Unchanged);
     }
-    let staged = staging_path(out, run_id, dir);
-    upload(out, &staged, bytes.clone()).await?;
-    let staged_back = get(out, &staged).await?.unwrap_or_default();
+    let staged = staging_path(state, run_id, dir);
+    upload(state, &staged, bytes.clone()).await?;
+    let staged_back = get(state, &staged).await?.unwrap_or_default();
     if let Err(message) = verify(&staged_back, schema, rows).and_then(|_| {
         if staged_back == *bytes {
             Ok(())
@@ -299,39 +307,25 @@ pub async fn stage(
             Err("the staged bytes differ from the bytes written".to_string())
         }
     }) {
-        let _ = out.store.delete(&staged).await;
-        return Err(PartitionError::Verify { path: out.display(&staged), message });
+        let _ = state.store.delete(&staged).await;
+        return Err(PartitionError::Verify { path: state.display(&staged), message });
     }
     Ok(Staged::Ready(staged))
 }
 
-/// Swaps a staged file in (the store's protocol: a compare-and-swap against `seen`).
+/// Swaps a file staged in `state` into the table (the store's protocol: a compare-and-swap
+/// against `seen`).
 pub async fn swap_in(
     out: &StoreLocation,
+    state: &StoreLocation,
     staged: &Path,
     dir: &str,
     bytes: Bytes,
     seen: &Seen,
 ) -> Result<Action, PartitionError> {
     let target = target_path(out, dir);
-    out.protocol.swap(out, staged, &target, bytes, seen).await?;
+    out.protocol.swap(state, staged, out, &target, bytes, seen).await?;
     Ok(if seen.meta.is_some() { Action::Replaced } else { Action::Created })
-}
-
-/// Commits one partition's bytes: compare, stage, verify, swap, clean up.
-pub async fn commit(
-    out: &StoreLocation,
-    run_id: &str,
-    dir: &str,
-    bytes: Bytes,
-    schema: &SchemaRef,
-    rows: usize,
-    seen: &Seen,
-) -> Result<Action, PartitionError> {
-    match stage(out, run_id, dir, &bytes, schema, rows, seen).await? {
-        Staged::Unchanged => Ok(Action::Unchanged),
-        Staged::Ready(staged) => swap_in(out, &staged, dir, bytes, seen).await,
-    }
 }
 
 /// Objects in a partition folder besides its one data file: another tool's or a person's.

@@ -227,6 +227,60 @@ pub struct OutputSection {
     /// Objects in a partition folder besides its one data file.
     #[serde(default, skip_serializing)]
     pub foreign_files: ForeignFiles,
+    /// Where lakeswap keeps the table's run state — journals, leases, staged and quarantined
+    /// files, the table's schema, a merge's tombstones and key indexes — outside the data tree
+    /// so that readers of `url` see the table only. Default: [`default_state_url`].
+    #[serde(default, skip_serializing)]
+    pub state_url: Option<String>,
+}
+
+impl OutputSection {
+    /// The state location: `state_url`, else the default beside the table.
+    pub fn state_url(&self) -> Option<String> {
+        match &self.state_url {
+            Some(u) => Some(u.trim_end_matches('/').to_string()),
+            None => default_state_url(&self.url),
+        }
+    }
+}
+
+/// The default state location of the table at `url`: `_lakeswap/<name>` in the folder that
+/// holds the table (`s3://lake/tables/orders_daily` → `s3://lake/tables/_lakeswap/orders_daily`).
+/// A leading `_` keeps Spark, Hive and Trino from taking it for a table. `None` when the table
+/// is the root of its store and has no folder beside it.
+pub fn default_state_url(url: &str) -> Option<String> {
+    let url = url.trim_end_matches('/');
+    let (head, path) = match url.split_once("://") {
+        // `file:///abs`: the whole rest is a path.
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("file") => (format!("{scheme}://"), rest.to_string()),
+        // `s3://bucket/p`: the bucket stays.
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_once('/')?;
+            (format!("{scheme}://{authority}/"), path.to_string())
+        }
+        None => (String::new(), url.to_string()),
+    };
+    let (parent, name) = match path.rsplit_once('/') {
+        Some((parent, name)) => (format!("{parent}/"), name),
+        None => (String::new(), path.as_str()),
+    };
+    if name.is_empty() || name == "." || name == ".." {
+        return None;
+    }
+    Some(format!("{head}{parent}_lakeswap/{name}"))
+}
+
+/// The family of a URL's scheme (`s3a` is `s3`, a plain path is `file`).
+pub fn scheme_family(url: &str) -> &'static str {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
+    match scheme.as_str() {
+        "" | "file" => "file",
+        "s3" | "s3a" => "s3",
+        "az" | "azure" | "abfs" | "abfss" | "adl" => "az",
+        "gs" | "gcs" => "gs",
+        "memory" => "memory",
+        _ => "other",
+    }
 }
 
 /// What a merge does with a key whose newest version carries another date than the one it
@@ -366,6 +420,53 @@ impl JobConfig {
                     "`{}` and the input `{}` lie inside one another: the table would be read back as input. \
                      Write the output to a location of its own",
                     self.output.url, self.input.url
+                ),
+            ));
+        }
+        if self.output.state_url.as_deref().is_some_and(|u| u.trim().is_empty()) {
+            return Err(bad(
+                "output.state_url",
+                "must not be empty (leave it out for the default beside the table)".into(),
+            ));
+        }
+        let Some(state) = self.output.state_url() else {
+            return Err(bad(
+                "output.state_url",
+                format!(
+                    "`{}` has no folder beside it for lakeswap's run state (journals, leases, staged files): \
+                     set `state_url` to a location of its own on the same store",
+                    self.output.url
+                ),
+            ));
+        };
+        if crate::read::list::nested(&state, &self.output.url) {
+            return Err(bad(
+                "output.state_url",
+                format!(
+                    "`{state}` and the output `{}` lie inside one another: readers of the table would read \
+                     lakeswap's run state as data. Keep the state beside the table (the default: `{}`)",
+                    self.output.url,
+                    default_state_url(&self.output.url).unwrap_or_else(|| "a folder of its own".into())
+                ),
+            ));
+        }
+        if crate::read::list::nested(&state, &self.input.url) {
+            return Err(bad(
+                "output.state_url",
+                format!(
+                    "`{state}` and the input `{}` lie inside one another: lakeswap's run state would be read as \
+                     input. Set `state_url` to a location of its own",
+                    self.input.url
+                ),
+            ));
+        }
+        if scheme_family(&state) != scheme_family(&self.output.url) {
+            return Err(bad(
+                "output.state_url",
+                format!(
+                    "`{state}` is on another kind of store than the output `{}`: partitions are staged in the \
+                     state location and swapped into the table, so both must be on the same store",
+                    self.output.url
                 ),
             ));
         }
@@ -626,6 +727,47 @@ measures = [{ name = "orders", fn = "count" }, { name = "revenue", fn = "sum", c
 [output]
 url = "out"
 "#;
+
+    #[test]
+    fn the_state_lives_beside_the_table() {
+        for (out, state) in [
+            ("out", Some("_lakeswap/out")),
+            ("lake/revenue_daily/", Some("lake/_lakeswap/revenue_daily")),
+            ("/data/lake/t", Some("/data/lake/_lakeswap/t")),
+            ("file:///data/t", Some("file:///data/_lakeswap/t")),
+            ("s3://bucket/tables/orders", Some("s3://bucket/tables/_lakeswap/orders")),
+            ("s3://bucket/orders", Some("s3://bucket/_lakeswap/orders")),
+            ("memory://m/out", Some("memory://m/_lakeswap/out")),
+            ("s3://bucket", None),
+            ("s3://bucket/", None),
+            ("/", None),
+            ("lake/..", None),
+        ] {
+            assert_eq!(default_state_url(out).as_deref(), state, "{out}");
+        }
+        let with = |output: &str| BASE.replace("url = \"out\"", output);
+        let key_of = |text: String| match JobConfig::parse(&text, "t.toml").unwrap_err() {
+            ConfigError::Invalid { key, message, .. } => (key, message),
+            e => panic!("{e}"),
+        };
+        let (key, message) = key_of(with("url = \"s3://bucket\""));
+        assert_eq!(key, "output.state_url");
+        assert!(message.contains("set `state_url`"), "{message}");
+        for (state, why) in [
+            ("out/_state", "inside one another"),
+            (".", "inside one another"),
+            ("in/state", "the input"),
+            ("s3://bucket/state", "another kind of store"),
+            ("", "must not be empty"),
+        ] {
+            let (key, message) = key_of(with(&format!("url = \"out\"\nstate_url = \"{state}\"")));
+            assert_eq!(key, "output.state_url", "{state}");
+            assert!(message.contains(why), "{state}: {message}");
+        }
+        let c = JobConfig::parse(&with("url = \"out\"\nstate_url = \"elsewhere/state/\""), "t.toml").unwrap();
+        assert_eq!(c.output.state_url().as_deref(), Some("elsewhere/state"));
+        assert_eq!(c.fingerprint(), JobConfig::parse(BASE, "t.toml").unwrap().fingerprint());
+    }
 
     #[test]
     fn parses_the_reference_shape() {

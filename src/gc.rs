@@ -1,11 +1,11 @@
 //! Cleanup of what interrupted runs leave behind (G4), and only that (G9): lakeswap deletes
 //! an object only when its name is one lakeswap makes, in a place lakeswap writes.
 //!
-//! What is removed:
-//! - staged files `_staging/<run id>/<col>=<date>/part-00000.parquet` of runs that do not hold
+//! What is removed, all of it in the table's state location (`[output] state_url`):
+//! - staged files `staging/<run id>/<col>=<date>/part-00000.parquet` of runs that do not hold
 //!   a live lease on the partition (never a live run's; never staging an unfinished move still
 //!   needs);
-//! - expired leases `_lakeswap/leases/<col>=<date>.json` (and the table lease of merges), leases
+//! - expired leases `leases/<col>=<date>.json` (and the table lease of merges), leases
 //!   of runs that died on this host ([`lease::holder_gone`]), and leases set aside during a
 //!   take-over;
 //! - with [`GcOptions::quarantine_older_than`], quarantined rows written longer ago than that;
@@ -15,10 +15,10 @@
 //! - tombstone and key-index objects of merged partitions that no committed footer names any
 //!   more, once older than that too.
 //!
-//! Everything else under the output is reported as "not mine" and left alone. Staging is never
-//! the committed copy of a partition, so removing stale staging can never lose committed data.
-//! Every `run` does this for its own partitions once it holds their leases; `lakeswap gc` does
-//! it for the whole output.
+//! Everything else, in the table or in its state location, is reported as "not mine" and left
+//! alone. Staging is never the committed copy of a partition, so removing stale staging can
+//! never lose committed data. Every `run` does this for its own partitions once it holds their
+//! leases; `lakeswap gc` does it for the whole table.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,7 +47,8 @@ pub struct GcReport {
     pub sidecars_removed: usize,
     /// Quarantined files removed for their age (`--quarantine-older-than`).
     pub quarantine_removed: usize,
-    /// Objects under the output that lakeswap did not write: listed, left alone.
+    /// Objects in the table or its state location that lakeswap did not write (full URLs):
+    /// listed, left alone.
     pub not_mine: Vec<String>,
 }
 
@@ -79,12 +80,12 @@ pub fn is_partition_dir(s: &str, column: &str) -> bool {
         .is_some_and(|d| d.len() == 10 && chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok())
 }
 
-/// What a path under the output is to lakeswap.
+/// What a path is to lakeswap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
     /// A committed partition file, a journal, the schema record: kept.
     Kept,
-    /// Rows a run set aside (`_quarantine/<run>/<dir>/`): kept unless asked otherwise.
+    /// Rows a run set aside (`quarantine/<run>/<dir>/`): kept unless asked otherwise.
     Quarantined,
     /// A staged file of (run, partition folder).
     Staged(String, String),
@@ -98,22 +99,30 @@ enum Entry {
     NotMine,
 }
 
-fn classify(rel: &str, column: &str) -> Entry {
+/// A path in the table (relative to its URL): only partition files are lakeswap's.
+fn classify_data(rel: &str, column: &str) -> Entry {
+    match rel.split('/').collect::<Vec<_>>().as_slice() {
+        [dir, commit::PART_FILE] if is_partition_dir(dir, column) => Entry::Kept,
+        _ => Entry::NotMine,
+    }
+}
+
+/// A path in the state location (relative to it).
+fn classify_state(rel: &str, column: &str) -> Entry {
     let parts: Vec<&str> = rel.split('/').collect();
     let lease_name =
         |n: &str| n == "_merge.json" || n.strip_suffix(".json").is_some_and(|d| is_partition_dir(d, column));
     match parts.as_slice() {
-        [dir, commit::PART_FILE] if is_partition_dir(dir, column) => Entry::Kept,
-        ["_staging", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => {
+        ["staging", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => {
             Entry::Staged(run.to_string(), dir.to_string())
         }
-        ["_quarantine", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => {
+        ["quarantine", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => {
             Entry::Quarantined
         }
-        ["_lakeswap", "runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Kept,
-        ["_lakeswap", "table-schema"] => Entry::Kept,
-        ["_lakeswap", "leases", name] if lease_name(name) => Entry::Lease,
-        ["_lakeswap", "leases", name]
+        ["runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Kept,
+        ["table-schema"] => Entry::Kept,
+        ["leases", name] if lease_name(name) => Entry::Lease,
+        ["leases", name]
             if name
                 .split_once(".json.expired-")
                 .is_some_and(|(d, r)| lease_name(&format!("{d}.json")) && is_run_id(r)) =>
@@ -133,21 +142,21 @@ fn temp_base(name: &str) -> Option<&str> {
     (!base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(base)
 }
 
-async fn list_all(out: &StoreLocation) -> Result<Vec<ObjectMeta>> {
-    out.store.list(Some(&out.prefix)).try_collect().await.map_err(|e| Error::store("cannot list", &out.url, e))
+async fn list_all(at: &StoreLocation) -> Result<Vec<ObjectMeta>> {
+    at.store.list(Some(&at.prefix)).try_collect().await.map_err(|e| Error::store("cannot list", &at.url, e))
 }
 
-async fn delete(out: &StoreLocation, path: &object_store::path::Path) -> Result<()> {
-    match out.store.delete(path).await {
+async fn delete(at: &StoreLocation, path: &object_store::path::Path) -> Result<()> {
+    match at.store.delete(path).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(Error::store("cannot delete", out.display(path), e)),
+        Err(e) => Err(Error::store("cannot delete", at.display(path), e)),
     }
 }
 
 /// Whether staging of `run` for `dir` is stale: the partition's lease is not a live lease of
 /// that run. An unreadable lease store keeps it (never delete what may be live).
-async fn stale(out: &StoreLocation, run: &str, dir: &str) -> bool {
-    match lease::read(out, &lease::lease_path(out, dir)).await {
+async fn stale(state: &StoreLocation, run: &str, dir: &str) -> bool {
+    match lease::read(state, &lease::lease_path(state, dir)).await {
         Ok(Some((Some(b), _))) => !(b.run_id == run && b.expires > Utc::now()) || lease::holder_gone(&b),
         Ok(_) => true,
         Err(_) => false,
@@ -158,46 +167,46 @@ async fn stale(out: &StoreLocation, run: &str, dir: &str) -> bool {
 /// the caller holds; staging an unfinished move needs (`keep`) stays. Only names lakeswap makes
 /// are removed. Returns the number of (run, partition) staging folders removed.
 pub async fn remove_stale_staging(
-    out: &StoreLocation,
+    state: &StoreLocation,
     column: &str,
     own_run: &str,
     dirs: &[String],
     keep: &BTreeSet<String>,
 ) -> Result<usize> {
     let mut removed = BTreeSet::new();
-    for m in list_prefix(out, &["_staging"]).await? {
-        if let Entry::Staged(run, dir) = classify(&out.relative(&m.location), column) {
-            if run != own_run && dirs.contains(&dir) && !keep.contains(&format!("{run}/{dir}")) {
-                delete(out, &m.location).await?;
+    let mine =
+        |run: &String, dir: &String| run != own_run && dirs.contains(dir) && !keep.contains(&format!("{run}/{dir}"));
+    for m in list_prefix(state, &["staging"]).await? {
+        if let Entry::Staged(run, dir) = classify_state(&state.relative(&m.location), column) {
+            if mine(&run, &dir) {
+                delete(state, &m.location).await?;
                 removed.insert((run, dir));
             }
         }
     }
     // Temporary files of an interrupted staging write (local folders).
-    for (path, rel, _) in local_temp_files(out, &["_staging"]) {
-        if let Some(base) = temp_base(&rel) {
-            if let Entry::Staged(run, dir) = classify(base, column) {
-                if run != own_run && dirs.contains(&dir) && !keep.contains(&format!("{run}/{dir}")) {
-                    let _ = std::fs::remove_file(path);
-                    removed.insert((run, dir));
-                }
+    for (path, rel, _) in local_temp_files(state, &["staging"]) {
+        if let Some(Entry::Staged(run, dir)) = temp_base(&rel).map(|base| classify_state(base, column)) {
+            if mine(&run, &dir) {
+                let _ = std::fs::remove_file(path);
+                removed.insert((run, dir));
             }
         }
     }
-    out.tidy(&out.child(&["_staging"]));
+    state.tidy(&state.child(&["staging"]));
     Ok(removed.len())
 }
 
-async fn list_prefix(out: &StoreLocation, parts: &[&str]) -> Result<Vec<ObjectMeta>> {
-    let prefix = out.child(parts);
-    out.store.list(Some(&prefix)).try_collect().await.map_err(|e| Error::store("cannot list", out.display(&prefix), e))
+async fn list_prefix(at: &StoreLocation, parts: &[&str]) -> Result<Vec<ObjectMeta>> {
+    let prefix = at.child(parts);
+    at.store.list(Some(&prefix)).try_collect().await.map_err(|e| Error::store("cannot list", at.display(&prefix), e))
 }
 
 /// On a local folder, the temporary files (`name#n`) under `parts`: path, path relative to the
-/// output, age.
-fn local_temp_files(out: &StoreLocation, parts: &[&str]) -> Vec<(std::path::PathBuf, String, std::time::Duration)> {
+/// location, age.
+fn local_temp_files(at: &StoreLocation, parts: &[&str]) -> Vec<(std::path::PathBuf, String, std::time::Duration)> {
     let mut found = Vec::new();
-    let (Some(root), Some(start)) = (out.local_path(&out.child(&[])), out.local_path(&out.child(parts))) else {
+    let (Some(root), Some(start)) = (at.local_path(&at.child(&[])), at.local_path(&at.child(parts))) else {
         return found;
     };
     let mut stack = vec![start];
@@ -218,53 +227,59 @@ fn local_temp_files(out: &StoreLocation, parts: &[&str]) -> Vec<(std::path::Path
     found
 }
 
-/// Cleans the whole output: see the module documentation.
-pub async fn gc(out: &StoreLocation, column: &str, opts: &GcOptions) -> Result<GcReport> {
+/// Cleans the whole table and its state location: see the module documentation.
+pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: &GcOptions) -> Result<GcReport> {
     let mut report = GcReport::default();
     let now = Utc::now();
-    let pending = crate::journal::pending_staging(out).await?;
+    // The table holds partition files only.
+    for m in list_all(out).await? {
+        if classify_data(&out.relative(&m.location), column) == Entry::NotMine {
+            report.not_mine.push(out.display(&m.location));
+        }
+    }
+    let pending = crate::journal::pending_staging(state).await?;
     let mut staged: BTreeMap<(String, String), Vec<ObjectMeta>> = BTreeMap::new();
     let mut sidecars: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
-    for m in list_all(out).await? {
-        let rel = out.relative(&m.location);
-        match classify(&rel, column) {
+    for m in list_all(state).await? {
+        let rel = state.relative(&m.location);
+        match classify_state(&rel, column) {
             Entry::Kept => {}
             Entry::Quarantined => {
                 if opts.quarantine_older_than.is_some_and(|age| now - m.last_modified > age) {
-                    delete(out, &m.location).await?;
+                    delete(state, &m.location).await?;
                     report.quarantine_removed += 1;
                 }
             }
             Entry::Staged(run, dir) => staged.entry((run, dir)).or_default().push(m),
             Entry::Lease => {
-                let expired = match lease::read(out, &m.location).await {
+                let expired = match lease::read(state, &m.location).await {
                     Ok(Some((Some(b), _))) => b.expires <= now || lease::holder_gone(&b),
                     Ok(Some((None, _))) => {
-                        report.not_mine.push(format!("{rel} (not a lakeswap lease)"));
+                        report.not_mine.push(format!("{} (not a lakeswap lease)", state.display(&m.location)));
                         false
                     }
                     _ => false,
                 };
                 if expired {
-                    delete(out, &m.location).await?;
+                    delete(state, &m.location).await?;
                     report.expired_leases += 1;
                 }
             }
             Entry::AsideLease => {
-                delete(out, &m.location).await?;
+                delete(state, &m.location).await?;
                 report.expired_leases += 1;
             }
             Entry::Sidecar(dir) => sidecars.entry(dir).or_default().push(m),
-            Entry::NotMine => report.not_mine.push(rel),
+            Entry::NotMine => report.not_mine.push(state.display(&m.location)),
         }
     }
     for ((run, dir), files) in staged {
-        if pending.contains(&format!("{run}/{dir}")) || !stale(out, &run, &dir).await {
+        if pending.contains(&format!("{run}/{dir}")) || !stale(state, &run, &dir).await {
             report.staging_kept += 1;
             continue;
         }
         for m in files {
-            delete(out, &m.location).await?;
+            delete(state, &m.location).await?;
         }
         report.staging_removed += 1;
     }
@@ -284,22 +299,24 @@ pub async fn gc(out: &StoreLocation, column: &str, opts: &GcOptions) -> Result<G
         }
         for m in objects {
             let old = (now - m.last_modified).to_std().unwrap_or_default() > lease::TEMP_FILE_AGE;
-            if old && !named.contains(&out.relative(&m.location)) {
-                delete(out, &m.location).await?;
+            if old && !named.contains(&state.relative(&m.location)) {
+                delete(state, &m.location).await?;
                 report.sidecars_removed += 1;
             }
         }
     }
     // Temporary files of interrupted local writes, beside the paths lakeswap writes.
-    for (path, rel, age) in local_temp_files(out, &[]) {
-        let ours = temp_base(&rel).is_some_and(|base| classify(base, column) != Entry::NotMine);
-        if !ours {
-            report.not_mine.push(rel);
-        } else if age > lease::TEMP_FILE_AGE && std::fs::remove_file(&path).is_ok() {
-            report.temp_files_removed += 1;
+    for (at, classify) in [(out, classify_data as fn(&str, &str) -> Entry), (state, classify_state)] {
+        for (path, rel, age) in local_temp_files(at, &[]) {
+            let ours = temp_base(&rel).is_some_and(|base| classify(base, column) != Entry::NotMine);
+            if !ours {
+                report.not_mine.push(format!("{}/{rel}", at.url));
+            } else if age > lease::TEMP_FILE_AGE && std::fs::remove_file(&path).is_ok() {
+                report.temp_files_removed += 1;
+            }
         }
     }
-    out.tidy(&out.child(&["_staging"]));
+    state.tidy(&state.child(&["staging"]));
     report.not_mine.sort();
     Ok(report)
 }
@@ -313,21 +330,26 @@ mod tests {
         let c = "event_date";
         assert!(is_run_id("20261129T115652.471Z-afcf82"));
         assert!(!is_run_id("othertool") && !is_run_id("20261129T115652.471Z-AFCF82"));
-        let staged = "_staging/20261129T115652.471Z-afcf82/event_date=2026-11-01/part-00000.parquet";
-        assert!(matches!(classify(staged, c), Entry::Staged(..)));
+        let staged = "staging/20261129T115652.471Z-afcf82/event_date=2026-11-01/part-00000.parquet";
+        assert!(matches!(classify_state(staged, c), Entry::Staged(..)));
         for foreign in [
-            "_staging/othertool/keep/data.bin",
-            "_staging/20261129T115652.471Z-afcf82/notes.txt",
-            "_staging/20261129T115652.471Z-afcf82/event_date=2026-11-01/backup.parquet",
+            "staging/othertool/keep/data.bin",
+            "staging/20261129T115652.471Z-afcf82/notes.txt",
+            "staging/20261129T115652.471Z-afcf82/event_date=2026-11-01/backup.parquet",
             "docs/report",
-            "event_date=2026-11-01/backup.parquet",
-            "_lakeswap/leases/other.json",
-            "_lakeswap/runs/notes.json",
-            "_lakeswap/keys/event_date=2026-11-01/x.keys",
+            "event_date=2026-11-01/part-00000.parquet",
+            "leases/other.json",
+            "runs/notes.json",
+            "keys/event_date=2026-11-01/x.keys",
+            "_lakeswap/runs/20261129T115652.471Z-afcf82.json",
         ] {
-            assert_eq!(classify(foreign, c), Entry::NotMine, "{foreign}");
+            assert_eq!(classify_state(foreign, c), Entry::NotMine, "{foreign}");
         }
-        assert_eq!(classify("_lakeswap/leases/event_date=2026-11-01.json", c), Entry::Lease);
+        assert_eq!(classify_state("leases/event_date=2026-11-01.json", c), Entry::Lease);
+        assert_eq!(classify_data("event_date=2026-11-01/part-00000.parquet", c), Entry::Kept);
+        for foreign in ["event_date=2026-11-01/backup.parquet", "_lakeswap/table-schema", staged, "notes.txt"] {
+            assert_eq!(classify_data(foreign, c), Entry::NotMine, "{foreign}");
+        }
         assert_eq!(temp_base("part-00000.parquet#12"), Some("part-00000.parquet"));
         assert_eq!(temp_base("report#x"), None);
     }

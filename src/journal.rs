@@ -1,4 +1,4 @@
-//! Record: the run journal `OUT/_lakeswap/runs/<run_id>.json` (docs/design.md §7) — who ran what,
+//! Record: the run journal `STATE/runs/<run_id>.json` (docs/design.md §7) — who ran what,
 //! when, and what happened to each partition. Written when a run starts (status `running`)
 //! and again when it ends, so a killed run leaves a trace.
 
@@ -104,29 +104,30 @@ impl Journal {
         self.exit_code = Some(exit.code());
     }
 
-    pub async fn write(&self, out: &StoreLocation) -> Result<()> {
-        let path = out.child(&["_lakeswap", "runs", &format!("{}.json", self.run_id)]);
+    pub async fn write(&self, state: &StoreLocation) -> Result<()> {
+        let path = state.child(&["runs", &format!("{}.json", self.run_id)]);
         let body = serde_json::to_vec_pretty(self).unwrap_or_default();
-        out.store
+        state
+            .store
             .put(&path, body.into())
             .await
-            .map_err(|e| Error::store("cannot write the run journal", out.display(&path), e))?;
+            .map_err(|e| Error::store("cannot write the run journal", state.display(&path), e))?;
         Ok(())
     }
 }
 
-/// Every journal under the output, oldest first.
-pub async fn read_all(out: &StoreLocation) -> Result<Vec<Journal>> {
-    let prefix = out.child(&["_lakeswap", "runs"]);
-    let metas: Vec<_> = out
+/// Every journal of the table (in its state location), oldest first.
+pub async fn read_all(state: &StoreLocation) -> Result<Vec<Journal>> {
+    let prefix = state.child(&["runs"]);
+    let metas: Vec<_> = state
         .store
         .list(Some(&prefix))
         .try_collect()
         .await
-        .map_err(|e| Error::store("cannot list", out.display(&prefix), e))?;
+        .map_err(|e| Error::store("cannot list", state.display(&prefix), e))?;
     let mut v = Vec::new();
     for m in metas {
-        let Ok(r) = out.store.get(&m.location).await else {
+        let Ok(r) = state.store.get(&m.location).await else {
             continue;
         };
         let Ok(b) = r.bytes().await else { continue };
@@ -139,8 +140,8 @@ pub async fn read_all(out: &StoreLocation) -> Result<Vec<Journal>> {
 }
 
 /// The staging (`<run id>/<partition folder>`) that unfinished swaps of merges still need.
-pub async fn pending_staging(out: &StoreLocation) -> Result<std::collections::BTreeSet<String>> {
-    Ok(read_all(out)
+pub async fn pending_staging(state: &StoreLocation) -> Result<std::collections::BTreeSet<String>> {
+    Ok(read_all(state)
         .await?
         .iter()
         .flat_map(|j| j.pending.iter().map(move |p| format!("{}/{}", j.run_id, p.dir)))

@@ -1,6 +1,6 @@
 //! Leases: one writer per partition at a time (G6).
 //!
-//! A lease is the object `OUT/_lakeswap/leases/<col>=<date>.json` naming its holder (run id,
+//! A lease is the object `STATE/leases/<col>=<date>.json` naming its holder (run id,
 //! host, pid, since, expiry). It is taken with a put-if-absent, renewed while the holder lives,
 //! and released after the partition is committed. A holder that died stops renewing, so its
 //! lease expires and the next run takes it over — a retry is never blocked forever. A holder
@@ -127,7 +127,7 @@ struct Held {
 /// The leases of one run.
 #[derive(Debug)]
 pub struct Leases {
-    out: StoreLocation,
+    state: StoreLocation,
     run_id: String,
     ttl: Duration,
     wait: bool,
@@ -136,8 +136,8 @@ pub struct Leases {
 }
 
 /// The lease object of a partition folder.
-pub fn lease_path(out: &StoreLocation, dir: &str) -> Path {
-    out.child(&["_lakeswap", "leases", &format!("{dir}.json")])
+pub fn lease_path(state: &StoreLocation, dir: &str) -> Path {
+    state.child(&["leases", &format!("{dir}.json")])
 }
 
 fn chrono_ttl(ttl: Duration) -> chrono::Duration {
@@ -162,9 +162,9 @@ pub async fn read(
 }
 
 impl Leases {
-    pub fn new(out: StoreLocation, run_id: &str, ttl: Duration, wait: bool) -> Self {
+    pub fn new(state: StoreLocation, run_id: &str, ttl: Duration, wait: bool) -> Self {
         Leases {
-            out,
+            state,
             run_id: run_id.to_string(),
             ttl,
             wait,
@@ -192,8 +192,8 @@ impl Leases {
     /// Takes the lease of a partition folder, or says who holds it. With `wait`, waits for
     /// the holder to release it or for it to expire.
     pub async fn acquire(&self, dir: &str, stop: &crate::stop::Stop) -> Result<(), PartitionError> {
-        let path = lease_path(&self.out, dir);
-        let store_err = |what, e| PartitionError::store(what, self.out.display(&path), e);
+        let path = lease_path(&self.state, dir);
+        let store_err = |what, e| PartitionError::store(what, self.state.display(&path), e);
         loop {
             // Asked to stop: no new lease. (A put in flight is never abandoned half-way: the
             // lease it takes is recorded, so it is released.)
@@ -201,7 +201,7 @@ impl Leases {
             let body = self.body(None);
             let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
             let create = PutOptions { mode: PutMode::Create, ..Default::default() };
-            match self.out.store.put_opts(&path, bytes.clone().into(), create).await {
+            match self.state.store.put_opts(&path, bytes.clone().into(), create).await {
                 Ok(r) => {
                     let version = UpdateVersion { e_tag: r.e_tag, version: r.version };
                     self.held().insert(dir.to_string(), Held { body, version, lost: false });
@@ -210,7 +210,7 @@ impl Leases {
                 Err(object_store::Error::AlreadyExists { .. }) => {}
                 Err(e) => return Err(store_err("cannot take the lease", e)),
             }
-            let Some((current, version)) = read(&self.out, &path).await? else { continue };
+            let Some((current, version)) = read(&self.state, &path).await? else { continue };
             let now = Utc::now();
             let gone = current.as_ref().is_some_and(holder_gone);
             if let Some(c) = current.as_ref().filter(|_| !gone) {
@@ -235,13 +235,14 @@ impl Leases {
             // Expired, unreadable, or its holder died on this host: take it over, as a
             // compare-and-swap.
             if gone {
-                tracing::warn!(lease = %self.out.display(&path), run = current.as_ref().map(|c| c.run_id.as_str()).unwrap_or(""),
+                tracing::warn!(lease = %self.state.display(&path), run = current.as_ref().map(|c| c.run_id.as_str()).unwrap_or(""),
                     "taking over the lease of a run that died on this host");
             } else {
-                tracing::info!(lease = %self.out.display(&path), "taking over an expired lease");
+                tracing::info!(lease = %self.state.display(&path), "taking over an expired lease");
             }
-            let protocol = self.out.protocol.clone();
-            if let Some(version) = protocol.take_over(&self.out, &path, version, current, bytes, &self.run_id).await? {
+            let protocol = self.state.protocol.clone();
+            if let Some(version) = protocol.take_over(&self.state, &path, version, current, bytes, &self.run_id).await?
+            {
                 self.held().insert(dir.to_string(), Held { body, version, lost: false });
                 return Ok(());
             }
@@ -253,7 +254,7 @@ impl Leases {
     /// store API) older than [`TEMP_FILE_AGE`] — younger ones may be a contender's write in
     /// flight. One pass over the lease folder, however many partitions.
     pub fn remove_leftovers(&self, dirs: &[String]) {
-        let Some(folder) = self.out.local_path(&self.out.child(&["_lakeswap", "leases"])) else { return };
+        let Some(folder) = self.state.local_path(&self.state.child(&["leases"])) else { return };
         let dirs: std::collections::HashSet<&str> = dirs.iter().map(String::as_str).collect();
         let Ok(rd) = std::fs::read_dir(folder) else { return };
         for e in rd.flatten() {
@@ -277,11 +278,11 @@ impl Leases {
         let dirs: Vec<(String, Held)> =
             self.held().iter().filter(|(_, h)| !h.lost).map(|(d, h)| (d.clone(), h.clone())).collect();
         for (dir, h) in dirs {
-            let path = lease_path(&self.out, &dir);
+            let path = lease_path(&self.state, &dir);
             let body = self.body(Some(h.body.since));
             let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-            let protocol = self.out.protocol.clone();
-            let result = protocol.renew(&self.out, &path, h.version.clone(), &self.run_id, bytes).await;
+            let protocol = self.state.protocol.clone();
+            let result = protocol.renew(&self.state, &path, h.version.clone(), &self.run_id, bytes).await;
             let mut held = self.held();
             let Some(entry) = held.get_mut(&dir) else { continue };
             match result {
@@ -290,11 +291,11 @@ impl Leases {
                     entry.version = version;
                 }
                 Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
-                    tracing::warn!(lease = %self.out.display(&path), "lease lost to another run");
+                    tracing::warn!(lease = %self.state.display(&path), "lease lost to another run");
                     entry.lost = true;
                 }
                 Err(e) => {
-                    tracing::warn!(lease = %self.out.display(&path), error = %e, "cannot renew the lease; will retry")
+                    tracing::warn!(lease = %self.state.display(&path), error = %e, "cannot renew the lease; will retry")
                 }
             }
         }
@@ -315,10 +316,10 @@ impl Leases {
         if h.lost {
             return;
         }
-        let path = lease_path(&self.out, dir);
-        if let Ok(Some((Some(b), _))) = read(&self.out, &path).await {
+        let path = lease_path(&self.state, dir);
+        if let Ok(Some((Some(b), _))) = read(&self.state, &path).await {
             if b.run_id == self.run_id {
-                let _ = self.out.store.delete(&path).await;
+                let _ = self.state.store.delete(&path).await;
             }
         }
     }

@@ -554,7 +554,8 @@ async fn cmd_gc(a: GcArgs, vars: &Vars) -> Result<ExitCode, Error> {
             None => None,
         },
     };
-    let r = lakeswap::gc::gc(&job.output, &job.config.partition.column, &opts).await?;
+    job.check_layout().await?;
+    let r = lakeswap::gc::gc(&job.output, &job.state, &job.config.partition.column, &opts).await?;
     println!(
         "removed {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs or unfinished moves",
         r.expired_leases, r.staging_removed, r.staging_kept
@@ -597,10 +598,12 @@ fn parse_shard(spec: &str) -> Result<(usize, usize), Error> {
 
 /// The dates a run failed, from its journal.
 async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>, Error> {
-    let journals = lakeswap::journal::read_all(&job.output).await?;
-    let j = journals.iter().find(|j| j.run_id == run_id).ok_or_else(|| {
-        usage(format!("no run {run_id} in {}/_lakeswap/runs/ (lakeswap status lists the runs)", job.output.url))
-    })?;
+    job.check_layout().await?;
+    let journals = lakeswap::journal::read_all(&job.state).await?;
+    let j = journals
+        .iter()
+        .find(|j| j.run_id == run_id)
+        .ok_or_else(|| usage(format!("no run {run_id} in {}/runs/ (lakeswap status lists the runs)", job.state.url)))?;
     let failed: Vec<chrono::NaiveDate> =
         j.partitions.iter().filter(|p| matches!(p.action, Action::Failed | Action::Stopped)).map(|p| p.date).collect();
     if failed.is_empty() {

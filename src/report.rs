@@ -105,7 +105,11 @@ pub fn table(s: &RunSummary) -> String {
     );
     let rows = quarantined_now(s);
     if rows > 0 {
-        let _ = writeln!(out, "{rows} conflicting row(s) set aside under _quarantine/ (on_conflict = \"quarantine\")");
+        let _ = writeln!(
+            out,
+            "{rows} conflicting row(s) set aside in quarantine/{}/ of the state location (on_conflict = \"quarantine\")",
+            s.run_id
+        );
     }
     out
 }
@@ -165,7 +169,7 @@ pub fn running_json() -> String {
         .unwrap_or_default()
 }
 
-/// The rows set aside under `_quarantine/` by this run: those of the partitions it wrote.
+/// The rows set aside in `quarantine/` by this run: those of the partitions it wrote.
 pub fn quarantined_now(s: &RunSummary) -> u64 {
     s.partitions
         .iter()

@@ -1,7 +1,7 @@
 //! The table's schema: output schema changes are deliberate, never silent (G8).
 //!
-//! The schema a table holds is recorded in `OUT/_lakeswap/table-schema`, a zero-row Parquet
-//! file (named without `.parquet`, so that readers globbing `OUT/*/*.parquet` pass it by) written before the first partition is swapped in (a table written before this record
+//! The schema a table holds is recorded in `STATE/table-schema` (beside the table, see `[output] state_url`), a zero-row Parquet
+//! file written before the first partition is swapped in (a table written before this record
 //! existed is read from its newest partition). A run whose partitions would have another
 //! schema — a column added, removed, renamed, reordered or retyped — is refused before
 //! anything is done (exit 2), naming the difference, unless it says `--schema-change rebuild`:
@@ -30,8 +30,8 @@ pub enum SchemaChange {
     Rebuild,
 }
 
-fn record_path(out: &StoreLocation) -> object_store::path::Path {
-    out.child(&["_lakeswap", "table-schema"])
+fn record_path(state: &StoreLocation) -> object_store::path::Path {
+    state.child(&["table-schema"])
 }
 
 /// The differences between the table's schema and a run's, in words (names and types; a
@@ -96,19 +96,19 @@ pub async fn committed_dates(out: &StoreLocation, column: &str) -> Result<Vec<Na
 
 /// The schema the table holds: its record, or (a table written before the record existed) its
 /// newest partition's. `None` for a table without partitions.
-pub async fn table_schema(out: &StoreLocation, column: &str) -> Result<Option<SchemaRef>> {
-    let path = record_path(out);
-    match out.store.get(&path).await {
+pub async fn table_schema(out: &StoreLocation, state: &StoreLocation, column: &str) -> Result<Option<SchemaRef>> {
+    let path = record_path(state);
+    match state.store.get(&path).await {
         Ok(r) => {
-            let bytes = r.bytes().await.map_err(|e| Error::store("cannot read", out.display(&path), e))?;
+            let bytes = r.bytes().await.map_err(|e| Error::store("cannot read", state.display(&path), e))?;
             let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| Error::Internal {
                 what: "the table's schema record",
-                message: format!("{} is damaged: {e}", out.display(&path)),
+                message: format!("{} is damaged: {e}", state.display(&path)),
             })?;
             return Ok(Some(reader.schema().clone()));
         }
         Err(object_store::Error::NotFound { .. }) => {}
-        Err(e) => return Err(Error::store("cannot read", out.display(&path), e)),
+        Err(e) => return Err(Error::store("cannot read", state.display(&path), e)),
     }
     for date in committed_dates(out, column).await?.into_iter().rev() {
         let target = commit::target_path(out, &commit::partition_dir(column, date));
@@ -121,8 +121,8 @@ pub async fn table_schema(out: &StoreLocation, column: &str) -> Result<Option<Sc
 }
 
 /// Records `schema` as the table's.
-pub async fn record(out: &StoreLocation, schema: &SchemaRef) -> Result<()> {
-    let path = record_path(out);
+pub async fn record(state: &StoreLocation, schema: &SchemaRef) -> Result<()> {
+    let path = record_path(state);
     let mut buf = Vec::new();
     let internal = |e: parquet::errors::ParquetError| Error::Internal {
         what: "the table's schema record",
@@ -130,10 +130,11 @@ pub async fn record(out: &StoreLocation, schema: &SchemaRef) -> Result<()> {
     };
     let w = parquet::arrow::ArrowWriter::try_new(&mut buf, schema.clone(), None).map_err(internal)?;
     w.close().map_err(internal)?;
-    out.store
+    state
+        .store
         .put(&path, Bytes::from(buf).into())
         .await
-        .map_err(|e| Error::store("cannot write", out.display(&path), e))?;
+        .map_err(|e| Error::store("cannot write", state.display(&path), e))?;
     Ok(())
 }
 

@@ -2,8 +2,8 @@
 //! keys and their versions) and its key index (the sorted hashes of every key it holds, live or
 //! deleted).
 //!
-//! They live beside the table, content-addressed —
-//! `OUT/_lakeswap/<tombstones|keys>/<col>=<date>/<sha-256>.<tombstones|keys>` — and the data
+//! They live in the table's state location, outside what readers read, content-addressed —
+//! `STATE/<tombstones|keys>/<col>=<date>/<sha-256>.<tombstones|keys>` — and the data
 //! file's footer names them (`lakeswap.tombstones`, `lakeswap.keys`: a small JSON object). A run
 //! writes them before it swaps the data file in, so the file and the objects it names change
 //! together atomically; the footer stays small however many keys were deleted. An object no
@@ -25,7 +25,7 @@ pub enum Kind {
 impl Kind {
     pub const ALL: [Kind; 2] = [Kind::Tombstones, Kind::Keys];
 
-    /// The folder under `_lakeswap/` and the name's extension.
+    /// The folder in the state location and the name's extension.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Tombstones => "tombstones",
@@ -45,7 +45,7 @@ impl Kind {
 /// What a footer says of one object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reference {
-    /// The object's path, relative to the output.
+    /// The object's path, relative to the state location.
     pub object: String,
     /// Rows (tombstones) or keys it holds.
     pub count: u64,
@@ -63,7 +63,7 @@ impl Sidecar {
     /// A content-addressed object for partition folder `dir`.
     pub fn new(kind: Kind, dir: &str, bytes: Bytes, count: u64) -> Self {
         let hash = hex(&Sha256::digest(&bytes));
-        let object = format!("_lakeswap/{}/{dir}/{hash}.{}", kind.name(), kind.name());
+        let object = format!("{}/{dir}/{hash}.{}", kind.name(), kind.name());
         Sidecar { kind, reference: Reference { object, count }, bytes }
     }
 
@@ -80,18 +80,24 @@ pub fn referenced(kv: Option<&Vec<parquet::file::metadata::KeyValue>>) -> Vec<(K
         .iter()
         .filter_map(|k| {
             let v = kv.iter().find(|e| e.key == k.footer_key())?.value.as_ref()?;
-            serde_json::from_str::<Reference>(v).ok().map(|r| (*k, r))
+            let mut r = serde_json::from_str::<Reference>(v).ok()?;
+            // Footers written while the state lived in the table (`OUT/_lakeswap/`) name the
+            // object with that folder; moved with the rest of the state, it is here.
+            if let Some(rest) = r.object.strip_prefix(LEGACY_FOLDER) {
+                r.object = rest.to_string();
+            }
+            Some((*k, r))
         })
         .collect()
 }
 
-/// Whether `rel` (a path under the output) is a name this module makes: the kind and the
-/// partition folder.
+/// The folder footers of older tables name their objects under.
+const LEGACY_FOLDER: &str = "_lakeswap/";
+
+/// Whether `rel` (a path in the state location) is a name this module makes: the kind and
+/// the partition folder.
 pub fn parse_name(rel: &str) -> Option<(Kind, String)> {
     let mut parts = rel.split('/');
-    if parts.next()? != "_lakeswap" {
-        return None;
-    }
     let folder = parts.next()?;
     let kind = Kind::ALL.into_iter().find(|k| k.name() == folder)?;
     let dir = parts.next()?;
@@ -139,8 +145,24 @@ mod tests {
         let s = Sidecar::new(Kind::Keys, "event_date=2026-11-01", encode_keys(&[1, 5, u64::MAX]), 3);
         assert_eq!(parse_name(&s.reference.object), Some((Kind::Keys, "event_date=2026-11-01".to_string())));
         assert_eq!(decode_keys(&s.bytes).unwrap(), [1, 5, u64::MAX]);
-        assert!(parse_name("_lakeswap/keys/event_date=2026-11-01/notes.keys").is_none());
-        assert!(parse_name("_lakeswap/keys/x/y/aa.keys").is_none());
+        assert!(parse_name("keys/event_date=2026-11-01/notes.keys").is_none());
+        assert!(parse_name("keys/x/y/aa.keys").is_none());
+        assert!(parse_name("_lakeswap/keys/x/aa.keys").is_none());
         assert!(decode_keys(b"LSKEYS01\x05\0\0\0\0\0\0\0").is_err());
+    }
+
+    #[test]
+    fn footers_of_tables_whose_state_was_inside_name_the_moved_objects() {
+        let entry = |object: &str| parquet::file::metadata::KeyValue {
+            key: Kind::Tombstones.footer_key().into(),
+            value: Some(serde_json::json!({ "object": object, "count": 2 }).to_string()),
+        };
+        let legacy = format!("_lakeswap/tombstones/event_date=2026-11-01/{}.tombstones", "a".repeat(64));
+        for named in [legacy.clone(), legacy["_lakeswap/".len()..].to_string()] {
+            let refs = referenced(Some(&vec![entry(&named)]));
+            assert_eq!(refs.len(), 1);
+            assert_eq!(refs[0].1.object, &legacy["_lakeswap/".len()..]);
+            assert!(parse_name(&refs[0].1.object).is_some());
+        }
     }
 }

@@ -38,12 +38,13 @@ pub struct PartitionStatus {
 /// The journals (oldest first) and the state of each partition of `dates` (default: every
 /// date that is committed or appears in a journal).
 pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Journal>, Vec<PartitionStatus>)> {
+    job.check_layout().await?;
     let out = &job.output;
-    let mut journals = journal::read_all(out).await?;
+    let mut journals = journal::read_all(&job.state).await?;
     // A journal still `running` is a run that is running, or one that died: a live run holds
     // leases, renewed while it lives.
     if journals.iter().any(|j| j.status == "running") {
-        let live = live_runs(out).await;
+        let live = live_runs(&job.state).await;
         for j in journals.iter_mut().filter(|j| j.status == "running") {
             if !live.contains(&j.run_id) {
                 j.status = "died".into();
@@ -74,7 +75,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
         d.dedup();
         d
     });
-    let table = crate::schema::table_schema(out, column).await?;
+    let table = crate::schema::table_schema(out, &job.state, column).await?;
     let mut parts = Vec::with_capacity(dates.len());
     for date in dates {
         let dir = commit::partition_dir(column, date);
@@ -120,14 +121,14 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
 }
 
 /// The runs that hold a live lease: unexpired, and not of a process known to be gone.
-async fn live_runs(out: &crate::store::StoreLocation) -> std::collections::BTreeSet<String> {
+async fn live_runs(state: &crate::store::StoreLocation) -> std::collections::BTreeSet<String> {
     use futures::TryStreamExt;
-    let prefix = out.child(&["_lakeswap", "leases"]);
-    let listed: Vec<object_store::ObjectMeta> = out.store.list(Some(&prefix)).try_collect().await.unwrap_or_default();
+    let prefix = state.child(&["leases"]);
+    let listed: Vec<object_store::ObjectMeta> = state.store.list(Some(&prefix)).try_collect().await.unwrap_or_default();
     let now = chrono::Utc::now();
     let mut live = std::collections::BTreeSet::new();
     for m in listed {
-        if let Ok(Some((Some(b), _))) = crate::lease::read(out, &m.location).await {
+        if let Ok(Some((Some(b), _))) = crate::lease::read(state, &m.location).await {
             if b.expires > now && !crate::lease::holder_gone(&b) {
                 live.insert(b.run_id);
             }
@@ -214,7 +215,7 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
         );
         if let Some(q) = p.lineage.as_ref().map(|l| l.counts.quarantined_rows).filter(|q| *q > 0) {
             let _ =
-                writeln!(s, "              {q} conflicting row(s) set aside under _quarantine/ when it was written");
+                writeln!(s, "              {q} conflicting row(s) set aside under quarantine/ in the state location when it was written");
         }
         if !p.foreign.is_empty() {
             let _ = writeln!(

@@ -700,7 +700,8 @@ async fn partition_index(cx: &Context<'_>, dir: &str, stored: Option<&Bytes>) ->
     };
     if let Some((_, r)) = kv_refs.iter().find(|(k, _)| *k == sidecar::Kind::Keys) {
         // An index is derived data: when it is gone, it is made again from the rows.
-        match commit::get(out, &out.child(&[&r.object])).await.map_err(|e| e.to_string())? {
+        let state = &cx.job.state;
+        match commit::get(state, &state.child(&[&r.object])).await.map_err(|e| e.to_string())? {
             Some(b) => return sidecar::decode_keys(&b),
             None => tracing::warn!(object = %r.object, "a key index is missing; reading the partition instead"),
         }
@@ -773,12 +774,12 @@ fn abort_broken_moves(slots: &mut [Slot], moves: &mut Vec<Move>) {
 
 /// The bytes of an object under the output.
 async fn fetch(cx: &Context<'_>, rel: &str) -> Result<Bytes, PartitionError> {
-    let out = &cx.job.output;
-    let path = out.child(&[rel]);
-    commit::get(out, &path).await?.ok_or_else(|| {
+    let state = &cx.job.state;
+    let path = state.child(&[rel]);
+    commit::get(state, &path).await?.ok_or_else(|| {
         PartitionError::Other(format!(
             "{} is missing (a partition's footer names it); the table is damaged",
-            out.display(&path)
+            state.display(&path)
         ))
     })
 }

@@ -46,7 +46,7 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
     // A table without a schema record (new, or rebuilt) gets one before its first swap.
     if let Some(schema) = &new_table_schema {
         if outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|f| !f.skip)) {
-            if let Err(e) = crate::schema::record(&job.output, schema).await {
+            if let Err(e) = crate::schema::record(&job.state, schema).await {
                 let m = e.to_string();
                 for o in &mut outcomes {
                     if o.result.is_ok() {
@@ -130,15 +130,15 @@ async fn foreign(job: &Job, dir: &str) -> std::result::Result<Vec<object_store::
 
 /// Writes what goes before a partition file: its quarantined rows and the objects it names.
 async fn before(job: &Job, run_id: &str, dir: &str, f: &PartitionFile) -> std::result::Result<(), PartitionError> {
-    let out = &job.output;
+    let state = &job.state;
     if let Some(q) = &f.quarantine {
-        commit::upload(out, &out.child(&["_quarantine", run_id, dir, commit::PART_FILE]), q.clone()).await?;
+        commit::upload(state, &commit::quarantine_path(state, run_id, dir), q.clone()).await?;
     }
     for s in &f.sidecars {
-        let path = out.child(&[&s.reference.object]);
+        let path = state.child(&[&s.reference.object]);
         // Content-addressed: an object of that name holds these bytes already.
-        if commit::head(out, &path).await?.is_none() {
-            commit::upload(out, &path, s.bytes.clone()).await?;
+        if commit::head(state, &path).await?.is_none() {
+            commit::upload(state, &path, s.bytes.clone()).await?;
         }
     }
     Ok(())
@@ -148,7 +148,7 @@ async fn before(job: &Job, run_id: &str, dir: &str, f: &PartitionFile) -> std::r
 async fn after(job: &Job, f: &PartitionFile, foreign: &[object_store::path::Path]) {
     let out = &job.output;
     for rel in &f.replaces {
-        let _ = out.store.delete(&out.child(&[rel])).await;
+        let _ = job.state.store.delete(&job.state.child(&[rel])).await;
     }
     for p in foreign {
         tracing::info!(object = %out.display(p), "removing a foreign object (foreign_files = \"remove\")");
@@ -167,14 +167,14 @@ async fn commit_one(
     let out = &job.output;
     // Staged first: a partition whose bytes are already committed writes nothing at all (its
     // quarantined rows and sidecars were written with it).
-    let action = match commit::stage(out, run_id, dir, &f.bytes, &f.schema, f.rows, seen).await? {
+    let action = match commit::stage(out, &job.state, run_id, dir, &f.bytes, &f.schema, f.rows, seen).await? {
         Staged::Unchanged => Action::Unchanged,
         Staged::Ready(staged) => {
             if let Err(e) = before(job, run_id, dir, f).await {
-                let _ = out.store.delete(&staged).await;
+                let _ = job.state.store.delete(&staged).await;
                 return Err(e);
             }
-            commit::swap_in(out, &staged, dir, f.bytes.clone(), seen).await?
+            commit::swap_in(out, &job.state, &staged, dir, f.bytes.clone(), seen).await?
         }
     };
     if action != Action::Unchanged || !foreign.is_empty() {
@@ -194,7 +194,7 @@ async fn commit_together(
     moves: &[crate::merge::Move],
     stop: &super::Stop,
 ) -> Vec<PartitionReport> {
-    let out = &job.output;
+    let (out, state) = (&job.output, &job.state);
     let mut reports = Vec::new();
     // Stage every file.
     let mut staged: Vec<(Outcome, PartitionFile, Staged, Vec<object_store::path::Path>)> = Vec::new();
@@ -208,10 +208,11 @@ async fn commit_together(
                 let step = async {
                     leases.check(&o.plan.dir)?;
                     let foreign = foreign(job, &o.plan.dir).await?;
-                    let s = commit::stage(out, run_id, &o.plan.dir, &f.bytes, &f.schema, f.rows, &o.plan.seen).await?;
+                    let s = commit::stage(out, state, run_id, &o.plan.dir, &f.bytes, &f.schema, f.rows, &o.plan.seen)
+                        .await?;
                     if let Staged::Ready(staged) = &s {
                         if let Err(e) = before(job, run_id, &o.plan.dir, &f).await {
-                            let _ = out.store.delete(staged).await;
+                            let _ = state.store.delete(staged).await;
                             return Err(e);
                         }
                     }
@@ -240,7 +241,7 @@ async fn commit_together(
     if let (None, Some(signal)) = (&failure, stop.stopped()) {
         for (_, _, s, _) in &staged {
             if let Staged::Ready(p) = s {
-                let _ = out.store.delete(p).await;
+                let _ = state.store.delete(p).await;
             }
         }
         for (o, f, _, _) in staged {
@@ -251,7 +252,7 @@ async fn commit_together(
     if let Some(why) = failure {
         for (_, _, s, _) in &staged {
             if let Staged::Ready(p) = s {
-                let _ = out.store.delete(p).await;
+                let _ = state.store.delete(p).await;
             }
         }
         abort(&mut reports, staged, &format!("another of them could not be staged ({why})"));
@@ -269,7 +270,7 @@ async fn commit_together(
             size: o.plan.seen.meta.as_ref().map_or(0, |m| m.size),
         })
         .collect();
-    if let Err(e) = journal.write(out).await {
+    if let Err(e) = journal.write(state).await {
         abort(&mut reports, staged, &format!("the pending swaps could not be recorded ({e})"));
         return reports;
     }
@@ -279,7 +280,7 @@ async fn commit_together(
         let t = Instant::now();
         let res = match s {
             Staged::Unchanged => Ok(Action::Unchanged),
-            Staged::Ready(path) => commit::swap_in(out, &path, &o.plan.dir, f.bytes.clone(), &o.plan.seen).await,
+            Staged::Ready(path) => commit::swap_in(out, state, &path, &o.plan.dir, f.bytes.clone(), &o.plan.seen).await,
         };
         if res.is_ok() {
             after(job, &f, &foreign).await;
@@ -296,12 +297,12 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
     drop(_renewer);
     let _ = opts;
     reports.sort_by_key(|r| r.date);
-    // Empty staging folders (this run's, and `_staging/` itself when nothing else is in it).
-    job.output.tidy(&job.output.child(&["_staging"]));
+    // Empty staging folders (this run's, and `staging/` itself when nothing else is in it).
+    job.state.tidy(&job.state.child(&["staging"]));
     let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
     journal.finish(reports.clone(), exit);
     // A store that went away mid-run: the reports still say what happened to each partition.
-    let (exit_code, journal_error) = match journal.write(&job.output).await {
+    let (exit_code, journal_error) = match journal.write(&job.state).await {
         Ok(()) => (exit, None),
         Err(e) => (ExitCode::combine([exit, ExitCode::PartialFailure]), Some(e.to_string())),
     };
@@ -359,14 +360,14 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
 /// staged file whose target is still as that run saw it is swapped in. Called under the table
 /// lease, so no other run of the table is in between.
 pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
-    let out = &job.output;
-    for mut j in journal::read_all(out).await? {
+    let (out, state) = (&job.output, &job.state);
+    for mut j in journal::read_all(state).await? {
         if j.pending.is_empty() || j.run_id == run_id {
             continue;
         }
         for p in std::mem::take(&mut j.pending) {
             let target = commit::target_path(out, &p.dir);
-            let staged = commit::staging_path(out, &j.run_id, &p.dir);
+            let staged = commit::staging_path(state, &j.run_id, &p.dir);
             let seen = Seen {
                 meta: p.existed.then(|| object_store::ObjectMeta {
                     location: target.clone(),
@@ -376,10 +377,11 @@ pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
                     version: p.version.clone(),
                 }),
             };
-            let bytes = commit::get(out, &staged).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
+            let bytes = commit::get(state, &staged).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
             let now = commit::head(out, &target).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
             match bytes {
-                Some(b) if seen.same_object(&now) => match commit::swap_in(out, &staged, &p.dir, b, &seen).await {
+                Some(b) if seen.same_object(&now) => match commit::swap_in(out, state, &staged, &p.dir, b, &seen).await
+                {
                     Ok(_) => {
                         tracing::warn!(run = %j.run_id, partition = %p.dir, "completed a swap an interrupted run left pending")
                     }
@@ -392,12 +394,12 @@ pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
                     if commit::get(out, &target).await.ok().flatten().as_ref() != Some(&b) {
                         tracing::warn!(run = %j.run_id, partition = %p.dir, "a pending swap's partition changed since; left as it is");
                     }
-                    let _ = out.store.delete(&staged).await;
+                    let _ = state.store.delete(&staged).await;
                 }
                 None => tracing::warn!(run = %j.run_id, partition = %p.dir, "a pending swap's staged file is gone"),
             }
         }
-        j.write(out).await?;
+        j.write(state).await?;
     }
     Ok(())
 }

@@ -59,7 +59,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     let cfg = &job.config;
     let Planned { run_id, started, now, mut plan, flat, new_table_schema, rebuild } = planned;
     let dates = plan.partitions.iter().map(|p| p.date).collect();
-    let leases = Arc::new(Leases::new(job.output.clone(), &run_id, opts.lease_ttl, opts.wait));
+    let leases = Arc::new(Leases::new(job.state.clone(), &run_id, opts.lease_ttl, opts.wait));
     // Renewing from the first lease on: taking the others may wait (--wait) longer than a TTL.
     let renewer = Some(leases.spawn_renewer());
     if job.kind.one_run_at_a_time() {
@@ -75,7 +75,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     }
     // Journaled once the table is this run's (a run refused as busy leaves no journal).
     let journal = Journal::start(&run_id, &cfg.job.name, dates, now);
-    if let Err(e) = journal.write(&job.output).await {
+    if let Err(e) = journal.write(&job.state).await {
         leases.release(TABLE_LEASE).await;
         return Err(e);
     }
@@ -117,8 +117,8 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     }
     let dirs: Vec<String> = held.iter().map(|p| p.dir.clone()).collect();
     leases.remove_leftovers(&dirs);
-    let keep = crate::journal::pending_staging(&job.output).await.unwrap_or_default();
-    if let Err(e) = gc::remove_stale_staging(&job.output, &cfg.partition.column, &run_id, &dirs, &keep).await {
+    let keep = crate::journal::pending_staging(&job.state).await.unwrap_or_default();
+    if let Err(e) = gc::remove_stale_staging(&job.state, &cfg.partition.column, &run_id, &dirs, &keep).await {
         tracing::warn!(error = %e, "could not remove stale staging");
     }
     // --skip-unchanged: a committed partition whose footer names the same config and the same

@@ -44,6 +44,9 @@ pub struct Job {
     pub kind: Arc<dyn Kind>,
     pub input: StoreLocation,
     pub output: StoreLocation,
+    /// Where the table's run state lives (`[output] state_url`): journals, leases, staged and
+    /// quarantined files, the table's schema, sidecars.
+    pub state: StoreLocation,
 }
 
 impl Job {
@@ -70,10 +73,45 @@ impl Job {
         };
         let input = store::open(&config.input.url, &config.input.options, "input.url", false).map_err(fix)?;
         let output = store::open(&config.output.url, &config.output.options, "output.url", true).map_err(fix)?;
+        let state_url = config.output.state_url().unwrap_or_default();
+        let state = store::open_state(&state_url, &config.output.options, &output).map_err(fix)?;
         let kind = kind::of(&config)?;
-        Ok(Job { config, kind, input, output })
+        Ok(Job { config, kind, input, output, state })
     }
 }
+
+impl Job {
+    /// Refuses a table whose run state still lives inside it (`OUT/_lakeswap/`, as lakeswap
+    /// wrote it before `[output] state_url`): a run would otherwise start a second, empty state
+    /// beside it and forget the table's journals, schema record and a merge's tombstones.
+    pub async fn check_layout(&self) -> Result<()> {
+        use futures::StreamExt;
+        let old = self.output.child(&[LEGACY_STATE]);
+        let found = self.output.store.list(Some(&old)).next().await;
+        match found {
+            None => Ok(()),
+            Some(Err(e)) => Err(crate::Error::store("cannot list", self.output.display(&old), e)),
+            Some(Ok(_)) => {
+                let (out, state) = (&self.output.url, &self.state.url);
+                Err(ConfigError::Invalid {
+                    path: self.config.origin.clone(),
+                    key: "output.url".into(),
+                    message: format!(
+                        "`{out}` keeps lakeswap's run state inside the table ({out}/_lakeswap/), as older versions \
+                         wrote it; it now lives beside the table, at `{state}` (`[output] state_url`), so that \
+                         readers see the table only. Move it there once, with no run going: {out}/_lakeswap/* to \
+                         {state}/, {out}/_staging/ to {state}/staging/, {out}/_quarantine/ to \
+                         {state}/quarantine/ (those two when present); then run again"
+                    ),
+                }
+                .into())
+            }
+        }
+    }
+}
+
+/// The folder older versions kept the run state in, inside the table.
+const LEGACY_STATE: &str = "_lakeswap";
 
 /// How to run.
 #[derive(Clone)]

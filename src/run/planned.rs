@@ -39,6 +39,7 @@ impl Planned {
         if opts.dates.is_none() && job.kind.needs_dates() {
             return Err(Error::Usage(format!("a {} job needs dates: --date D, or --from A --to B", job.kind.name())));
         }
+        job.check_layout().await?;
         let mut plan = plan::plan(cfg, job.kind.as_ref(), &job.input, opts.dates.as_deref()).await?;
         // Without dates, every date of a flat input: known only once it is read.
         let mut flat = None;
@@ -47,7 +48,7 @@ impl Planned {
             plan.add_partitions(cfg, &read.dates());
             flat = Some(Arc::new(read));
         }
-        let table = schema::table_schema(&job.output, &cfg.partition.column).await?;
+        let table = schema::table_schema(&job.output, &job.state, &cfg.partition.column).await?;
         let output_schema = plan.output_schema.clone();
         let (new_table_schema, rebuild) = match (&table, &output_schema) {
             (Some(t), Some(o)) if !schema::differences(t, o).is_empty() => {

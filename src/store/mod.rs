@@ -108,6 +108,39 @@ impl StoreLocation {
     }
 }
 
+/// Opens the state location of a job's `output` at `url` (with the output's `options`: the
+/// same credentials). On a local folder, partitions are staged in the state folder and renamed
+/// into the table, so both must be on one file system: checked here, with a probe file moved
+/// from one to the other, rather than at the first swap.
+pub fn open_state(
+    url: &str,
+    options: &BTreeMap<String, String>,
+    output: &StoreLocation,
+) -> Result<StoreLocation, ConfigError> {
+    let state = open(url, options, "output.state_url", true)?;
+    if let (Some(from), Some(to)) = (state.protocol.local_root(), output.protocol.local_root()) {
+        let name = format!(".lakeswap-probe-{}", std::process::id());
+        let (a, b) = (from.join(&name), to.join(&name));
+        let moved = std::fs::write(&a, b"").and_then(|()| std::fs::rename(&a, &b));
+        let _ = std::fs::remove_file(&a);
+        let _ = std::fs::remove_file(&b);
+        if let Err(e) = moved {
+            return Err(ConfigError::Invalid {
+                path: "config".into(),
+                key: "output.state_url".into(),
+                message: format!(
+                    "cannot move a file from the state folder {} into the output folder {}: {e}. Partitions are \
+                     staged in the state folder and swapped in by a rename, which cannot cross file systems: \
+                     put `state_url` on the output's file system",
+                    from.display(),
+                    to.display()
+                ),
+            });
+        }
+    }
+    Ok(state)
+}
+
 fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
     static STORES: OnceLock<Mutex<HashMap<String, Arc<InMemory>>>> = OnceLock::new();
     STORES.get_or_init(Default::default)

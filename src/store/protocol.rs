@@ -29,13 +29,15 @@ pub trait Protocol: fmt::Debug + Send + Sync {
     /// A short name, for messages (`rename`, `conditional put`).
     fn name(&self) -> &'static str;
 
-    /// Replaces `target` by the staged object (whose bytes are `bytes`) atomically, provided the
-    /// committed object is still the one `seen`; otherwise [`PartitionError::Fenced`]. When the
-    /// outcome is unknown (a timeout), reads the target back before anything is cleaned up.
+    /// Replaces `target` in `out` by the object `staged` in `state` (whose bytes are `bytes`)
+    /// atomically, provided the committed object is still the one `seen`; otherwise
+    /// [`PartitionError::Fenced`]. When the outcome is unknown (a timeout), reads the target
+    /// back before anything is cleaned up.
     fn swap<'a>(
         &'a self,
-        out: &'a StoreLocation,
+        state: &'a StoreLocation,
         staged: &'a Path,
+        out: &'a StoreLocation,
         target: &'a Path,
         bytes: Bytes,
         seen: &'a Seen,
@@ -86,8 +88,9 @@ impl Protocol for ConditionalPut {
 
     fn swap<'a>(
         &'a self,
-        out: &'a StoreLocation,
+        state: &'a StoreLocation,
         staged: &'a Path,
+        out: &'a StoreLocation,
         target: &'a Path,
         bytes: Bytes,
         seen: &'a Seen,
@@ -102,7 +105,7 @@ impl Protocol for ConditionalPut {
             match res {
                 Ok(_) => {}
                 Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
-                    let _ = out.store.delete(staged).await;
+                    let _ = state.store.delete(staged).await;
                     return Err(fenced());
                 }
                 Err(e) => {
@@ -119,11 +122,12 @@ impl Protocol for ConditionalPut {
                     }
                 }
             }
-            out.store
+            state
+                .store
                 .delete(staged)
                 .await
                 .or_else(|e| if matches!(e, object_store::Error::NotFound { .. }) { Ok(()) } else { Err(e) })
-                .map_err(|e| PartitionError::store("cannot remove the staged copy", out.display(staged), e))?;
+                .map_err(|e| PartitionError::store("cannot remove the staged copy", state.display(staged), e))?;
             Ok(())
         })
     }
@@ -177,8 +181,9 @@ impl Protocol for LocalFolder {
 
     fn swap<'a>(
         &'a self,
-        out: &'a StoreLocation,
+        state: &'a StoreLocation,
         staged: &'a Path,
+        out: &'a StoreLocation,
         target: &'a Path,
         _bytes: Bytes,
         seen: &'a Seen,
@@ -187,13 +192,33 @@ impl Protocol for LocalFolder {
             // The lease keeps other lakeswap runs out; this check catches a commit that happened
             // between planning and now.
             if !seen.same_object(&commit::head(out, target).await?) {
-                let _ = out.store.delete(staged).await;
+                let _ = state.store.delete(staged).await;
                 return Err(PartitionError::Fenced { path: out.display(target) });
             }
-            out.store
-                .rename(staged, target)
-                .await
-                .map_err(|e| PartitionError::store("cannot swap in", out.display(target), e))
+            // The state folder and the table are two folders of one file system (checked when
+            // the job is opened): one rename(2) between them.
+            let (Some(from), Some(to)) = (state.local_path(staged), out.local_path(target)) else {
+                return Err(PartitionError::Other(format!(
+                    "cannot swap {} into {}: a local table needs a local state folder",
+                    state.display(staged),
+                    out.display(target)
+                )));
+            };
+            let result = tokio::task::spawn_blocking(move || {
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::rename(&from, &to)
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            result.map_err(|e| {
+                PartitionError::store(
+                    "cannot swap in",
+                    out.display(target),
+                    object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(e) },
+                )
+            })
         })
     }
 

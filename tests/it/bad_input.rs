@@ -75,8 +75,8 @@ async fn quarantine_sets_conflicts_aside_and_commits_the_rest() {
     assert_eq!(s.partitions[0].counts.quarantined_rows, 3);
     let got = read_partition(&lake.partition_file("2026-11-01"));
     assert_eq!((got[0].orders, got[0].revenue), (1, 700), "key a is left out");
-    let q = lake.output().join(format!("_quarantine/{}/event_date=2026-11-01/part-00000.parquet", s.run_id));
-    assert!(q.exists(), "quarantined rows are kept under _quarantine/");
+    let q = lake.state().join(format!("quarantine/{}/event_date=2026-11-01/part-00000.parquet", s.run_id));
+    assert!(q.exists(), "quarantined rows are kept in the state's quarantine/");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -38,7 +38,7 @@ fn the_bundled_example_runs_and_reruns_unchanged() {
     let o = cli(&args, t.path());
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(table_of(&o).matches(" unchanged ").count(), 7, "{}", text(&o));
-    let journals = std::fs::read_dir(t.path().join("lake/revenue_daily/_lakeswap/runs")).unwrap().count();
+    let journals = std::fs::read_dir(t.path().join("lake/_lakeswap/revenue_daily/runs")).unwrap().count();
     assert_eq!(journals, 2);
 }
 
@@ -108,7 +108,7 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
         "{out}"
     );
     assert!(!t.path().join("lake/revenue_daily/event_date=2026-11-01").exists());
-    assert!(!t.path().join("lake/revenue_daily/_lakeswap").exists());
+    assert!(!t.path().join("lake/_lakeswap/revenue_daily/runs").exists());
 }
 
 #[test]
@@ -210,7 +210,7 @@ fn secrets_never_appear_in_output() {
     }
     let _ = server.kill();
     let _ = server.wait();
-    let journals = t.path().join("out/_lakeswap/runs");
+    let journals = t.path().join("_lakeswap/out/runs");
     if let Ok(rd) = std::fs::read_dir(journals) {
         for e in rd.flatten() {
             assert!(!std::fs::read_to_string(e.path()).unwrap().contains(secret));

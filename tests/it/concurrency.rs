@@ -47,7 +47,7 @@ fn racing_processes_end_in_the_expected_bytes() {
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     }
     assert_eq!(lake.snapshot(), once);
-    assert!(lake.output().join("_lakeswap/leases").read_dir().map_or(true, |mut d| d.next().is_none()));
+    assert!(lake.state().join("leases").read_dir().map_or(true, |mut d| d.next().is_none()));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -55,9 +55,8 @@ async fn a_live_holder_renews_its_lease_and_keeps_others_out() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(92, 1, 100), 1);
     let mut slow = Job::load(&lake.config()).unwrap();
-    let faulty = FaultStore::new(slow.output.store.clone(), Mode::None);
-    let (gate, arrived) = faulty.gate("_staging/");
-    slow.output.store = faulty.clone();
+    let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
+    let (gate, arrived) = faulty.gate("staging/");
     let slow = Arc::new(slow);
     let ttl = Duration::from_millis(300);
     let s2 = slow.clone();

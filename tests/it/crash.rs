@@ -45,8 +45,7 @@ async fn every_crash_point(kind: Kind) {
     // The reference run: counts the calls, gives the expected bytes.
     copy_partitions(&b, &old, "ref").await;
     let mut job = b.job_at("ref");
-    let counter = FaultStore::new(job.output.store.clone(), Mode::None);
-    job.output.store = counter.clone();
+    let counter = FaultStore::wrap_output(&mut job, Mode::None);
     assert_eq!(run::run(&job, &opts()).await.unwrap().exit_code, ExitCode::Ok);
     let expected = b.partitions_at("ref").await;
     assert_eq!(expected.len(), 3);
@@ -59,8 +58,7 @@ async fn every_crash_point(kind: Kind) {
         let sub = format!("{label}{mode:?}").replace(['(', ')'], "");
         copy_partitions(&b, &old, &sub).await;
         let mut job = b.job_at(&sub);
-        let faulty = FaultStore::new(job.output.store.clone(), mode);
-        job.output.store = faulty.clone();
+        FaultStore::wrap_output(&mut job, mode);
         let short = RunOptions { lease_ttl: Duration::from_millis(200), ..opts() };
         let _ = run::run(&job, &short).await;
         // Wholly old or wholly new, never anything else.
@@ -79,10 +77,10 @@ async fn every_crash_point(kind: Kind) {
         assert_eq!(s.exit_code, ExitCode::Ok, "{mode:?}: {}", lakeswap::report::table(&s));
         assert_eq!(b.partitions_at(&sub).await, expected, "{mode:?}: the re-run converges to the expected bytes");
         let leftovers: Vec<String> = b
-            .objects(&sub)
+            .objects(&Backend::state_of(&sub))
             .await
             .into_keys()
-            .filter(|k| k.starts_with("_staging") || k.starts_with("_lakeswap/leases"))
+            .filter(|k| k.starts_with("staging") || k.starts_with("leases"))
             .collect();
         assert!(leftovers.is_empty(), "{mode:?}: {leftovers:?}");
     }

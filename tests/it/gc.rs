@@ -20,29 +20,29 @@ fn lease(run: &str, expires: &str) -> Vec<u8> {
 fn gc_removes_stale_staging_and_expired_leases_only() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(95, 1, 50), 1);
-    let out = lake.output();
+    let state = lake.state();
     let live_until = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
     // A live run: lease held, staging in progress.
-    put(&out.join("_lakeswap/leases/event_date=2026-11-02.json"), &lease("20260101T000000.000Z-aaaaaa", &live_until));
-    put(&out.join("_staging/20260101T000000.000Z-aaaaaa/event_date=2026-11-02/part-00000.parquet"), b"in progress");
+    put(&state.join("leases/event_date=2026-11-02.json"), &lease("20260101T000000.000Z-aaaaaa", &live_until));
+    put(&state.join("staging/20260101T000000.000Z-aaaaaa/event_date=2026-11-02/part-00000.parquet"), b"in progress");
     // A crashed run: expired lease, staging left behind, and staging without any lease.
     put(
-        &out.join("_lakeswap/leases/event_date=2026-11-03.json"),
+        &state.join("leases/event_date=2026-11-03.json"),
         &lease("20260101T000000.000Z-dddddd", "2026-01-01T00:01:00Z"),
     );
-    put(&out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-03/part-00000.parquet"), b"debris");
-    put(&out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-04/part-00000.parquet"), b"debris");
+    put(&state.join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-03/part-00000.parquet"), b"debris");
+    put(&state.join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-04/part-00000.parquet"), b"debris");
     // Staging of a run that lost its lease to another live run.
-    put(&out.join("_staging/20260101T000000.000Z-0000aa/event_date=2026-11-02/part-00000.parquet"), b"debris");
+    put(&state.join("staging/20260101T000000.000Z-0000aa/event_date=2026-11-02/part-00000.parquet"), b"debris");
 
     let o = cli(&["gc", "--config", lake.config().to_str().unwrap()], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("removed 1 expired lease(s) and 3 stale staged file(s); kept 1"), "{}", text(&o));
-    assert!(out.join("_lakeswap/leases/event_date=2026-11-02.json").exists());
-    assert!(out.join("_staging/20260101T000000.000Z-aaaaaa/event_date=2026-11-02/part-00000.parquet").exists());
-    assert!(!out.join("_lakeswap/leases/event_date=2026-11-03.json").exists());
-    assert!(!out.join("_staging/20260101T000000.000Z-dddddd").exists());
-    assert!(!out.join("_staging/20260101T000000.000Z-0000aa").exists());
+    assert!(state.join("leases/event_date=2026-11-02.json").exists());
+    assert!(state.join("staging/20260101T000000.000Z-aaaaaa/event_date=2026-11-02/part-00000.parquet").exists());
+    assert!(!state.join("leases/event_date=2026-11-03.json").exists());
+    assert!(!state.join("staging/20260101T000000.000Z-dddddd").exists());
+    assert!(!state.join("staging/20260101T000000.000Z-0000aa").exists());
 }
 
 /// Interrupted local writes leave `<name>#<n>` files the object store API never lists: gc
@@ -56,11 +56,11 @@ fn gc_removes_old_temporary_files_of_interrupted_writes() {
         lake.dir.path(),
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let out = lake.output();
+    let (out, state) = (lake.output(), lake.state());
     let old = [
         out.join("event_date=2026-11-01/part-00000.parquet#7"),
-        out.join("_lakeswap/runs/20260101T000000.000Z-abcdef.json#2"),
-        out.join("_lakeswap/leases/event_date=2026-11-05.json#11"),
+        state.join("runs/20260101T000000.000Z-abcdef.json#2"),
+        state.join("leases/event_date=2026-11-05.json#11"),
     ];
     let young = out.join("event_date=2026-11-01/part-00000.parquet#8");
     let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
@@ -83,26 +83,26 @@ fn gc_removes_old_temporary_files_of_interrupted_writes() {
 async fn a_run_cleans_its_own_partitions_first() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(96, 2, 50), 1);
-    let out = lake.output();
-    put(&out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-01/part-00000.parquet"), b"debris");
+    let state = lake.state();
+    put(&state.join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-01/part-00000.parquet"), b"debris");
     put(
-        &out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-01/part-00000.parquet#3"),
+        &state.join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-01/part-00000.parquet#3"),
         b"interrupted write",
     );
     put(
-        &out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-09/part-00000.parquet"),
+        &state.join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-09/part-00000.parquet"),
         b"not this run's partition",
     );
     let s = run_range(&lake.config(), "2026-11-01", "2026-11-02").await;
     assert_eq!(s.exit_code, lakeswap::ExitCode::Ok);
-    assert!(!out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-01").exists());
-    assert!(out.join("_staging/20260101T000000.000Z-dddddd/event_date=2026-11-09/part-00000.parquet").exists());
+    assert!(!state.join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-01").exists());
+    assert!(state.join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-09/part-00000.parquet").exists());
 }
 
 /// Foreign objects in every place gc looks: all left alone, and listed; lakeswap's own debris
 /// beside them removed.
 async fn gc_touches_only_what_lakeswap_wrote(kind: crate::common::backends::Kind) {
-    use crate::common::backends::{Backend, Kind};
+    use crate::common::backends::{Backend, Kind, STATE};
     let b = Backend::new(kind);
     b.write_input(&random_orders(98, 1, 30), 1).await;
     let s = lakeswap::run::run(
@@ -113,24 +113,28 @@ async fn gc_touches_only_what_lakeswap_wrote(kind: crate::common::backends::Kind
     .unwrap();
     assert_eq!(s.exit_code, lakeswap::ExitCode::Ok);
     let run = "20260101T000000.000Z-dddddd";
+    // (location, path in it)
     let foreign = [
-        "_staging/othertool/keep/data.bin".to_string(),
-        format!("_staging/{run}/notes.txt"),
-        format!("_staging/{run}/event_date=2026-11-05/backup.parquet"),
-        "docs/report".to_string(),
-        "event_date=2026-11-01/backup.parquet".to_string(),
-        "_lakeswap/leases/other.json".to_string(),
-        "_lakeswap/runs/notes.json".to_string(),
-        "_lakeswap/keys/event_date=2026-11-01/mine.keys".to_string(),
-        "notes.txt".to_string(),
+        (STATE, "staging/othertool/keep/data.bin".to_string()),
+        (STATE, format!("staging/{run}/notes.txt")),
+        (STATE, format!("staging/{run}/event_date=2026-11-05/backup.parquet")),
+        (STATE, "leases/other.json".to_string()),
+        (STATE, "runs/notes.json".to_string()),
+        (STATE, "keys/event_date=2026-11-01/mine.keys".to_string()),
+        (STATE, "notes.txt".to_string()),
+        ("out", "docs/report".to_string()),
+        ("out", "event_date=2026-11-01/backup.parquet".to_string()),
+        ("out", "notes.txt".to_string()),
+        // What an older version kept in the table is not this version's to remove.
+        ("out", format!("_staging/{run}/event_date=2026-11-05/part-00000.parquet")),
     ];
-    for f in &foreign {
-        b.put("out", f, b"not lakeswap's".to_vec()).await;
+    for (at, f) in &foreign {
+        b.put(at, f, b"not lakeswap's".to_vec()).await;
     }
-    b.put("out", "_lakeswap/leases/event_date=2026-11-09.json", b"{ not a lease".to_vec()).await;
+    b.put(STATE, "leases/event_date=2026-11-09.json", b"{ not a lease".to_vec()).await;
     // lakeswap's own debris: a dead run's staging, an expired lease.
-    b.put("out", &format!("_staging/{run}/event_date=2026-11-05/part-00000.parquet"), b"debris".to_vec()).await;
-    b.put("out", "_lakeswap/leases/event_date=2026-11-05.json", lease(run, "2026-01-01T00:01:00Z")).await;
+    b.put(STATE, &format!("staging/{run}/event_date=2026-11-05/part-00000.parquet"), b"debris".to_vec()).await;
+    b.put(STATE, "leases/event_date=2026-11-05.json", lease(run, "2026-01-01T00:01:00Z")).await;
     let mut local_temp = Vec::new();
     if kind == Kind::Local {
         // Temporary-looking names that are not beside a path lakeswap writes.
@@ -144,16 +148,17 @@ async fn gc_touches_only_what_lakeswap_wrote(kind: crate::common::backends::Kind
         }
     }
     let job = b.job();
-    let r = lakeswap::gc::gc(&job.output, "event_date", &Default::default()).await.unwrap();
+    let r = lakeswap::gc::gc(&job.output, &job.state, "event_date", &Default::default()).await.unwrap();
     assert_eq!((r.staging_removed, r.expired_leases), (1, 1), "{r:?}");
-    let left = b.objects("out").await;
-    for f in &foreign {
-        assert!(left.contains_key(f), "{f} was removed");
-        assert!(r.not_mine.iter().any(|n| n.starts_with(f.as_str())), "{f} is not listed: {:?}", r.not_mine);
+    for (at, f) in &foreign {
+        assert!(b.objects(at).await.contains_key(f), "{at}/{f} was removed");
+        let url = format!("{}/{f}", b.url(at));
+        assert!(r.not_mine.iter().any(|n| n.starts_with(&url)), "{url} is not listed: {:?}", r.not_mine);
     }
-    assert!(left.contains_key("_lakeswap/leases/event_date=2026-11-09.json"));
+    let left = b.objects(STATE).await;
+    assert!(left.contains_key("leases/event_date=2026-11-09.json"));
     assert!(r.not_mine.iter().any(|n| n.contains("event_date=2026-11-09.json (not a lakeswap lease)")));
-    assert!(!left.contains_key(&format!("_staging/{run}/event_date=2026-11-05/part-00000.parquet")));
+    assert!(!left.contains_key(&format!("staging/{run}/event_date=2026-11-05/part-00000.parquet")));
     for p in local_temp {
         assert!(p.exists(), "{} was removed", p.display());
     }

@@ -23,7 +23,7 @@ async fn rerun_is_byte_identical_and_unchanged() {
     assert_eq!(third.partitions[1].action, Action::Created);
     assert_eq!(lake.snapshot(), before);
     // No staging is left behind.
-    let staging = lake.output().join("_staging");
+    let staging = lake.state().join("staging");
     let leftovers: Vec<_> = walk(&staging);
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }

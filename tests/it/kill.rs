@@ -114,8 +114,7 @@ fn sigkill_at_random_instants_never_exposes_a_partial_partition() {
         let _ = child.wait();
         let now = files(&lake.output());
         let new = now.iter().filter(|(k, v)| **v == expected[*k]).count();
-        let leases =
-            walk(&lake.output().join("_lakeswap/leases")).into_iter().filter(|p| !p.to_string_lossy().contains('#'));
+        let leases = walk(&lake.state().join("leases")).into_iter().filter(|p| !p.to_string_lossy().contains('#'));
         if (new > 0 && new < 30) || leases.count() > 0 {
             mid_run += 1;
         }
@@ -128,13 +127,11 @@ fn sigkill_at_random_instants_never_exposes_a_partial_partition() {
     assert!(last.status.success(), "{}", text(&last));
     assert_eq!(files(&lake.output()), expected);
     assert!(reads.load(Ordering::Relaxed) > 30, "the reader read {} files", reads.load(Ordering::Relaxed));
-    let staging: Vec<_> = walk(&lake.output().join("_staging"));
+    let staging: Vec<_> = walk(&lake.state().join("staging"));
     assert!(staging.is_empty(), "{staging:?}");
     // No lease is left. (A write killed mid-way can leave a `name#N` temporary file, which
     // is no object for the store API; runs remove those once they are old.)
-    let leases: Vec<_> = walk(&lake.output().join("_lakeswap/leases"))
-        .into_iter()
-        .filter(|p| !p.to_string_lossy().contains('#'))
-        .collect();
+    let leases: Vec<_> =
+        walk(&lake.state().join("leases")).into_iter().filter(|p| !p.to_string_lossy().contains('#')).collect();
     assert!(leases.is_empty(), "{leases:?}");
 }

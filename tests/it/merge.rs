@@ -2,7 +2,7 @@
 //! version-guarded upsert: replays change nothing, older versions are ignored, deletes stick,
 //! and any order of batches gives the same bytes as a plain model.
 
-use crate::common::backends::{Backend, Kind};
+use crate::common::backends::{Backend, Kind, STATE};
 use crate::common::faults::{FaultStore, Mode};
 use crate::common::*;
 use lakeswap::commit::Action;
@@ -245,7 +245,13 @@ async fn a_crash_mid_merge_leaves_old_or_new_and_a_rerun_converges() {
         .objects("out")
         .await
         .into_iter()
-        .filter(|(k, _)| !k.starts_with("_lakeswap/runs/") && !k.starts_with("_lakeswap/leases/"))
+        .chain(
+            b.objects(STATE)
+                .await
+                .into_iter()
+                .filter(|(k, _)| !k.starts_with("runs/") && !k.starts_with("leases/"))
+                .map(|(k, v)| (format!("state/{k}"), v)),
+        )
         .collect();
     // The expected state after the second batch, on a copy.
     let reference = Backend::new(Kind::Memory);
@@ -253,8 +259,7 @@ async fn a_crash_mid_merge_leaves_old_or_new_and_a_rerun_converges() {
     put_batch(&reference, "b2", &second).await;
     merge(&reference, "b1", None).await;
     let mut counted = merge_job(&reference, "b2");
-    let counter = FaultStore::new(counted.output.store.clone(), Mode::None);
-    counted.output.store = counter.clone();
+    let counter = FaultStore::wrap_output(&mut counted, Mode::None);
     run::run(&counted, &RunOptions::default()).await.unwrap();
     let want = reference.partitions().await;
     for i in 0..counter.calls() {
@@ -262,10 +267,13 @@ async fn a_crash_mid_merge_leaves_old_or_new_and_a_rerun_converges() {
         let c = Backend::new(Kind::Memory);
         put_batch(&c, "b2", &second).await;
         for (k, v) in &table {
-            c.put("out", k, v.clone()).await;
+            match k.strip_prefix("state/") {
+                Some(k) => c.put(STATE, k, v.clone()).await,
+                None => c.put("out", k, v.clone()).await,
+            }
         }
         let mut job = merge_job(&c, "b2");
-        job.output.store = FaultStore::new(job.output.store.clone(), Mode::CrashAt(i));
+        FaultStore::wrap_output(&mut job, Mode::CrashAt(i));
         let _ = run::run(&job, &RunOptions { lease_ttl: Duration::from_millis(150), ..Default::default() }).await;
         for (k, v) in c.partitions().await {
             assert!(old.get(&k) == Some(&v) || want.get(&k) == Some(&v), "crash at {i}: {k} is neither old nor new");
@@ -295,7 +303,7 @@ async fn quarantine_sets_a_stored_conflict_aside_and_keeps_the_stored_row() {
     let rows = state(&b.get("out", "event_date=2026-11-01/part-00000.parquet").await.unwrap());
     assert_eq!(rows[0], ("a".to_string(), 1, "placed".to_string(), 100), "the stored row stays");
     assert_eq!(rows[1].1, 2);
-    let q = b.objects("out").await.into_keys().filter(|k| k.starts_with("_quarantine/")).count();
+    let q = b.objects(STATE).await.into_keys().filter(|k| k.starts_with("quarantine/")).count();
     assert_eq!(q, 1, "the conflicting row is set aside");
 }
 
@@ -349,15 +357,15 @@ async fn a_key_that_changes_date_moves(kind: Kind) {
     assert!(!where_keys_live(&b).await.contains_key("k0"), "an older version never resurrects a deleted key");
     // Each partition's footer names one key index (and at most one tombstone object); the
     // objects of the files it replaced are gone.
-    let objects = b.objects("out").await;
+    let objects = b.objects(STATE).await;
     for (k, _) in b.partitions().await {
         let dir = k.split('/').next().unwrap().to_string();
-        let count = |kind: &str| objects.keys().filter(|o| o.starts_with(&format!("_lakeswap/{kind}/{dir}/"))).count();
+        let count = |kind: &str| objects.keys().filter(|o| o.starts_with(&format!("{kind}/{dir}/"))).count();
         assert_eq!(count("keys"), 1, "{dir}: {:?}", objects.keys().collect::<Vec<_>>());
         assert!(count("tombstones") <= 1, "{dir}");
     }
     // The journal names the moves.
-    let journals = lakeswap::journal::read_all(&b.location("out")).await.unwrap();
+    let journals = lakeswap::journal::read_all(&b.location(STATE)).await.unwrap();
     assert!(journals.iter().any(|j| j.moves.iter().any(|m| m.key == "k0" && m.to == d("2026-11-02"))));
 }
 
@@ -495,8 +503,7 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
     seed(&reference, &first, &second).await;
     let old = reference.partitions().await;
     let mut counted = merge_job(&reference, "b2");
-    let counter = FaultStore::new(counted.output.store.clone(), Mode::None);
-    counted.output.store = counter.clone();
+    let counter = FaultStore::wrap_output(&mut counted, Mode::None);
     assert_eq!(run::run(&counted, &RunOptions::default()).await.unwrap().exit_code, ExitCode::Ok);
     let want = reference.partitions().await;
     assert_eq!(where_keys_live(&reference).await["a"], ["2026-11-02"]);
@@ -505,12 +512,12 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
         let c = Backend::new(Kind::Memory);
         seed(&c, &first, &second).await;
         let mut job = merge_job(&c, "b2");
-        job.output.store = FaultStore::new(job.output.store.clone(), Mode::CrashAt(i));
+        FaultStore::wrap_output(&mut job, Mode::CrashAt(i));
         let _ = run::run(&job, &RunOptions { lease_ttl: Duration::from_millis(150), ..Default::default() }).await;
         for (k, v) in c.partitions().await {
             assert!(old.get(&k) == Some(&v) || want.get(&k) == Some(&v), "crash at {i}: {k} is neither old nor new");
         }
-        let journals = lakeswap::journal::read_all(&c.location("out")).await.unwrap();
+        let journals = lakeswap::journal::read_all(&c.location(STATE)).await.unwrap();
         if journals.iter().any(|j| !j.pending.is_empty()) {
             saw_pending = true;
             let (js, parts) = lakeswap::status::status(&merge_job(&c, "none"), None).await.unwrap();

@@ -240,8 +240,5 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("event_date=2026-11-02/part-00000.parquet does not match its input"), "{}", text(&o));
     assert_eq!(lake.snapshot(), before, "verify writes nothing");
-    assert!(
-        !lake.output().join("_lakeswap/leases").exists()
-            || lake.output().join("_lakeswap/leases").read_dir().unwrap().next().is_none()
-    );
+    assert!(!lake.state().join("leases").exists() || lake.state().join("leases").read_dir().unwrap().next().is_none());
 }

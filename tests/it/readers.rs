@@ -1,7 +1,10 @@
-//! Risk: other engines read the table differently (G1's readers). The output, read back by
-//! DuckDB (`read_parquet(..., hive_partitioning = true)`) and by pyarrow's Hive-partitioned
-//! dataset, equals the model. Needs `python3` with `duckdb` and `pyarrow` (the test script
-//! installs them); without them these tests fail, they never pass silently.
+//! Risk: other engines read the table differently, or read more than the table (G1's readers).
+//! The output, read back by DuckDB, Polars, pyarrow and Spark with the one-line read the README
+//! documents for each, equals the model — with rows set aside in quarantine, a crashed run's
+//! staging and the run journals all present in the state location beside it — and the partition
+//! column comes back as a date. Needs `python3` with `duckdb`, `polars`, `pyarrow` and `pyspark`
+//! (and Java for Spark); the test script installs them. Without them these tests fail, they
+//! never pass silently.
 
 use crate::common::*;
 
@@ -15,7 +18,7 @@ fn read_with(engine: &str, dir: &std::path::Path) -> Vec<serde_json::Value> {
         .expect("python3 is needed for the reader tests (the README's test command installs it)");
     assert!(
         o.status.success(),
-        "{engine} could not read the output (pip install duckdb pyarrow): {}",
+        "{engine} could not read the output (scripts/test installs the readers: duckdb, polars, pyarrow, pyspark, Java): {}",
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
@@ -36,22 +39,112 @@ fn expected(rows: &[Order]) -> Vec<serde_json::Value> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn duckdb_and_pyarrow_read_the_expected_values() {
+/// A table with everything a run leaves beside it: journals, a quarantined conflict, a
+/// crashed run's staged copy of a partition. The expected rows leave the conflicting key out.
+async fn table_with_state() -> (Lake, Vec<serde_json::Value>) {
     let lake = Lake::new();
-    let rows = random_orders(51, 3, 300);
+    let mut rows = random_orders(51, 3, 300);
+    let mut conflict = rows.iter().find(|r| r.date == d("2026-11-02")).unwrap().clone();
+    conflict.cents += 1;
+    rows.push(conflict.clone());
     lake.write_hive(&rows, 2);
-    let s = run_range(&lake.config(), "2026-11-01", "2026-11-03").await;
-    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok);
-    // Leftovers of a crashed run under `_` folders must not confuse readers.
-    std::fs::create_dir_all(lake.output().join("_staging/x/event_date=2026-11-01")).unwrap();
-    std::fs::copy(
-        lake.partition_file("2026-11-01"),
-        lake.output().join("_staging/x/event_date=2026-11-01/part-00000.parquet"),
-    )
-    .unwrap();
-    let want = expected(&rows);
+    let cfg = lake
+        .config_with("key = [\"order_id\"]\nversion = \"source_version\"", "[prepare]\non_conflict = \"quarantine\"\n");
+    let s = run_with(&cfg, "2026-11-01", "2026-11-03", |_| {}).await;
+    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    assert_eq!(walk(&lake.state().join("quarantine")).len(), 1, "the conflict is set aside");
+    // A crashed run's staged copy of a partition.
+    let staged = lake.state().join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-01/part-00000.parquet");
+    std::fs::create_dir_all(staged.parent().unwrap()).unwrap();
+    std::fs::copy(lake.partition_file("2026-11-01"), staged).unwrap();
+    // The table folder holds the partitions and nothing else.
+    let files: Vec<String> = lake.snapshot().into_keys().collect();
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(files.iter().all(|f| f.starts_with("event_date=") && f.ends_with("/part-00000.parquet")), "{files:?}");
+    let kept: Vec<Order> = rows.into_iter().filter(|r| r.order_id != conflict.order_id).collect();
+    let want = expected(&kept);
     assert_eq!(want.len(), 12);
+    (lake, want)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn duckdb_reads_the_table_and_only_the_table() {
+    let (lake, want) = table_with_state().await;
     assert_eq!(read_with("duckdb", &lake.output()), want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn polars_reads_the_table_and_only_the_table() {
+    let (lake, want) = table_with_state().await;
+    assert_eq!(read_with("polars", &lake.output()), want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pyarrow_reads_the_table_with_a_date_partition() {
+    let (lake, want) = table_with_state().await;
     assert_eq!(read_with("pyarrow", &lake.output()), want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spark_reads_the_table_and_only_the_table() {
+    let (lake, want) = table_with_state().await;
+    assert_eq!(read_with("spark", &lake.output()), want);
+}
+
+/// A table written while the state lived inside it (`OUT/_lakeswap/`) is refused by every
+/// command that would read or write its state — nothing touched — until the state is moved as
+/// the message says; then the table and its history are as they were.
+#[test]
+fn a_table_with_its_state_inside_is_refused_until_moved() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(52, 2, 50), 1);
+    let cfg = lake.config();
+    let cfg = cfg.to_str().unwrap();
+    let run = ["run", "--config", cfg, "--from", "2026-11-01", "--to", "2026-11-02"];
+    let o = cli(&run, lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The state as lakeswap 0.1.0 kept it.
+    std::fs::rename(lake.state(), lake.output().join("_lakeswap")).unwrap();
+    let before = lake.snapshot();
+    let verify = ["verify", "--config", cfg, "--from", "2026-11-01", "--to", "2026-11-02"];
+    for args in [&run[..], &verify, &["status", "--config", cfg], &["gc", "--config", cfg]] {
+        let o = cli(args, lake.dir.path());
+        let err = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("output.url") && err.contains("_lakeswap/* to") && err.contains("_lakeswap/out"), "{err}");
+    }
+    assert_eq!(lake.snapshot(), before, "nothing in the table was touched");
+    // Moved as told.
+    for e in std::fs::read_dir(lake.output().join("_lakeswap")).unwrap().flatten() {
+        std::fs::rename(e.path(), lake.state().join(e.file_name())).unwrap();
+    }
+    std::fs::remove_dir(lake.output().join("_lakeswap")).unwrap();
+    let o = cli(&run, lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(table_of(&o).matches(" unchanged ").count(), 2, "{}", text(&o));
+    assert_eq!(std::fs::read_dir(lake.state().join("runs")).unwrap().count(), 2, "the history is kept");
+}
+
+/// `state_url` puts the state where it says; the default location is not made.
+#[test]
+fn state_url_puts_the_state_where_it_says() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(53, 2, 50), 1);
+    let cfg = lake.config();
+    let elsewhere = lake.dir.path().join("ops/state/revenue");
+    let mut text_cfg = std::fs::read_to_string(&cfg).unwrap();
+    text_cfg.push_str(&format!("state_url = \"{}\"\n", elsewhere.display()));
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for _ in 0..2 {
+        let o = cli(&["run", "--config", cfg, "--from", "2026-11-01", "--to", "2026-11-02"], lake.dir.path());
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    assert_eq!(std::fs::read_dir(elsewhere.join("runs")).unwrap().count(), 2);
+    assert!(elsewhere.join("table-schema").exists());
+    assert!(!lake.state().exists(), "the default location is not made");
+    assert_eq!(lake.snapshot().len(), 2, "the table holds its two partitions only");
+    let o = cli(&["status", "--config", cfg], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(table_of(&o).contains("committed"), "{}", text(&o));
 }

@@ -154,7 +154,7 @@ fn verify_json_counts_verified_and_differing_partitions() {
 }
 
 fn lease_file(lake: &Lake, date: &str) -> PathBuf {
-    lake.output().join(format!("_lakeswap/leases/event_date={date}.json"))
+    lake.state().join(format!("leases/event_date={date}.json"))
 }
 
 /// A lease as a run on `host` with process `pid` would write it (`process`: its identity; the
@@ -241,7 +241,7 @@ fn spawn_long_run(lake: &Lake, extra: &[&str], ready: impl Fn() -> bool) -> std:
 }
 
 fn leases(lake: &Lake) -> Vec<PathBuf> {
-    walk(&lake.output().join("_lakeswap/leases")).into_iter().filter(|p| !p.to_string_lossy().contains('#')).collect()
+    walk(&lake.state().join("leases")).into_iter().filter(|p| !p.to_string_lossy().contains('#')).collect()
 }
 
 fn committed(lake: &Lake) -> usize {
@@ -289,7 +289,7 @@ fn stop_politely(sig: i32, code: i32) {
     assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
     // Leases released, staging removed, every committed partition whole and not `failed`.
     assert!(leases(&lake).is_empty(), "{:?}", leases(&lake));
-    assert!(walk(&lake.output().join("_staging")).is_empty());
+    assert!(walk(&lake.state().join("staging")).is_empty());
     let s = read_json(&lake.dir.path().join("summary.json"));
     assert_eq!(s["exit_code"], code);
     let stopped = s["partitions"].as_array().unwrap().iter().filter(|p| p["action"] == "stopped").count();
@@ -297,7 +297,7 @@ fn stop_politely(sig: i32, code: i32) {
     assert!(stopped > 0 && done >= 2 && done + stopped == 60, "{done} committed, {stopped} stopped");
     for p in walk(&lake.output())
         .iter()
-        .filter(|p| p.ends_with("part-00000.parquet") && !p.to_string_lossy().contains("_staging"))
+        .filter(|p| p.ends_with("part-00000.parquet") && !p.to_string_lossy().contains("staging"))
     {
         read_partition(p); // whole Parquet files
     }
@@ -393,7 +393,7 @@ fn quarantine_is_counted_written_once_and_aged_out_by_gc() {
     let set_aside = cell("2026-11-03");
     assert!(set_aside >= 2 && cell("2026-11-01") == 0, "{out}");
     assert!(out.contains(&format!("{set_aside} conflicting row(s) set aside")), "{out}");
-    let quarantine = || walk(&lake.output().join("_quarantine"));
+    let quarantine = || walk(&lake.state().join("quarantine"));
     assert_eq!(quarantine().len(), 1);
     // Status shows it.
     let o = bin().args(["status", "--config", cfg.to_str().unwrap()]).output().unwrap();
@@ -501,8 +501,7 @@ async fn a_store_that_goes_away_mid_run_still_gets_each_partition_reported() {
         ..Default::default()
     };
     let mut job = Job::load(&lake.config()).unwrap();
-    let counter = FaultStore::new(job.output.store.clone(), Mode::None);
-    job.output.store = counter.clone();
+    let counter = FaultStore::wrap_output(&mut job, Mode::None);
     run::run(&job, &opts()).await.unwrap();
     let calls = counter.calls();
     let mut journal_lost_after_commits = 0;
@@ -510,7 +509,7 @@ async fn a_store_that_goes_away_mid_run_still_gets_each_partition_reported() {
         let fresh = Lake::new();
         fresh.write_hive(&random_orders(160, 3, 30), 1);
         let mut job = Job::load(&fresh.config()).unwrap();
-        job.output.store = FaultStore::new(job.output.store.clone(), Mode::CrashAt(i));
+        FaultStore::wrap_output(&mut job, Mode::CrashAt(i));
         let Ok(s) = run::run(&job, &opts()).await else { continue };
         let dates: Vec<_> = s.partitions.iter().map(|p| p.date.to_string()).collect();
         assert_eq!(dates, ["2026-11-01", "2026-11-02", "2026-11-03"], "crash at call {i}");

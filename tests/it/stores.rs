@@ -4,7 +4,7 @@
 //! as ignored: not requested); `scripts/test` starts the servers and runs them, and there a
 //! missing server is a failure.
 
-use crate::common::backends::{Backend, Kind};
+use crate::common::backends::{Backend, Kind, STATE};
 use crate::common::faults::{FaultStore, Mode};
 use crate::common::*;
 use lakeswap::commit::Action;
@@ -35,14 +35,12 @@ async fn run_is_correct_and_rerun_byte_identical(kind: Kind) {
     let s = run::run(&job, &opts("2026-11-01", "2026-11-03")).await.unwrap();
     assert_eq!(actions(&s), [Action::Unchanged; 3]);
     assert_eq!(b.partitions().await, first);
-    let leftovers: Vec<String> = b
-        .objects("out")
-        .await
-        .into_keys()
-        .filter(|k| k.starts_with("_staging") || k.starts_with("_lakeswap/leases"))
-        .collect();
+    let leftovers: Vec<String> =
+        b.objects(STATE).await.into_keys().filter(|k| k.starts_with("staging") || k.starts_with("leases")).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    assert_eq!(b.objects("out").await.keys().filter(|k| k.starts_with("_lakeswap/runs/")).count(), 2);
+    assert_eq!(b.objects(STATE).await.keys().filter(|k| k.starts_with("runs/")).count(), 2);
+    // The table holds its partitions and nothing else: readers read the table only.
+    assert_eq!(b.objects("out").await.into_keys().collect::<Vec<_>>(), first.into_keys().collect::<Vec<_>>());
 }
 
 async fn conflict_fails_only_its_partition(kind: Kind) {
@@ -63,15 +61,16 @@ async fn crashed_leftovers_are_cleaned(kind: Kind) {
     let b = Backend::new(kind);
     b.write_input(&random_orders(63, 1, 100), 1).await;
     // A crashed run left a staged file and an expired lease.
-    b.put("out", "_staging/20260101T000000.000Z-dead00/event_date=2026-11-01/part-00000.parquet", b"junk".to_vec())
+    b.put(STATE, "staging/20260101T000000.000Z-dead00/event_date=2026-11-01/part-00000.parquet", b"junk".to_vec())
         .await;
     let expired = serde_json::json!({"run_id": "20260101T000000.000Z-dead00", "host": "gone", "pid": 1,
         "since": "2026-01-01T00:00:00Z", "expires": "2026-01-01T00:01:00Z"});
-    b.put("out", "_lakeswap/leases/event_date=2026-11-01.json", serde_json::to_vec(&expired).unwrap()).await;
+    b.put(STATE, "leases/event_date=2026-11-01.json", serde_json::to_vec(&expired).unwrap()).await;
     let s = run::run(&b.job(), &opts("2026-11-01", "2026-11-01")).await.unwrap();
     assert_eq!(actions(&s), [Action::Created], "{}", lakeswap::report::table(&s));
-    let left: Vec<String> = b.objects("out").await.into_keys().filter(|k| !k.starts_with("_lakeswap/runs/")).collect();
-    assert_eq!(left, ["_lakeswap/table-schema", "event_date=2026-11-01/part-00000.parquet"]);
+    let left: Vec<String> = b.objects(STATE).await.into_keys().filter(|k| !k.starts_with("runs/")).collect();
+    assert_eq!(left, ["table-schema"]);
+    assert_eq!(b.objects("out").await.into_keys().collect::<Vec<_>>(), ["event_date=2026-11-01/part-00000.parquet"]);
 }
 
 async fn racing_runs_never_interleave(kind: Kind) {
@@ -132,9 +131,8 @@ async fn stale_run_is_fenced_off(kind: Kind) {
     run::run(&job, &opts("2026-11-01", "2026-11-01")).await.unwrap();
     // New input, so the next run has something to write.
     b.write_input(&random_orders(66, 1, 100), 1).await;
-    let faulty = FaultStore::new(job.output.store.clone(), Mode::None);
-    let (gate, arrived) = faulty.gate("_staging/");
-    job.output.store = faulty.clone();
+    let faulty = FaultStore::wrap_output(&mut job, Mode::None);
+    let (gate, arrived) = faulty.gate("staging/");
     let job = Arc::new(job);
     let j = job.clone();
     let stale = tokio::spawn(async move { run::run(&j, &opts("2026-11-01", "2026-11-01")).await.unwrap() });
@@ -147,16 +145,14 @@ async fn stale_run_is_fenced_off(kind: Kind) {
     let e = s.partitions[0].error.as_deref().unwrap();
     assert!(e.contains("changed since this run planned it"), "{e}");
     assert_eq!(b.get("out", "event_date=2026-11-01/part-00000.parquet").await.unwrap(), b"committed by another writer");
-    assert!(b.objects("out").await.keys().all(|k| !k.starts_with("_staging")));
+    assert!(b.objects(STATE).await.keys().all(|k| !k.starts_with("staging")));
 }
 
 async fn transient_faults_fail_the_partition_and_a_rerun_converges(kind: Kind) {
     let b = Backend::new(kind);
     b.write_input(&random_orders(67, 2, 100), 1).await;
-    let clean = b.job();
-    let reference = FaultStore::new(clean.output.store.clone(), Mode::None);
     let mut counted = b.job();
-    counted.output.store = reference.clone();
+    let reference = FaultStore::wrap_output(&mut counted, Mode::None);
     run::run(&counted, &opts("2026-11-01", "2026-11-02")).await.unwrap();
     let want = b.partitions().await;
     let calls = reference.calls();
@@ -164,7 +160,7 @@ async fn transient_faults_fail_the_partition_and_a_rerun_converges(kind: Kind) {
         let b2 = Backend::new(kind);
         b2.write_input(&random_orders(67, 2, 100), 1).await;
         let mut job = b2.job();
-        job.output.store = FaultStore::new(job.output.store.clone(), Mode::FailAt(i));
+        FaultStore::wrap_output(&mut job, Mode::FailAt(i));
         // A short lease: a failed release leaves the lease to expire.
         let faulty = RunOptions { lease_ttl: Duration::from_millis(300), ..opts("2026-11-01", "2026-11-02") };
         let _ = run::run(&job, &faulty).await;
@@ -181,25 +177,25 @@ async fn transient_faults_fail_the_partition_and_a_rerun_converges(kind: Kind) {
 
 async fn large_partitions_go_up_in_parts(kind: Kind) {
     let b = Backend::new(kind);
-    let mut out = b.location("out");
+    let mut out = b.location(STATE);
     let counting = FaultStore::new(out.store.clone(), Mode::None);
     out.store = counting.clone();
     let big: Vec<u8> = (0..20 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
-    let path = out.child(&["_staging", "r", "event_date=2026-11-01", "part-00000.parquet"]);
+    let path = out.child(&["staging", "r", "event_date=2026-11-01", "part-00000.parquet"]);
     lakeswap::commit::upload(&out, &path, bytes::Bytes::from(big.clone())).await.unwrap();
     assert_eq!(counting.multipart.load(std::sync::atomic::Ordering::SeqCst), 1);
-    assert_eq!(b.get("out", "_staging/r/event_date=2026-11-01/part-00000.parquet").await.unwrap(), big);
+    assert_eq!(b.get(STATE, "staging/r/event_date=2026-11-01/part-00000.parquet").await.unwrap(), big);
     let small = out.child(&["small"]);
     lakeswap::commit::upload(&out, &small, bytes::Bytes::from_static(b"x")).await.unwrap();
     assert_eq!(counting.multipart.load(std::sync::atomic::Ordering::SeqCst), 1, "small objects: one put");
 
     // A part fails: the upload is aborted, the error names the object, and nothing is there.
     counting.fail_part(1);
-    let failed = out.child(&["_staging", "r", "event_date=2026-11-02", "part-00000.parquet"]);
+    let failed = out.child(&["staging", "r", "event_date=2026-11-02", "part-00000.parquet"]);
     let err = lakeswap::commit::upload(&out, &failed, bytes::Bytes::from(big)).await.unwrap_err();
     assert!(err.to_string().contains("event_date=2026-11-02"), "{err}");
     assert_eq!(counting.aborts.load(std::sync::atomic::Ordering::SeqCst), 1, "the upload is aborted");
-    assert!(b.get("out", "_staging/r/event_date=2026-11-02/part-00000.parquet").await.is_none(), "nothing committed");
+    assert!(b.get(STATE, "staging/r/event_date=2026-11-02/part-00000.parquet").await.is_none(), "nothing committed");
 }
 
 /// `status` learns a partition's lineage from the end of its file (ranged reads, which every

@@ -18,6 +18,9 @@ pub enum Kind {
 }
 
 /// A fresh, empty place on one backend: `<root>/in` and `<root>/out`.
+/// The run state of [`Backend::job`]'s output `out`.
+pub const STATE: &str = "_lakeswap/out";
+
 pub struct Backend {
     pub kind: Kind,
     root: String,
@@ -119,6 +122,11 @@ impl Backend {
     }
 
     /// The standard revenue job on this backend.
+    /// The run state of the job writing to `out_sub` (the default `state_url`, beside it).
+    pub fn state_of(out_sub: &str) -> String {
+        format!("_lakeswap/{out_sub}")
+    }
+
     pub fn job(&self) -> lakeswap::Job {
         self.job_at("out")
     }

@@ -27,11 +27,26 @@ pub enum Mode {
     None,
 }
 
+/// A store in a fault schedule. Stores made [`FaultStore::beside`] one another share it: one
+/// count of calls, one crash — the process dying at call `i`, whichever store it was talking to.
 #[derive(Debug)]
 pub struct FaultStore {
+    inner: Arc<dyn ObjectStore>,
+    schedule: Arc<Schedule>,
+}
+
+impl std::ops::Deref for FaultStore {
+    type Target = Schedule;
+    fn deref(&self) -> &Schedule {
+        &self.schedule
+    }
+}
+
+/// What stores in one fault schedule share.
+#[derive(Debug)]
+pub struct Schedule {
     /// Reads of paths containing this fail with a "permission denied" error.
     deny: Mutex<Option<String>>,
-    inner: Arc<dyn ObjectStore>,
     calls: AtomicUsize,
     mode: Mutex<Mode>,
     crashed: AtomicBool,
@@ -57,9 +72,27 @@ impl fmt::Display for FaultStore {
 
 impl FaultStore {
     pub fn new(inner: Arc<dyn ObjectStore>, mode: Mode) -> Arc<Self> {
-        Arc::new(FaultStore {
+        Arc::new(FaultStore { inner, schedule: Arc::new(Schedule::new(mode)) })
+    }
+
+    /// `inner` in this store's fault schedule.
+    pub fn beside(&self, inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(FaultStore { inner, schedule: self.schedule.clone() })
+    }
+
+    /// Wraps a job's table and state stores in one schedule; the table's wrapper is returned.
+    pub fn wrap_output(job: &mut lakeswap::Job, mode: Mode) -> Arc<Self> {
+        let f = FaultStore::new(job.output.store.clone(), mode);
+        job.state.store = f.beside(job.state.store.clone());
+        job.output.store = f.clone();
+        f
+    }
+}
+
+impl Schedule {
+    fn new(mode: Mode) -> Schedule {
+        Schedule {
             deny: Mutex::new(None),
-            inner,
             calls: AtomicUsize::new(0),
             mode: Mutex::new(mode),
             crashed: AtomicBool::new(false),
@@ -70,8 +103,11 @@ impl FaultStore {
             bytes_read: std::sync::atomic::AtomicU64::new(0),
             fail_part: Mutex::new(None),
             aborts: Arc::new(AtomicUsize::new(0)),
-        })
+        }
     }
+}
+
+impl FaultStore {
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
     }

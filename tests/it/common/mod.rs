@@ -160,6 +160,10 @@ impl Lake {
     pub fn output(&self) -> PathBuf {
         self.dir.path().join("out")
     }
+    /// The output's run state: the default `state_url`, beside the table.
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("_lakeswap/out")
+    }
     /// Writes rows as Hive-partitioned Parquet, `files` objects per date.
     pub fn write_hive(&self, rows: &[Order], files: usize) {
         for (rel, b) in hive_parts(rows, files) {
@@ -183,22 +187,14 @@ impl Lake {
     pub fn partition_file(&self, date: &str) -> PathBuf {
         self.output().join(format!("event_date={date}/part-00000.parquet"))
     }
-    /// Every file under the output, with its bytes (transient `_` folders excluded).
+    /// Every file under the output, with its bytes: the table holds its partitions and
+    /// nothing else.
     pub fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
-        let mut out = BTreeMap::new();
-        let Ok(rd) = std::fs::read_dir(self.output()) else {
-            return out;
-        };
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            if name.starts_with('_') || !e.path().is_dir() {
-                continue;
-            }
-            for f in std::fs::read_dir(e.path()).unwrap().flatten() {
-                out.insert(format!("{name}/{}", f.file_name().to_string_lossy()), std::fs::read(f.path()).unwrap());
-            }
-        }
-        out
+        let root = self.output();
+        walk(&root)
+            .into_iter()
+            .map(|p| (p.strip_prefix(&root).unwrap().to_string_lossy().to_string(), std::fs::read(&p).unwrap()))
+            .collect()
     }
 }
 
