@@ -95,8 +95,14 @@ pub async fn committed_dates(out: &StoreLocation, column: &str) -> Result<Vec<Na
 }
 
 /// The schema the table holds: its record, or (a table written before the record existed) its
-/// newest partition's. `None` for a table without partitions.
+/// newest partition's. `None` for a table without partitions — also when a record is left
+/// (the table folder emptied by hand, a first run that died before its first swap): an empty
+/// table holds no schema to keep.
 pub async fn table_schema(out: &StoreLocation, state: &StoreLocation, column: &str) -> Result<Option<SchemaRef>> {
+    let committed = committed_dates(out, column).await?;
+    if committed.is_empty() {
+        return Ok(None);
+    }
     let path = record_path(state);
     match state.store.get(&path).await {
         Ok(r) => {
@@ -110,7 +116,7 @@ pub async fn table_schema(out: &StoreLocation, state: &StoreLocation, column: &s
         Err(object_store::Error::NotFound { .. }) => {}
         Err(e) => return Err(Error::store("cannot read", state.display(&path), e)),
     }
-    for date in committed_dates(out, column).await?.into_iter().rev() {
+    for date in committed.into_iter().rev() {
         let target = commit::target_path(out, &commit::partition_dir(column, date));
         let footer = commit::committed_footer(out, &target).await.map_err(|e| Error::Usage(e.to_string()))?;
         if let Some(Some(md)) = footer {

@@ -147,4 +147,16 @@ fn state_url_puts_the_state_where_it_says() {
     let o = cli(&["status", "--config", cfg], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(table_of(&o).contains("committed"), "{}", text(&o));
+    // A new schema is refused while the table holds partitions under the old one ...
+    let renamed = std::fs::read_to_string(cfg).unwrap().replace("name = \"orders\"", "name = \"order_count\"");
+    std::fs::write(cfg, renamed).unwrap();
+    let run = ["run", "--config", cfg, "--from", "2026-11-01", "--to", "2026-11-02"];
+    let o = cli(&run, lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("would change the schema"), "{}", text(&o));
+    // ... and accepted once the table folder is emptied by hand, its state left behind.
+    std::fs::remove_dir_all(lake.output()).unwrap();
+    let o = cli(&run, lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(table_of(&o).matches(" created ").count(), 2, "{}", text(&o));
 }
