@@ -10,14 +10,20 @@ conflicting versions, bad rows) need a person, so the task fails at once without
 task returns it (to XCom), a failed one leaves it in /tmp/lakeswap-<date>.json and the log.
 """
 import json
+import os
 import subprocess
 
 import pendulum
-from airflow import DAG
-from airflow.decorators import task
-from airflow.exceptions import AirflowException, AirflowFailException
 
-CONFIG = "/opt/lake/revenue.toml"
+try:  # Airflow 3
+    from airflow.sdk import DAG, task
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+except ImportError:  # Airflow 2
+    from airflow import DAG
+    from airflow.decorators import task
+    from airflow.exceptions import AirflowException, AirflowFailException
+
+CONFIG = os.environ.get("LAKESWAP_CONFIG", "/opt/lake/revenue.toml")
 NOT_RETRIED = {2: "usage or config error", 3: "data contract violation"}
 
 

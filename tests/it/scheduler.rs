@@ -523,3 +523,21 @@ async fn a_store_that_goes_away_mid_run_still_gets_each_partition_reported() {
     }
     assert!(journal_lost_after_commits > 0, "no crash point fell between a commit and the journal");
 }
+
+/// The Airflow example does what its docstring says: Airflow loads it, and its task returns
+/// the summary on exit 0, fails without retry on 2 and 3, and asks for a retry on 1, 4, 130
+/// and 143 (`tests/py/airflow_dag.py`, run with the Airflow that `scripts/test` installs).
+#[test]
+#[ignore = "needs Airflow, which scripts/test installs (not requested)"]
+fn the_airflow_example_loads_and_retries_as_it_says() {
+    let python = std::env::var("LAKESWAP_AIRFLOW_PYTHON")
+        .expect("LAKESWAP_AIRFLOW_PYTHON names a Python with Airflow (scripts/test installs one)");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let o = Command::new(python)
+        .arg(root.join("tests/py/airflow_dag.py"))
+        .arg(root.join("examples/schedule"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().last(), Some("ok"));
+}
