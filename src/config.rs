@@ -249,7 +249,10 @@ impl OutputSection {
 /// A leading `_` keeps Spark, Hive and Trino from taking it for a table. `None` when the table
 /// is the root of its store and has no folder beside it.
 pub fn default_state_url(url: &str) -> Option<String> {
-    let url = url.trim_end_matches('/');
+    let mut url = url.trim_end_matches('/');
+    while let Some(rest) = url.strip_suffix("/.") {
+        url = rest.trim_end_matches('/');
+    }
     let (head, path) = match url.split_once("://") {
         // `file:///abs`: the whole rest is a path.
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("file") => (format!("{scheme}://"), rest.to_string()),
@@ -742,6 +745,7 @@ url = "out"
             ("s3://bucket/", None),
             ("/", None),
             ("lake/..", None),
+            ("lake/t/./", Some("lake/_lakeswap/t")),
         ] {
             assert_eq!(default_state_url(out).as_deref(), state, "{out}");
         }

@@ -120,7 +120,7 @@ fn classify_state(rel: &str, column: &str) -> Entry {
             Entry::Quarantined
         }
         ["runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Kept,
-        ["table-schema"] => Entry::Kept,
+        ["table-schema"] | ["table.json"] => Entry::Kept,
         ["leases", name] if lease_name(name) => Entry::Lease,
         ["leases", name]
             if name

@@ -778,8 +778,10 @@ async fn fetch(cx: &Context<'_>, rel: &str) -> Result<Bytes, PartitionError> {
     let path = state.child(&[rel]);
     commit::get(state, &path).await?.ok_or_else(|| {
         PartitionError::Other(format!(
-            "{} is missing (a partition's footer names it); the table is damaged",
-            state.display(&path)
+            "{} is missing (a partition's footer names it): the table is damaged, or was copied or moved \
+             without its state location {} — a table and its state go together",
+            state.display(&path),
+            state.url
         ))
     })
 }

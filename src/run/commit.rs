@@ -356,15 +356,20 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
     })
 }
 
-/// Completes the swaps interrupted runs recorded as pending (merges that move keys): each
-/// staged file whose target is still as that run saw it is swapped in. Called under the table
-/// lease, so no other run of the table is in between.
+/// Completes the swaps interrupted runs recorded as pending (merges that move keys): a recorded
+/// set is completed only when each of its partitions is still as that run saw it or already
+/// swapped; when any changed since (or lost its staged file), none is swapped — a table emptied
+/// or rewritten in between must not get a stale partition back. Called under the table lease,
+/// so no other run of the table is in between.
 pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
     let (out, state) = (&job.output, &job.state);
+    let usage = |e: PartitionError| crate::Error::Usage(e.to_string());
     for mut j in journal::read_all(state).await? {
         if j.pending.is_empty() || j.run_id == run_id {
             continue;
         }
+        let mut ready = Vec::new();
+        let mut stale = Vec::new();
         for p in std::mem::take(&mut j.pending) {
             let target = commit::target_path(out, &p.dir);
             let staged = commit::staging_path(state, &j.run_id, &p.dir);
@@ -377,26 +382,36 @@ pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
                     version: p.version.clone(),
                 }),
             };
-            let bytes = commit::get(state, &staged).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
-            let now = commit::head(out, &target).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
-            match bytes {
-                Some(b) if seen.same_object(&now) => match commit::swap_in(out, state, &staged, &p.dir, b, &seen).await
-                {
+            let bytes = commit::get(state, &staged).await.map_err(usage)?;
+            let as_seen = seen.same_object(&commit::head(out, &target).await.map_err(usage)?);
+            match (bytes, as_seen) {
+                (Some(b), true) => ready.push((p, staged, seen, b)),
+                (Some(b), false) if commit::get(out, &target).await.map_err(usage)?.as_ref() == Some(&b) => {
+                    // Swapped already; the record was not updated.
+                    let _ = state.store.delete(&staged).await;
+                }
+                // Swapped already (a swap consumes its staged file) — or gone with the swap undone.
+                (None, false) => {}
+                (Some(_), false) | (None, true) => stale.push((p.dir.clone(), staged)),
+            }
+        }
+        if stale.is_empty() {
+            for (p, staged, seen, b) in ready {
+                match commit::swap_in(out, state, &staged, &p.dir, b, &seen).await {
                     Ok(_) => {
                         tracing::warn!(run = %j.run_id, partition = %p.dir, "completed a swap an interrupted run left pending")
                     }
                     Err(e) => {
                         tracing::warn!(run = %j.run_id, partition = %p.dir, error = %e, "cannot complete a pending swap")
                     }
-                },
-                Some(b) => {
-                    // Done already (the swap happened, the record did not), or changed since.
-                    if commit::get(out, &target).await.ok().flatten().as_ref() != Some(&b) {
-                        tracing::warn!(run = %j.run_id, partition = %p.dir, "a pending swap's partition changed since; left as it is");
-                    }
-                    let _ = state.store.delete(&staged).await;
                 }
-                None => tracing::warn!(run = %j.run_id, partition = %p.dir, "a pending swap's staged file is gone"),
+            }
+        } else {
+            let dirs: Vec<&str> = stale.iter().map(|(d, _)| d.as_str()).collect();
+            tracing::warn!(run = %j.run_id, changed = %dirs.join(", "),
+                "an interrupted run's pending swaps are abandoned: these partitions changed since (or lost their staged copy)");
+            for (_, staged) in stale.iter().map(|(d, s)| (d, s)).chain(ready.iter().map(|(p, s, _, _)| (&p.dir, s))) {
+                let _ = state.store.delete(staged).await;
             }
         }
         j.write(state).await?;

@@ -81,37 +81,86 @@ impl Job {
 }
 
 impl Job {
-    /// Refuses a table whose run state still lives inside it (`OUT/_lakeswap/`, as lakeswap
-    /// wrote it before `[output] state_url`): a run would otherwise start a second, empty state
-    /// beside it and forget the table's journals, schema record and a merge's tombstones.
+    /// Checks the table and its state location belong together, before anything reads or
+    /// writes state:
+    /// - a table whose run state still lives inside it (`OUT/_lakeswap/`, `_staging/`,
+    ///   `_quarantine/`, as lakeswap 0.1.0 wrote it) is refused: a run would otherwise start a
+    ///   second, empty state beside it and forget the table's journals, schema record and a
+    ///   merge's tombstones (and readers would read the leftovers);
+    /// - the state names its table (`STATE/table.json`, written by the first command that opens
+    ///   it): a state location another table uses is refused — two tables sharing one state
+    ///   would take each other's leases, journals, schema record and sidecars (`gc` would delete
+    ///   the other's tombstones).
     pub async fn check_layout(&self) -> Result<()> {
         use futures::StreamExt;
-        let old = self.output.child(&[LEGACY_STATE]);
-        let found = self.output.store.list(Some(&old)).next().await;
-        match found {
-            None => Ok(()),
-            Some(Err(e)) => Err(crate::Error::store("cannot list", self.output.display(&old), e)),
-            Some(Ok(_)) => {
-                let (out, state) = (&self.output.url, &self.state.url);
-                Err(ConfigError::Invalid {
-                    path: self.config.origin.clone(),
-                    key: "output.url".into(),
-                    message: format!(
-                        "`{out}` keeps lakeswap's run state inside the table ({out}/_lakeswap/), as older versions \
-                         wrote it; it now lives beside the table, at `{state}` (`[output] state_url`), so that \
-                         readers see the table only. Move it there once, with no run going: {out}/_lakeswap/* to \
-                         {state}/, {out}/_staging/ to {state}/staging/, {out}/_quarantine/ to \
-                         {state}/quarantine/ (those two when present); then run again"
-                    ),
+        let (out, state) = (&self.output.url, &self.state.url);
+        let refuse = |key: &str, message: String| -> crate::Error {
+            ConfigError::Invalid { path: self.config.origin.clone(), key: key.into(), message }.into()
+        };
+        for old in LEGACY_STATE {
+            let path = self.output.child(&[old]);
+            match self.output.store.list(Some(&path)).next().await {
+                None => {}
+                Some(Err(e)) => return Err(crate::Error::store("cannot list", self.output.display(&path), e)),
+                Some(Ok(_)) => {
+                    return Err(refuse(
+                        "output.url",
+                        format!(
+                            "`{out}` keeps lakeswap's run state inside the table ({out}/{old}/), as lakeswap \
+                             0.1.0 wrote it; it now lives beside the table, at `{state}` (`[output] state_url`), \
+                             so that readers see the table only. Move it there once, with no run going: \
+                             {out}/_lakeswap/* to {state}/, {out}/_staging/ to {state}/staging/, \
+                             {out}/_quarantine/ to {state}/quarantine/ (each when present); then run again"
+                        ),
+                    ))
                 }
-                .into())
             }
+        }
+        let mine = self.table_identity();
+        let marker = self.state.child(&[TABLE_MARKER]);
+        let body = serde_json::to_vec_pretty(&serde_json::json!({ "table": mine })).unwrap_or_default();
+        let create = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+        match self.state.store.put_opts(&marker, body.into(), create).await {
+            Ok(_) => return Ok(()),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {}
+            Err(e) => return Err(crate::Error::store("cannot write", self.state.display(&marker), e)),
+        }
+        let bytes = crate::commit::get(&self.state, &marker).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
+        let theirs = bytes
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v.get("table").and_then(|t| t.as_str()).map(str::to_string));
+        if theirs.as_deref() == Some(mine.as_str()) {
+            return Ok(());
+        }
+        Err(refuse(
+            "output.state_url",
+            format!(
+                "the state location `{state}` belongs to another table ({}, says {}), not to `{mine}`: two \
+                 tables sharing one state would take each other's leases, journals and a merge's tombstones. \
+                 Give this table a state of its own (`state_url`). If the table itself was moved or copied \
+                 together with this state, write its new location into {} and run again",
+                theirs.as_deref().unwrap_or("an unreadable record"),
+                self.state.display(&marker),
+                self.state.display(&marker)
+            ),
+        ))
+    }
+
+    /// What names the table in its state's marker: the canonical folder of a local table, the
+    /// URL of one in an object store.
+    fn table_identity(&self) -> String {
+        match self.output.protocol.local_root() {
+            Some(root) => root.display().to_string(),
+            None => self.output.url.trim_end_matches('/').to_string(),
         }
     }
 }
 
-/// The folder older versions kept the run state in, inside the table.
-const LEGACY_STATE: &str = "_lakeswap";
+/// The folders lakeswap 0.1.0 kept the run state in, inside the table.
+const LEGACY_STATE: [&str; 3] = ["_lakeswap", "_staging", "_quarantine"];
+
+/// The object in a state location naming the table it belongs to.
+const TABLE_MARKER: &str = "table.json";
 
 /// How to run.
 #[derive(Clone)]

@@ -119,26 +119,51 @@ pub fn open_state(
 ) -> Result<StoreLocation, ConfigError> {
     let state = open(url, options, "output.state_url", true)?;
     if let (Some(from), Some(to)) = (state.protocol.local_root(), output.protocol.local_root()) {
-        let name = format!(".lakeswap-probe-{}", std::process::id());
+        let invalid =
+            |message: String| ConfigError::Invalid { path: "config".into(), key: "output.state_url".into(), message };
+        // Resolved folders (symlinks followed): the state must not lie inside the table, nor
+        // the table inside the state.
+        if from.starts_with(to) || to.starts_with(from) {
+            return Err(invalid(format!(
+                "the state folder {} and the output folder {} lie inside one another (symlinks followed): \
+                 readers of the table would read lakeswap's run state as data",
+                from.display(),
+                to.display()
+            )));
+        }
+        let name = probe_name();
         let (a, b) = (from.join(&name), to.join(&name));
         let moved = std::fs::write(&a, b"").and_then(|()| std::fs::rename(&a, &b));
         let _ = std::fs::remove_file(&a);
         let _ = std::fs::remove_file(&b);
-        if let Err(e) = moved {
-            return Err(ConfigError::Invalid {
-                path: "config".into(),
-                key: "output.state_url".into(),
-                message: format!(
-                    "cannot move a file from the state folder {} into the output folder {}: {e}. Partitions are \
-                     staged in the state folder and swapped in by a rename, which cannot cross file systems: \
-                     put `state_url` on the output's file system",
+        match moved {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
+                return Err(invalid(format!(
+                    "the state folder {} and the output folder {} are on different file systems ({e}). \
+                     Partitions are staged in the state folder and swapped in by a rename, which cannot \
+                     cross file systems: put `state_url` on the output's file system",
                     from.display(),
                     to.display()
-                ),
-            });
+                )))
+            }
+            Err(e) => {
+                return Err(invalid(format!(
+                    "cannot move a file from the state folder {} into the output folder {}: {e}",
+                    from.display(),
+                    to.display()
+                )))
+            }
         }
     }
     Ok(state)
+}
+
+/// A name for a probe file no other process picks at the same moment (pids repeat across
+/// containers: many jobs run as pid 1).
+fn probe_name() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!(".lakeswap-probe-{}-{nanos}-{:x}", std::process::id(), rand::random::<u32>())
 }
 
 fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
@@ -176,7 +201,7 @@ pub fn open(
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
                 // Writable, found now rather than after every partition was computed.
-                let probe = dir.join(format!(".lakeswap-probe-{}", std::process::id()));
+                let probe = dir.join(probe_name());
                 std::fs::OpenOptions::new()
                     .write(true)
                     .create(true)

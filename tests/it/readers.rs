@@ -123,6 +123,49 @@ fn a_table_with_its_state_inside_is_refused_until_moved() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(table_of(&o).matches(" unchanged ").count(), 2, "{}", text(&o));
     assert_eq!(std::fs::read_dir(lake.state().join("runs")).unwrap().count(), 2, "the history is kept");
+    // Staging or quarantine left in the table alone is refused too: readers would read it.
+    let left = lake.output().join("_quarantine/20260101T000000.000Z-dddddd/event_date=2026-11-01/part-00000.parquet");
+    std::fs::create_dir_all(left.parent().unwrap()).unwrap();
+    std::fs::copy(lake.partition_file("2026-11-01"), &left).unwrap();
+    let o = cli(&run, lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("_quarantine/"), "{}", text(&o));
+}
+
+/// Two tables pointed at one state location: the second is refused before it reads or writes
+/// anything of the first's (their leases, journals, schema record and tombstones would mix).
+#[test]
+fn a_state_location_belongs_to_one_table() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(54, 1, 50), 1);
+    let shared = lake.dir.path().join("shared-state");
+    let cfg_for = |out: &str, name: &str| {
+        let text = std::fs::read_to_string(lake.config()).unwrap().replace(
+            &format!("url = \"{}\"", lake.output().display()),
+            &format!("url = \"{}\"\nstate_url = \"{}\"", lake.dir.path().join(out).display(), shared.display()),
+        );
+        let p = lake.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let (a, b) = (cfg_for("table_a", "a.toml"), cfg_for("table_b", "b.toml"));
+    let run = |cfg: &std::path::Path| {
+        cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path())
+    };
+    let o = run(&a);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let state_before = walk(&shared);
+    for args in [vec!["run", "--date", "2026-11-01"], vec!["status"], vec!["gc"]] {
+        let mut full = vec![args[0], "--config", b.to_str().unwrap()];
+        full.extend_from_slice(&args[1..]);
+        let o = cli(&full, lake.dir.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("belongs to another table") && text(&o).contains("table_a"), "{}", text(&o));
+    }
+    assert_eq!(walk(&shared), state_before, "nothing of the first table's state was touched");
+    assert!(!lake.dir.path().join("table_b/event_date=2026-11-01").exists());
+    let o = run(&a);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
 /// `state_url` puts the state where it says; the default location is not made.

@@ -69,7 +69,7 @@ async fn crashed_leftovers_are_cleaned(kind: Kind) {
     let s = run::run(&b.job(), &opts("2026-11-01", "2026-11-01")).await.unwrap();
     assert_eq!(actions(&s), [Action::Created], "{}", lakeswap::report::table(&s));
     let left: Vec<String> = b.objects(STATE).await.into_keys().filter(|k| !k.starts_with("runs/")).collect();
-    assert_eq!(left, ["table-schema"]);
+    assert_eq!(left, ["table-schema", "table.json"]);
     assert_eq!(b.objects("out").await.into_keys().collect::<Vec<_>>(), ["event_date=2026-11-01/part-00000.parquet"]);
 }
 
