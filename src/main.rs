@@ -554,7 +554,7 @@ async fn cmd_gc(a: GcArgs, vars: &Vars) -> Result<ExitCode, Error> {
             None => None,
         },
     };
-    job.check_layout().await?;
+    job.check_layout(true).await?;
     let r = lakeswap::gc::gc(&job.output, &job.state, &job.config.partition.column, &opts).await?;
     println!(
         "removed {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs or unfinished moves",
@@ -598,7 +598,7 @@ fn parse_shard(spec: &str) -> Result<(usize, usize), Error> {
 
 /// The dates a run failed, from its journal.
 async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>, Error> {
-    job.check_layout().await?;
+    job.check_layout(false).await?;
     let journals = lakeswap::journal::read_all(&job.state).await?;
     let j = journals
         .iter()

@@ -87,11 +87,12 @@ impl Job {
     ///   `_quarantine/`, as lakeswap 0.1.0 wrote it) is refused: a run would otherwise start a
     ///   second, empty state beside it and forget the table's journals, schema record and a
     ///   merge's tombstones (and readers would read the leftovers);
-    /// - the state names its table (`STATE/table.json`, written by the first command that opens
-    ///   it): a state location another table uses is refused — two tables sharing one state
-    ///   would take each other's leases, journals, schema record and sidecars (`gc` would delete
-    ///   the other's tombstones).
-    pub async fn check_layout(&self) -> Result<()> {
+    /// - the state names its table (`STATE/table.json`, written by the first command that
+    ///   writes to it: `claim`): a state location another table uses is refused — two tables
+    ///   sharing one state would take each other's leases, journals, schema record and sidecars
+    ///   (`gc` would delete the other's tombstones). Commands that only read (`status`,
+    ///   `verify`, `--dry-run`) check the record without writing it, so read-only credentials do.
+    pub async fn check_layout(&self, claim: bool) -> Result<()> {
         use futures::StreamExt;
         let (out, state) = (&self.output.url, &self.state.url);
         let refuse = |key: &str, message: String| -> crate::Error {
@@ -118,14 +119,20 @@ impl Job {
         }
         let mine = self.table_identity();
         let marker = self.state.child(&[TABLE_MARKER]);
-        let body = serde_json::to_vec_pretty(&serde_json::json!({ "table": mine })).unwrap_or_default();
-        let create = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
-        match self.state.store.put_opts(&marker, body.into(), create).await {
-            Ok(_) => return Ok(()),
-            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {}
-            Err(e) => return Err(crate::Error::store("cannot write", self.state.display(&marker), e)),
+        if claim {
+            let body = serde_json::to_vec_pretty(&serde_json::json!({ "table": mine })).unwrap_or_default();
+            let create = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+            match self.state.store.put_opts(&marker, body.into(), create).await {
+                Ok(_) => return Ok(()),
+                Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {}
+                Err(e) => return Err(crate::Error::store("cannot write", self.state.display(&marker), e)),
+            }
         }
         let bytes = crate::commit::get(&self.state, &marker).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
+        if bytes.is_none() {
+            // Not claimed yet: no command has written to this state.
+            return Ok(());
+        }
         let theirs = bytes
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .and_then(|v| v.get("table").and_then(|t| t.as_str()).map(str::to_string));
@@ -236,6 +243,7 @@ impl RunSummary {
 
 /// Runs a job over a set of dates: plan, hold, compute, commit, record.
 pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
+    job.check_layout(true).await?;
     let planned = Planned::new(job, opts, false).await?;
     let held = hold::hold(job, opts, planned).await?;
     let computed = job.kind.compute(&held.context(job, opts)).await;

@@ -179,12 +179,18 @@ fn state_url_puts_the_state_where_it_says() {
     text_cfg.push_str(&format!("state_url = \"{}\"\n", elsewhere.display()));
     std::fs::write(&cfg, text_cfg).unwrap();
     let cfg = cfg.to_str().unwrap();
+    // Commands that only read write nothing into the state (read-only credentials do).
+    for args in [&["status", "--config", cfg][..], &["run", "--config", cfg, "--date", "2026-11-01", "--dry-run"]] {
+        let o = cli(args, lake.dir.path());
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+    }
+    assert!(walk(&elsewhere).is_empty(), "{:?}", walk(&elsewhere));
     for _ in 0..2 {
         let o = cli(&["run", "--config", cfg, "--from", "2026-11-01", "--to", "2026-11-02"], lake.dir.path());
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     }
     assert_eq!(std::fs::read_dir(elsewhere.join("runs")).unwrap().count(), 2);
-    assert!(elsewhere.join("table-schema").exists());
+    assert!(elsewhere.join("table-schema").exists() && elsewhere.join("table.json").exists());
     assert!(!lake.state().exists(), "the default location is not made");
     assert_eq!(lake.snapshot().len(), 2, "the table holds its two partitions only");
     let o = cli(&["status", "--config", cfg], lake.dir.path());
