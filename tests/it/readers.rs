@@ -209,3 +209,26 @@ fn state_url_puts_the_state_where_it_says() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(table_of(&o).matches(" created ").count(), 2, "{}", text(&o));
 }
+
+/// A state folder that lies inside the table only through a symlink is refused before
+/// anything is written into the table.
+#[test]
+fn a_state_inside_the_table_through_a_symlink_is_refused() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(55, 1, 20), 1);
+    let real = lake.dir.path().join("real/tab");
+    std::fs::create_dir_all(&real).unwrap();
+    let link = lake.dir.path().join("linktab");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    // The table by its real path, the state through the link: no lexical check sees it.
+    let cfg = lake.config();
+    let cfg_text = std::fs::read_to_string(&cfg).unwrap().replace(
+        &format!("url = \"{}\"", lake.output().display()),
+        &format!("url = \"{}\"\nstate_url = \"{}\"", real.display(), link.join("_state").display()),
+    );
+    std::fs::write(&cfg, cfg_text).unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("output.state_url") && text(&o).contains("inside one another"), "{}", text(&o));
+    assert!(walk(&real).is_empty(), "nothing written into the table: {:?}", walk(&real));
+}
