@@ -500,6 +500,15 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
         put_batch(c, "none", &[]).await;
         merge(c, "b1", None).await;
     }
+    /// A seeded table whose merge of `b2` crashed at store call `i`.
+    async fn crashed_at(i: usize, first: &[Order], second: &[Order]) -> Backend {
+        let c = Backend::new(Kind::Memory);
+        seed(&c, first, second).await;
+        let mut job = merge_job(&c, "b2");
+        FaultStore::wrap_output(&mut job, Mode::CrashAt(i));
+        let _ = run::run(&job, &RunOptions { lease_ttl: Duration::from_millis(150), ..Default::default() }).await;
+        c
+    }
     let reference = Backend::new(Kind::Memory);
     seed(&reference, &first, &second).await;
     let old = reference.partitions().await;
@@ -510,11 +519,7 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
     assert_eq!(where_keys_live(&reference).await["a"], ["2026-11-02"]);
     let mut saw_pending = false;
     for i in 0..counter.calls() {
-        let c = Backend::new(Kind::Memory);
-        seed(&c, &first, &second).await;
-        let mut job = merge_job(&c, "b2");
-        FaultStore::wrap_output(&mut job, Mode::CrashAt(i));
-        let _ = run::run(&job, &RunOptions { lease_ttl: Duration::from_millis(150), ..Default::default() }).await;
+        let c = crashed_at(i, &first, &second).await;
         for (k, v) in c.partitions().await {
             assert!(old.get(&k) == Some(&v) || want.get(&k) == Some(&v), "crash at {i}: {k} is neither old nor new");
         }
@@ -540,11 +545,7 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
     // table swaps none of them in (they belong to a table that is gone) and clears them.
     let mut abandoned = false;
     for i in 0..counter.calls() {
-        let c = Backend::new(Kind::Memory);
-        seed(&c, &first, &second).await;
-        let mut job = merge_job(&c, "b2");
-        FaultStore::wrap_output(&mut job, Mode::CrashAt(i));
-        let _ = run::run(&job, &RunOptions { lease_ttl: Duration::from_millis(150), ..Default::default() }).await;
+        let c = crashed_at(i, &first, &second).await;
         let journals = lakeswap::journal::read_all(&c.location(STATE)).await.unwrap();
         if journals.iter().all(|j| j.pending.is_empty()) {
             continue;
