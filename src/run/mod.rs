@@ -253,6 +253,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
 
 /// The plan as text, for `--dry-run`: nothing is touched.
 pub async fn dry_run(job: &Job, opts: &RunOptions) -> Result<String> {
+    job.check_layout(false).await?;
     let mut planned = Planned::new(job, opts, false).await?;
     planned.plan.look_up_targets(&job.output).await?;
     Ok(planned.plan.describe(&job.input, &job.output))
@@ -267,6 +268,7 @@ pub async fn verify(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
             job.kind.name()
         )));
     }
+    job.check_layout(false).await?;
     let planned = Planned::new(job, opts, true).await?;
     let held = hold::unleased(job, opts, planned).await?;
     let computed = job.kind.compute(&held.context(job, opts)).await;

@@ -39,7 +39,6 @@ impl Planned {
         if opts.dates.is_none() && job.kind.needs_dates() {
             return Err(Error::Usage(format!("a {} job needs dates: --date D, or --from A --to B", job.kind.name())));
         }
-        job.check_layout(false).await?;
         let mut plan = plan::plan(cfg, job.kind.as_ref(), &job.input, opts.dates.as_deref()).await?;
         // Without dates, every date of a flat input: known only once it is read.
         let mut flat = None;
