@@ -16,25 +16,86 @@ use crate::prepare;
 /// A key's bytes, its text, and where it was found.
 type NamedKey = (Vec<u8>, String, Location);
 
+/// A partition's sorted key hashes: in memory, or in a file of the run's spill folder once
+/// the run's lists together would pass an eighth of its memory budget (a long backfill).
+#[derive(Debug)]
+pub enum Hashes {
+    Memory(Vec<u64>),
+    File(std::path::PathBuf),
+}
+
+/// Keeps `hashes` of partition `name` for the check: in memory while `held` (the bytes the
+/// run holds in memory so far) stays within an eighth of the budget, else in a file.
+pub fn keep(
+    cx: &Context<'_>,
+    held: &std::sync::atomic::AtomicU64,
+    name: &str,
+    hashes: Vec<u64>,
+) -> Result<Hashes, crate::error::PartitionError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let bytes = hashes.len() as u64 * 8;
+    if held.fetch_add(bytes, Relaxed) + bytes <= cx.spill.limit() / 8 {
+        return Ok(Hashes::Memory(hashes));
+    }
+    held.fetch_sub(bytes, Relaxed);
+    let path = cx.spill.folder("keys")?.join(format!("{name}.u64"));
+    let fail = |e: std::io::Error| crate::error::PartitionError::Spill {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&path).map_err(fail)?);
+    for h in &hashes {
+        std::io::Write::write_all(&mut w, &h.to_le_bytes()).map_err(fail)?;
+    }
+    std::io::Write::flush(&mut w).map_err(fail)?;
+    cx.spill.add_spilled(bytes);
+    Ok(Hashes::File(path))
+}
+
 /// Fails every pair of computed partitions that share a key (`done`: each outcome with the
 /// sorted hashes of its keys).
-pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Vec<u64>)]) {
+pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes)]) {
     let ok: Vec<usize> = (0..done.len()).filter(|&i| done[i].0.result.is_ok()).collect();
     if ok.len() < 2 {
         return;
     }
-    let lists: Vec<&[u64]> = ok.iter().map(|&i| done[i].1.as_slice()).collect();
-    let mut shared = shared_hashes(&lists);
-    if shared.is_empty() {
-        return;
-    }
-    shared.sort_unstable();
-    shared.dedup();
+    let in_memory: Option<Vec<&[u64]>> = ok
+        .iter()
+        .map(|&i| match &done[i].1 {
+            Hashes::Memory(v) => Some(v.as_slice()),
+            Hashes::File(_) => None,
+        })
+        .collect();
     let mut candidates: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    for (j, l) in lists.iter().enumerate() {
-        let hits: Vec<u64> = shared.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
-        if !hits.is_empty() {
-            candidates.insert(ok[j], hits);
+    match in_memory {
+        Some(lists) => {
+            let mut shared = shared_hashes(&lists);
+            if shared.is_empty() {
+                return;
+            }
+            shared.sort_unstable();
+            shared.dedup();
+            for (j, l) in lists.iter().enumerate() {
+                let hits: Vec<u64> = shared.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
+                if !hits.is_empty() {
+                    candidates.insert(ok[j], hits);
+                }
+            }
+        }
+        None => {
+            let sources: Vec<Box<dyn Iterator<Item = u64> + '_>> = ok
+                .iter()
+                .map(|&i| match &done[i].1 {
+                    Hashes::Memory(v) => Box::new(v.iter().copied()) as Box<dyn Iterator<Item = u64>>,
+                    Hashes::File(p) => Box::new(file_hashes(p)),
+                })
+                .collect();
+            for (j, hits) in shared_streamed(sources) {
+                candidates.insert(ok[j], hits);
+            }
+            if candidates.is_empty() {
+                return;
+            }
         }
     }
     // Name the real keys (equal bytes), per partition.
@@ -69,6 +130,49 @@ pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Vec<u64>)]) {
         keys.truncate(5);
         done[idx].0.result = Err(PartitionError::KeyUnderTwoDates { keys, total });
     }
+}
+
+/// The hashes of a file [`keep`] wrote, in order (a file that cannot be read gives none: the
+/// check then finds fewer candidates, never a false one).
+fn file_hashes(path: &std::path::Path) -> impl Iterator<Item = u64> {
+    let mut r = std::fs::File::open(path).ok().map(|f| std::io::BufReader::with_capacity(1 << 16, f));
+    std::iter::from_fn(move || {
+        let mut b = [0u8; 8];
+        std::io::Read::read_exact(r.as_mut()?, &mut b).ok()?;
+        Some(u64::from_le_bytes(b))
+    })
+}
+
+/// Merges sorted, duplicate-free hash sequences; for each sequence, the hashes it shares with
+/// another (streamed: memory independent of their length).
+pub fn shared_streamed(mut sources: Vec<Box<dyn Iterator<Item = u64> + '_>>) -> BTreeMap<usize, Vec<u64>> {
+    use std::cmp::Reverse;
+    let mut heap: std::collections::BinaryHeap<Reverse<(u64, usize)>> =
+        sources.iter_mut().enumerate().filter_map(|(j, s)| s.next().map(|h| Reverse((h, j)))).collect();
+    let mut hits: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    let mut same: Vec<usize> = Vec::new();
+    while let Some(Reverse((h, j))) = heap.pop() {
+        same.clear();
+        same.push(j);
+        while let Some(&Reverse((h2, j2))) = heap.peek() {
+            if h2 != h {
+                break;
+            }
+            heap.pop();
+            same.push(j2);
+        }
+        if same.len() > 1 {
+            for &k in &same {
+                hits.entry(k).or_default().push(h);
+            }
+        }
+        for &k in &same {
+            if let Some(next) = sources[k].next() {
+                heap.push(Reverse((next, k)));
+            }
+        }
+    }
+    hits
 }
 
 /// Ranges of the hash space merged one at a time.
@@ -176,5 +280,13 @@ mod tests {
         got.sort_unstable();
         got.dedup();
         assert_eq!(got, want);
+        // Streamed, per list: the same hashes, each in the lists that hold it.
+        let streamed = shared_streamed(
+            lists.iter().map(|l| Box::new(l.iter().copied()) as Box<dyn Iterator<Item = u64>>).collect(),
+        );
+        for (j, l) in lists.iter().enumerate() {
+            let mine: Vec<u64> = want.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
+            assert_eq!(streamed.get(&j).cloned().unwrap_or_default(), mine, "list {j}");
+        }
     }
 }

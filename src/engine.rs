@@ -84,13 +84,36 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
 
 /// A session for one query: one partition (deterministic results), no information schema.
 fn session() -> SessionContext {
-    let config = SessionConfig::new()
+    SessionContext::new_with_config(config())
+}
+
+/// A session whose operators hold at most `memory.0` bytes, spilling to files in `memory.1`
+/// beyond that (an aggregation with many groups, the final sort).
+fn session_within(memory: &Memory) -> Result<SessionContext, DataFusionError> {
+    use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(datafusion::execution::memory_pool::FairSpillPool::new(memory.bytes)))
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![memory.spill_dir.clone()])),
+        )
+        .build_arc()?;
+    Ok(SessionContext::new_with_config_rt(config(), runtime))
+}
+
+/// What the engine may hold while running one query, and where it spills beyond that.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    pub bytes: usize,
+    pub spill_dir: std::path::PathBuf,
+}
+
+fn config() -> SessionConfig {
+    SessionConfig::new()
         .with_target_partitions(1)
         .with_information_schema(false)
         .with_batch_size(8192)
         // Spans in the engine's errors: their line and column.
-        .set_bool("datafusion.sql_parser.collect_spans", true);
-    SessionContext::new_with_config(config)
+        .set_bool("datafusion.sql_parser.collect_spans", true)
 }
 
 fn options() -> SQLOptions {
@@ -199,10 +222,56 @@ fn shape_schema(query: &Query, schema: &SchemaRef) -> SchemaRef {
 /// (the winners), the date (added as the partition column when the objects do not hold it),
 /// and the schema of `events`.
 pub struct Rows {
-    pub chunks: Vec<RecordBatch>,
-    pub keep: Vec<arrow::array::BooleanArray>,
+    pub source: Source,
     pub date: chrono::NaiveDate,
     pub events: SchemaRef,
+}
+
+/// Where a date's rows come from.
+pub enum Source {
+    /// The prepared table's chunks in memory, and which rows of each are kept.
+    Chunks { chunks: Vec<RecordBatch>, keep: Vec<arrow::array::BooleanArray> },
+    /// The kept rows of a spilled partition, streamed in input order (`record`: their schema).
+    Stream { record: SchemaRef, batches: futures::stream::BoxStream<'static, Result<RecordBatch, PartitionError>> },
+}
+
+/// A stream read once, as a table's only partition.
+struct Once {
+    schema: SchemaRef,
+    batches: std::sync::Mutex<Option<futures::stream::BoxStream<'static, Result<RecordBatch, PartitionError>>>>,
+}
+
+impl std::fmt::Debug for Once {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Once").field("schema", &self.schema).finish()
+    }
+}
+
+impl datafusion::physical_plan::streaming::PartitionStream for Once {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _: Arc<datafusion::execution::TaskContext>) -> datafusion::execution::SendableRecordBatchStream {
+        use futures::StreamExt;
+        let schema = self.schema.clone();
+        let taken = self.batches.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let stream = match taken {
+            Some(s) => s
+                .map(move |b| {
+                    let b = b.map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    let mut cols = b.columns().to_vec();
+                    cols.push(Arc::new(arrow::array::BooleanArray::from(vec![true; b.num_rows()])));
+                    RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
+                })
+                .boxed(),
+            None => futures::stream::once(async {
+                Err(DataFusionError::Internal("a spilled partition's rows are read once".into()))
+            })
+            .boxed(),
+        };
+        Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
 }
 
 /// The hidden column of the kept rows.
@@ -212,26 +281,41 @@ const KEEP: &str = "__lakeswap_keep";
 /// engine filters and projects as it scans, one chunk at a time, only the columns the query
 /// uses — no copy of the whole date.
 async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFusionError> {
-    let Rows { chunks, keep, date, events } = rows;
-    let record = chunks.first().map(|c| c.schema());
-    let record = record.unwrap_or_else(|| {
-        Arc::new(Schema::new(
-            events.fields().iter().filter(|f| f.data_type() != &DataType::Null).cloned().collect::<Vec<_>>(),
-        ))
-    });
-    let mut fields: Vec<Field> = record.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-    fields.push(Field::new(KEEP, DataType::Boolean, false));
-    let schema = Arc::new(Schema::new(fields));
-    let batches: Vec<RecordBatch> = chunks
-        .into_iter()
-        .zip(keep)
-        .map(|(c, k)| {
-            let mut cols = c.columns().to_vec();
-            cols.push(Arc::new(k));
-            RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
-        })
-        .collect::<Result<_, _>>()?;
-    register(ctx, "__lakeswap_rows", schema, batches)?;
+    let Rows { source, date, events } = rows;
+    let with_keep = |record: &Schema| {
+        let mut fields: Vec<Field> = record.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+        fields.push(Field::new(KEEP, DataType::Boolean, false));
+        Arc::new(Schema::new(fields))
+    };
+    let record = match source {
+        Source::Chunks { chunks, keep } => {
+            let record = chunks.first().map(|c| c.schema());
+            let record = record.unwrap_or_else(|| {
+                Arc::new(Schema::new(
+                    events.fields().iter().filter(|f| f.data_type() != &DataType::Null).cloned().collect::<Vec<_>>(),
+                ))
+            });
+            let schema = with_keep(&record);
+            let batches: Vec<RecordBatch> = chunks
+                .into_iter()
+                .zip(keep)
+                .map(|(c, k)| {
+                    let mut cols = c.columns().to_vec();
+                    cols.push(Arc::new(k));
+                    RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
+                })
+                .collect::<Result<_, _>>()?;
+            register(ctx, "__lakeswap_rows", schema, batches)?;
+            record
+        }
+        Source::Stream { record, batches } => {
+            let schema = with_keep(&record);
+            let once = Once { schema: schema.clone(), batches: std::sync::Mutex::new(Some(batches)) };
+            let table = datafusion::catalog::streaming::StreamingTable::try_new(schema, vec![Arc::new(once)])?;
+            ctx.register_table("__lakeswap_rows", Arc::new(table))?;
+            record
+        }
+    };
     let col = |n: &str| Expr::Column(datafusion::common::Column::new_unqualified(n));
     let select: Vec<Expr> = events
         .fields()
@@ -250,9 +334,23 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
 }
 
 /// Runs the query over one date's rows: the output, sorted (see the module documentation).
-pub async fn execute(query: &Query, rows: Rows, lookups: &[Lookup]) -> Result<RecordBatch, PartitionError> {
-    let fail = |e: DataFusionError| PartitionError::Query { message: reason(&e, &query.sql) };
-    let ctx = session();
+pub async fn execute(
+    query: &Query,
+    rows: Rows,
+    lookups: &[Lookup],
+    memory: &Memory,
+) -> Result<RecordBatch, PartitionError> {
+    let fail = |e: DataFusionError| match e.find_root() {
+        DataFusionError::External(inner) if inner.downcast_ref::<PartitionError>().is_some() => {
+            PartitionError::Other(inner.to_string())
+        }
+        DataFusionError::ResourcesExhausted(m) => PartitionError::Other(format!(
+            "the daily table's query needs more memory than its share of --memory-limit (half of it) and cannot \
+             spill what it holds ({m}); raise the limit"
+        )),
+        _ => PartitionError::Query { message: reason(&e, &query.sql) },
+    };
+    let ctx = session_within(memory).map_err(fail)?;
     register_events(&ctx, rows).await.map_err(fail)?;
     for l in lookups {
         register(&ctx, &l.name, l.schema.clone(), l.batches.clone()).map_err(fail)?;

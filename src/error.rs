@@ -299,6 +299,9 @@ pub enum PartitionError {
         source: object_store::Error,
     },
 
+    #[error("spilling to {path} failed: {message}. The partition was not written; free disk space there, or choose another folder with --spill-dir")]
+    Spill { path: String, message: String },
+
     #[error("{0}")]
     Other(String),
 }
@@ -330,6 +333,7 @@ impl PartitionError {
             | PartitionError::Verify { .. }
             | PartitionError::Differs { .. }
             | PartitionError::Store { .. }
+            | PartitionError::Spill { .. }
             | PartitionError::Other(_) => ExitCode::PartialFailure,
         }
     }

@@ -47,6 +47,8 @@ pub struct GcReport {
     pub sidecars_removed: usize,
     /// Quarantined files removed for their age (`--quarantine-older-than`).
     pub quarantine_removed: usize,
+    /// Spill folders of killed runs of this table removed from the spill folder.
+    pub spill_removed: usize,
     /// Objects in the table or its state location that lakeswap did not write (full URLs):
     /// listed, left alone.
     pub not_mine: Vec<String>,
@@ -58,6 +60,9 @@ pub struct GcOptions {
     /// Remove quarantined rows written longer ago than this. Never by default: they are the
     /// only copy of the rows a run set aside.
     pub quarantine_older_than: Option<chrono::Duration>,
+    /// The local folder runs spill to (`--spill-dir`): folders of killed runs of this table
+    /// in it are removed.
+    pub spill_dir: Option<std::path::PathBuf>,
 }
 
 /// A run id as [`crate::journal::new_run_id`] makes them: `20261129T115652.471Z-afcf82`.
@@ -240,6 +245,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
     let pending = crate::journal::pending_staging(state).await?;
     let mut staged: BTreeMap<(String, String), Vec<ObjectMeta>> = BTreeMap::new();
     let mut sidecars: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
+    let mut live_runs: BTreeSet<String> = BTreeSet::new();
     for m in list_all(state).await? {
         let rel = state.relative(&m.location);
         match classify_state(&rel, column) {
@@ -253,7 +259,13 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             Entry::Staged(run, dir) => staged.entry((run, dir)).or_default().push(m),
             Entry::Lease => {
                 let expired = match lease::read(state, &m.location).await {
-                    Ok(Some((Some(b), _))) => b.expires <= now || lease::holder_gone(&b),
+                    Ok(Some((Some(b), _))) => {
+                        let gone = b.expires <= now || lease::holder_gone(&b);
+                        if !gone {
+                            live_runs.insert(b.run_id.clone());
+                        }
+                        gone
+                    }
                     Ok(Some((None, _))) => {
                         report.not_mine.push(format!("{} (not a lakeswap lease)", state.display(&m.location)));
                         false
@@ -271,6 +283,14 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             }
             Entry::Sidecar(dir) => sidecars.entry(dir).or_default().push(m),
             Entry::NotMine => report.not_mine.push(state.display(&m.location)),
+        }
+    }
+    // Spill folders of runs that hold no live lease (killed: a run removes its own).
+    if let Some(dir) = &opts.spill_dir {
+        for (run, path) in crate::spill::folders_of(dir, &state.url) {
+            if !live_runs.contains(&run) && is_run_id(&run) && std::fs::remove_dir_all(&path).is_ok() {
+                report.spill_removed += 1;
+            }
         }
     }
     for ((run, dir), files) in staged {

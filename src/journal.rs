@@ -23,9 +23,16 @@ pub struct PartitionReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge: Option<crate::merge::MergeStats>,
     pub seconds: f64,
+    /// Bytes written to local spill files while computing the partition.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spilled_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub exit_code: i32,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A partition file a merge staged and has still to swap in: the swaps of a merge that moves

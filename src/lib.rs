@@ -41,6 +41,7 @@ pub mod report;
 pub mod run;
 pub mod schema;
 pub mod sidecar;
+pub mod spill;
 pub mod status;
 pub mod stop;
 pub mod store;

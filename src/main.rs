@@ -131,6 +131,18 @@ struct RunArgs {
     /// new schema instead; the range must cover all of them.
     #[arg(long, value_enum, value_name = "HOW")]
     schema_change: Option<SchemaChangeArg>,
+    /// The memory the run may use: 512MiB, 4GiB, 2GB, or 60% (of the machine, or of the
+    /// container's limit) [default: 50%]. Fewer partitions run at once when they are large; a
+    /// partition larger than the limit is split by key into buckets spilled to --spill-dir and
+    /// prepared one bucket at a time, with the same result, byte for byte.
+    #[arg(long, value_name = "SIZE", env = "LAKESWAP_MEMORY_LIMIT")]
+    memory_limit: Option<String>,
+    /// Where partitions larger than --memory-limit spill (a local folder with room for about
+    /// the partition's input, uncompressed) [default: the system's temporary folder]. Each run
+    /// spills into its own `lakeswap-<run id>/` folder, removed when it ends; `gc` removes a
+    /// killed run's.
+    #[arg(long, value_name = "DIR", env = "LAKESWAP_SPILL_DIR")]
+    spill_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -187,6 +199,10 @@ struct GcArgs {
     /// aside.
     #[arg(long, value_name = "AGE")]
     quarantine_older_than: Option<String>,
+    /// The folder runs spill to (their --spill-dir): spill folders a killed run of this table
+    /// left there are removed [default: the system's temporary folder].
+    #[arg(long, value_name = "DIR", env = "LAKESWAP_SPILL_DIR")]
+    spill_dir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -328,6 +344,11 @@ async fn cmd_run(a: RunArgs, vars: &Vars) -> Result<ExitCode, Error> {
 
 /// A run, or its plan with `--dry-run` (`None`).
 async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Error> {
+    let memory_limit = match &a.memory_limit {
+        Some(text) => lakeswap::spill::parse_size(text, lakeswap::spill::machine_memory())
+            .map_err(|m| usage(format!("--memory-limit: {m}")))?,
+        None => lakeswap::spill::default_limit(),
+    };
     let job = Job::load_with(&a.config, vars)?;
     let tz = job.config.timezone();
     let mut dates = match (&a.date, &a.from, &a.to, &a.retry_failed) {
@@ -354,7 +375,10 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
         return Err(usage("--lease-ttl must be at least 1 second"));
     }
     let n = dates.as_ref().map_or(0, Vec::len) as u64;
+    let spill_dir = a.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
     let mut opts = RunOptions {
+        memory_limit,
+        spill_dir,
         dates,
         concurrency: a.concurrency.unwrap_or_else(run::default_concurrency),
         allow_empty: a.allow_empty,
@@ -505,6 +529,10 @@ impl run::Observer for Progress {
             }
             run::Event::Computed { input_rows, .. } => self.step(*input_rows),
             run::Event::Passed { .. } => self.step(0),
+            run::Event::Spilling { date, bucket, buckets } => {
+                self.bar.set_message(format!("· {date}: spilling {bucket}/{buckets} buckets"));
+                tracing::debug!(%date, bucket, buckets, "spilling");
+            }
             run::Event::Done { report: r } => {
                 let date = r.date.to_string();
                 let action = r.action.to_string();
@@ -516,7 +544,7 @@ impl run::Observer for Progress {
                             output_rows = r.output_rows, quarantined_rows = q, seconds, exit_code = r.exit_code, error = %error, "partition failed");
                     } else {
                         tracing::info!(target: OUTCOME, record = "partition", date, action, input_rows = r.counts.input_rows,
-                            output_rows = r.output_rows, quarantined_rows = q, seconds, "partition {action}");
+                            output_rows = r.output_rows, quarantined_rows = q, spilled_bytes = r.spilled_bytes, seconds, "partition {action}");
                     }
                 };
                 self.bar.suspend(recorded);
@@ -553,6 +581,7 @@ async fn cmd_gc(a: GcArgs, vars: &Vars) -> Result<ExitCode, Error> {
             ),
             None => None,
         },
+        spill_dir: Some(a.spill_dir.clone().unwrap_or_else(std::env::temp_dir)),
     };
     job.check_layout(true).await?;
     let r = lakeswap::gc::gc(&job.output, &job.state, &job.config.partition.column, &opts).await?;
@@ -569,6 +598,9 @@ async fn cmd_gc(a: GcArgs, vars: &Vars) -> Result<ExitCode, Error> {
             r.quarantine_removed,
             a.quarantine_older_than.as_deref().unwrap_or("")
         );
+    }
+    if r.spill_removed > 0 {
+        println!("removed {} spill folder(s) of runs that were killed", r.spill_removed);
     }
     if r.sidecars_removed > 0 {
         println!("removed {} tombstone / key-index object(s) no partition names", r.sidecars_removed);

@@ -262,6 +262,11 @@ async fn reference_schema(decoder: &Decoder, input: &StoreLocation, first: &Obje
     decoder.schema_of(&name, &bytes).map_err(Error::Input)
 }
 
+/// An object's schema as it will be decoded (from a Parquet footer, or a text object's head).
+pub async fn object_schema(decoder: &Decoder, input: &StoreLocation, object: &ObjectMeta) -> Result<SchemaRef> {
+    Ok(decoder_schema(decoder, reference_schema(decoder, input, object).await?))
+}
+
 /// The reference schema under the decoder's conversions (declared types, the date column).
 fn decoder_schema(decoder: &Decoder, raw: SchemaRef) -> SchemaRef {
     let fields: Vec<arrow::datatypes::Field> = raw

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -17,13 +18,16 @@ use futures::StreamExt;
 use super::{Computed, Context, Kind, Outcome, PartitionFile, Planned};
 use crate::commit;
 use crate::config::{AggregateSection, ConfigError, JobConfig};
+use crate::crossdate::Hashes;
 use crate::engine::{self, Lookup};
 use crate::error::PartitionError;
 use crate::lineage::Lineage;
 use crate::plan::PartitionPlan;
-use crate::prepare::{self, Prepared};
+use crate::prepare::{self, PrepareStats, Prepared};
+use crate::read;
 use crate::read::Table;
 use crate::run::Event;
+use crate::spill;
 
 /// A daily table.
 #[derive(Debug)]
@@ -106,13 +110,16 @@ impl Kind for Aggregate {
 
     fn compute<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Computed> {
         Box::pin(async move {
-            let mut done: Vec<(Outcome, Vec<u64>)> = futures::stream::iter(cx.plan.partitions.iter().cloned())
+            let held = std::sync::atomic::AtomicU64::new(0);
+            let held = &held;
+            let mut done: Vec<(Outcome, Hashes)> = futures::stream::iter(cx.plan.partitions.iter().cloned())
                 .map(|p| async move {
                     let t = Instant::now();
                     let result = cx.opts.stop.unless(self.partition(cx, &p)).await;
+                    let result = result.and_then(|(f, h)| Ok((f, crate::crossdate::keep(cx, held, &p.dir, h)?)));
                     let (result, hashes) = match result {
                         Ok((f, h)) => (Ok(f), h),
-                        Err(e) => (Err(e), Vec::new()),
+                        Err(e) => (Err(e), Hashes::Memory(Vec::new())),
                     };
                     let input_rows = result.as_ref().map_or(0, |f| f.stats.input_rows);
                     cx.opts.observer.event(&Event::Computed { date: p.date, input_rows, failed: result.is_err() });
@@ -153,58 +160,58 @@ fn winner_masks(p: &Prepared) -> Vec<arrow::array::BooleanArray> {
     out
 }
 
+/// A date's rows after prepare, on their way into the engine.
+struct Cleaned {
+    source: engine::Source,
+    /// The record schema (the columns of the input).
+    record: SchemaRef,
+    stats: PrepareStats,
+    hashes: Vec<u64>,
+    quarantined: Option<RecordBatch>,
+    spilled_bytes: u64,
+    read_s: f64,
+    prepare_s: f64,
+}
+
 impl Aggregate {
-    /// One partition: read, prepare, query, encode. Also the sorted hashes of its keys.
+    /// One partition: read, prepare, query, encode — in memory, or spilled to disk bucket by
+    /// bucket when its estimated size is over the run's budget ([`crate::spill`]). Also the
+    /// sorted hashes of its keys.
     async fn partition(
         &self,
         cx: &Context<'_>,
         p: &PartitionPlan,
     ) -> Result<(PartitionFile, Vec<u64>), PartitionError> {
-        let started = Instant::now();
-        let table = cx.table(p).await?;
-        let read_s = started.elapsed().as_secs_f64();
-        if table.num_rows() == 0 && !cx.opts.allow_empty {
-            return Err(PartitionError::MissingInput { date: p.date });
-        }
-        let id = Arc::new(cx.identity(&table));
-        let fingerprint = cx.job.config.fingerprint();
-        let inputs = cx.plan.lineage_inputs(p, &cx.job.input);
-        let column = cx.job.config.partition.column.clone();
-        let date = p.date;
+        let estimate = spill::estimate(cx.plan.decoder.format, &p.inputs);
+        // Larger partitions wait for room in the budget: fewer run at once.
+        let _held = cx.spill.reserve(estimate).await;
+        let spilled = cx.flat.is_none() && estimate > cx.spill.limit();
+        let cleaned = if spilled { self.spilled(cx, p, estimate).await? } else { self.in_memory(cx, p).await? };
+        let Cleaned { source, record, stats, hashes, quarantined, spilled_bytes, read_s, prepare_s } = cleaned;
         let phase = Instant::now();
-        // Prepare; `events` is a view of the kept rows of the prepared table's chunks.
-        let (prepared, masks) = tokio::task::spawn_blocking(move || {
-            let prepared = prepare::prepare(table, &id)?;
-            let masks = winner_masks(&prepared);
-            Ok::<_, PartitionError>((prepared, masks))
-        })
-        .await
-        .map_err(|e| PartitionError::Other(format!("prepare task failed: {e}")))??;
-        let prepare_s = phase.elapsed().as_secs_f64();
-        let events = events_schema(prepared.table.schema(), &column);
-        let quarantined = if prepared.quarantined.is_empty() {
-            None
-        } else {
-            Some(prepared.table.take(&prepared.quarantined).map_err(|e| PartitionError::Other(e.to_string()))?)
-        };
-        let (stats, hashes) = (prepared.stats, prepared.key_hashes);
+        let column = &cx.job.config.partition.column;
+        let events = events_schema(&record, column);
         // Compiled for this date's own types: a shorthand sum keeps the date's decimal scale
         // (a date whose scale differs then fails the output check rather than round).
         let query = engine::query_of(&self.section, &events, cx.job.config.timezone())
             .map_err(|(_, m)| PartitionError::Query { message: m })?;
-        let rows = engine::Rows { chunks: prepared.table.chunks().to_vec(), keep: masks, date, events };
-        drop(prepared.table);
-        let batch = engine::execute(&query, rows, &cx.plan.lookups).await?;
-        let compute_s = phase.elapsed().as_secs_f64() - prepare_s;
+        let memory = engine::Memory {
+            bytes: (cx.spill.limit() / 2).max(64 << 20) as usize,
+            spill_dir: cx.spill.folder("engine")?,
+        };
+        let rows = engine::Rows { source, date: p.date, events };
+        let batch = engine::execute(&query, rows, &cx.plan.lookups, &memory).await?;
+        let compute_s = phase.elapsed().as_secs_f64();
         let schema = batch.schema();
         cx.check_output(&schema)?;
-        let lineage = Lineage::new(fingerprint, inputs, stats, batch.num_rows() as u64);
+        let inputs = cx.plan.lineage_inputs(p, &cx.job.input);
+        let lineage = Lineage::new(cx.job.config.fingerprint(), inputs, stats, batch.num_rows() as u64);
         let bytes = commit::encode(&batch, &lineage, &[])?;
         let quarantine = match quarantined {
             Some(rows) => Some(commit::encode(&rows, &lineage, &[])?),
             None => None,
         };
-        tracing::debug!(%date, read_s, prepare_s, compute_s, "computed partition");
+        tracing::debug!(date = %p.date, read_s, prepare_s, compute_s, spilled_bytes, peak_mib = spill::peak_mib(), "computed partition");
         let file = PartitionFile {
             bytes,
             rows: batch.num_rows(),
@@ -215,7 +222,211 @@ impl Aggregate {
             sidecars: Vec::new(),
             replaces: Vec::new(),
             skip: false,
+            spilled_bytes,
         };
         Ok((file, hashes))
     }
+
+    /// Reads and prepares a date in memory; `events` is a view of the kept rows of the
+    /// prepared table's chunks.
+    async fn in_memory(&self, cx: &Context<'_>, p: &PartitionPlan) -> Result<Cleaned, PartitionError> {
+        let started = Instant::now();
+        let table = cx.table(p).await?;
+        let read_s = started.elapsed().as_secs_f64();
+        if table.num_rows() == 0 && !cx.opts.allow_empty {
+            return Err(PartitionError::MissingInput { date: p.date });
+        }
+        let id = Arc::new(cx.identity(&table));
+        let phase = Instant::now();
+        let (prepared, masks) = tokio::task::spawn_blocking(move || {
+            let prepared = prepare::prepare(table, &id)?;
+            let masks = winner_masks(&prepared);
+            Ok::<_, PartitionError>((prepared, masks))
+        })
+        .await
+        .map_err(|e| PartitionError::Other(format!("prepare task failed: {e}")))??;
+        let prepare_s = phase.elapsed().as_secs_f64();
+        let quarantined = if prepared.quarantined.is_empty() {
+            None
+        } else {
+            Some(prepared.table.take(&prepared.quarantined).map_err(|e| PartitionError::Other(e.to_string()))?)
+        };
+        let record = prepared.table.schema().clone();
+        let source = engine::Source::Chunks { chunks: prepared.table.chunks().to_vec(), keep: masks };
+        Ok(Cleaned {
+            source,
+            record,
+            stats: prepared.stats,
+            hashes: prepared.key_hashes,
+            quarantined,
+            spilled_bytes: 0,
+            read_s,
+            prepare_s,
+        })
+    }
+
+    /// Reads a date too large for the budget into key-hash buckets on disk, prepares them one
+    /// at a time, and streams the winners back in input order (see [`crate::spill`]).
+    async fn spilled(&self, cx: &Context<'_>, p: &PartitionPlan, estimate: u64) -> Result<Cleaned, PartitionError> {
+        let started = Instant::now();
+        let (input, decoder, date) = (&cx.job.input, &cx.plan.decoder, p.date);
+        // The date's record schema: its objects' schemas unified, as the in-memory path
+        // unifies those of its pieces.
+        let mut schemas = Vec::with_capacity(p.inputs.len());
+        for m in &p.inputs {
+            let s = crate::plan::object_schema(decoder, input, m).await.map_err(|e| match e {
+                crate::Error::Input(e) => PartitionError::Input(e),
+                e => PartitionError::Other(e.to_string()),
+            })?;
+            schemas.push((input.display(&m.location), s));
+        }
+        let refs: Vec<(&str, &arrow::datatypes::Schema)> =
+            schemas.iter().map(|(o, s)| (o.as_str(), s.as_ref())).collect();
+        let record = read::unified(&refs, &|c| decoder.declared.get(c).map(|d| d.ty.clone()))?;
+        let objects: Vec<Arc<str>> = schemas.iter().map(|(o, _)| Arc::from(o.as_str())).collect();
+        let key: Vec<String> = if cx.job.config.is_whole_record_key() {
+            record.fields().iter().map(|f| f.name().clone()).collect()
+        } else {
+            cx.job.config.identity.key.clone()
+        };
+
+        // Scatter: every object's rows, by a hash of their key, into the buckets' files.
+        let limit = cx.spill.limit();
+        let buckets = spill::buckets_for(estimate, limit);
+        let dir = cx.spill.folder(&p.dir)?;
+        let wide = spill::spill_schema(&record);
+        // Rows gathered per bucket before a write: the buffers together stay within an
+        // eighth of the budget (at ~100 bytes a row).
+        let flush_rows = ((limit / 8 / 100) as usize / buckets).clamp(1024, 1 << 16);
+        let mut writers = (0..buckets)
+            .map(|b| spill::Writer::create(dir.join(format!("in-{b:05}.arrow")), wide.clone(), flush_rows))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut seq = 0u64;
+        let mut rows_in = 0u64;
+        let mut stream = std::pin::pin!(read::decoded(input, decoder, &p.inputs, &[date], Some(date), 1));
+        let mut k = 0usize;
+        while let Some(d) = stream.next().await {
+            let mut d = d?;
+            if let Some(e) = d.bad.remove(&date) {
+                return Err(e.into());
+            }
+            let (record, wide, key, tz) = (record.clone(), wide.clone(), key.clone(), decoder.tz);
+            let object = k as u32;
+            let pieces = std::mem::take(&mut d.pieces);
+            let scattered = tokio::task::spawn_blocking(move || {
+                for piece in pieces {
+                    let piece = read::conform(piece, &record, tz)?;
+                    let n = piece.batch.num_rows();
+                    let cols = key
+                        .iter()
+                        .map(|c| piece.batch.column_by_name(c).cloned())
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| {
+                        PartitionError::Other(format!("spill: no key column in {}", piece.object))
+                    })?;
+                    let of = spill::buckets_of(&cols, buckets).map_err(PartitionError::Other)?;
+                    let origin = spill::with_origin(
+                        &wide,
+                        &piece.batch,
+                        seq,
+                        object,
+                        &piece.object_rows,
+                        piece.lines.as_deref(),
+                    )
+                    .map_err(|e| PartitionError::Other(format!("spill: {e}")))?;
+                    seq += n as u64;
+                    let mut picks: Vec<Vec<u32>> = vec![Vec::new(); buckets];
+                    for (i, &b) in of.iter().enumerate() {
+                        picks[b as usize].push(i as u32);
+                    }
+                    for (b, idx) in picks.into_iter().enumerate() {
+                        if idx.is_empty() {
+                            continue;
+                        }
+                        let taken = arrow::compute::take_record_batch(&origin, &arrow::array::UInt32Array::from(idx))
+                            .map_err(|e| PartitionError::Other(format!("spill: {e}")))?;
+                        writers[b].write(taken)?;
+                    }
+                }
+                Ok::<_, PartitionError>((writers, seq))
+            })
+            .await
+            .map_err(|e| PartitionError::Other(format!("spill task failed: {e}")))??;
+            (writers, seq) = scattered;
+            rows_in = seq;
+            k += 1;
+        }
+        if rows_in == 0 && !cx.opts.allow_empty {
+            return Err(PartitionError::MissingInput { date });
+        }
+        let mut spilled_bytes = 0u64;
+        let mut inputs = Vec::with_capacity(buckets);
+        for w in writers {
+            let (path, size) = w.finish()?;
+            spilled_bytes += size;
+            inputs.push(path);
+        }
+        let read_s = started.elapsed().as_secs_f64();
+        tracing::debug!(%date, buckets, read_s, spilled_bytes, peak_mib = spill::peak_mib(), "scattered");
+
+        // Prepare each bucket; its winners (and set-aside rows) keep their input order.
+        let phase = Instant::now();
+        let mut stats = PrepareStats::default();
+        let mut hashes: Vec<u64> = Vec::new();
+        let mut conflicts: Vec<crate::error::ConflictKey> = Vec::new();
+        let mut conflicting = 0usize;
+        let mut winners = Vec::with_capacity(buckets);
+        let mut quarantined: Vec<RecordBatch> = Vec::new();
+        let narrow = spill::seq_schema(&record);
+        for (b, path) in inputs.iter().enumerate() {
+            cx.opts.observer.event(&Event::Spilling { date, bucket: b + 1, buckets });
+            let (path, record, narrow, objects) = (path.clone(), record.clone(), narrow.clone(), objects.clone());
+            let mut id = cx.identity(&Table::empty(record.clone()));
+            id.key = key.clone();
+            let out = dir.join(format!("win-{b:05}.arrow"));
+            let done = tokio::task::spawn_blocking(move || {
+                spill::prepare_bucket(&path, &out, &record, &narrow, &objects, date, &id)
+            })
+            .await
+            .map_err(|e| PartitionError::Other(format!("prepare task failed: {e}")))??;
+            let _ = std::fs::remove_file(inputs[b].as_path());
+            match done {
+                spill::Bucket::Conflict { keys, total } => {
+                    conflicts.extend(keys);
+                    conflicting += total;
+                }
+                spill::Bucket::Done { stats: s, hashes: h, winners: (path, size), quarantined: q } => {
+                    add_stats(&mut stats, &s);
+                    hashes.extend(h);
+                    spilled_bytes += size;
+                    winners.push(path);
+                    quarantined.extend(q);
+                }
+            }
+        }
+        if conflicting > 0 {
+            conflicts.sort_by(|a, b| a.key.cmp(&b.key));
+            conflicts.truncate(5);
+            return Err(PartitionError::Conflict { keys: conflicts, total: conflicting });
+        }
+        hashes.sort_unstable();
+        hashes.dedup();
+        let quarantined = spill::in_seq_order(&record, quarantined)?;
+        let prepare_s = phase.elapsed().as_secs_f64();
+        tracing::debug!(%date, prepare_s, peak_mib = spill::peak_mib(), "prepared the buckets");
+        cx.spill.add_spilled(spilled_bytes);
+        let source = engine::Source::Stream { record: record.clone(), batches: spill::merged(winners, record.clone()) };
+        Ok(Cleaned { source, record, stats, hashes, quarantined, spilled_bytes, read_s, prepare_s })
+    }
+}
+
+/// Adds one bucket's counts to a partition's.
+fn add_stats(to: &mut PrepareStats, s: &PrepareStats) {
+    to.input_rows += s.input_rows;
+    to.duplicates += s.duplicates;
+    to.superseded += s.superseded;
+    to.deleted += s.deleted;
+    to.conflicting_keys += s.conflicting_keys;
+    to.quarantined_rows += s.quarantined_rows;
+    to.keys += s.keys;
 }

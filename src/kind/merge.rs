@@ -579,6 +579,7 @@ impl Merge {
                 sidecars,
                 replaces,
                 skip: nothing_to_do,
+                spilled_bytes: 0,
             })
         })
         .await

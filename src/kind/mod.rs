@@ -91,6 +91,8 @@ pub struct Context<'a> {
     /// The table is rebuilt under a new schema.
     pub rebuild: bool,
     pub now: DateTime<Utc>,
+    /// The run's memory budget and spill folder.
+    pub spill: &'a crate::spill::Area,
 }
 
 impl Context<'_> {
@@ -164,4 +166,6 @@ pub struct PartitionFile {
     pub replaces: Vec<String>,
     /// Nothing to write (a merge date without batch rows).
     pub skip: bool,
+    /// Bytes written to spill files while computing it.
+    pub spilled_bytes: u64,
 }

@@ -267,31 +267,42 @@ pub fn assemble(
 ) -> Result<Table, InputError> {
     let schemas: Vec<(&str, SchemaRef)> = pieces.iter().map(|p| (p.object.as_ref(), p.batch.schema())).collect();
     let refs: Vec<(&str, &arrow::datatypes::Schema)> = schemas.iter().map(|(o, s)| (*o, s.as_ref())).collect();
-    let schema = unify::unify(&refs, declared).map_err(|c| {
+    let schema = unified(&refs, declared)?;
+    drop(schemas);
+    let conformed = pieces.into_iter().map(|p| conform(p, &schema, tz)).collect::<Result<Vec<_>, _>>()?;
+    Table::from_pieces(schema, conformed)
+}
+
+/// The schema the objects' schemas unify to (the written rule of [`unify`]).
+pub fn unified(
+    schemas: &[(&str, &arrow::datatypes::Schema)],
+    declared: &dyn Fn(&str) -> Option<DataType>,
+) -> Result<SchemaRef, InputError> {
+    unify::unify(schemas, declared).map_err(|c| {
         let objects = format!("{} and {}", c.types[0].1, c.types[1].1);
         InputError::bad(
             Location { object: objects, row: None, line: None, column: Some(c.column.clone()) },
             c.to_string(),
         )
+    })
+}
+
+/// A piece conformed to `schema` by column name, exactly; a value that does not fit names its
+/// object, row and column.
+pub fn conform(p: Piece, schema: &SchemaRef, tz: chrono_tz::Tz) -> Result<Piece, InputError> {
+    let batch = unify::conform(&p.batch, schema, tz).map_err(|(column, e)| {
+        let i = e.row.unwrap_or(0);
+        InputError::bad(
+            Location {
+                object: p.object.to_string(),
+                row: e.row.and_then(|r| p.object_rows.get(r).copied()),
+                line: p.lines.as_ref().and_then(|l| l.get(i).copied()).filter(|_| e.row.is_some()),
+                column: Some(column),
+            },
+            e.message,
+        )
     })?;
-    drop(schemas);
-    let mut conformed = Vec::with_capacity(pieces.len());
-    for p in pieces {
-        let batch = unify::conform(&p.batch, &schema, tz).map_err(|(column, e)| {
-            let i = e.row.unwrap_or(0);
-            InputError::bad(
-                Location {
-                    object: p.object.to_string(),
-                    row: e.row.and_then(|r| p.object_rows.get(r).copied()),
-                    line: p.lines.as_ref().and_then(|l| l.get(i).copied()).filter(|_| e.row.is_some()),
-                    column: Some(column),
-                },
-                e.message,
-            )
-        })?;
-        conformed.push(Piece { batch, ..p });
-    }
-    Table::from_pieces(schema, conformed)
+    Ok(Piece { batch, ..p })
 }
 
 /// Fetches objects (a few at a time) and decodes them in parallel; the results in the
@@ -304,9 +315,21 @@ pub async fn read_objects(
     dates: &[NaiveDate],
     path_date: Option<NaiveDate>,
 ) -> Vec<Result<Decoded, InputError>> {
+    decoded(input, decoder, objects, dates, path_date, 4).collect().await
+}
+
+/// Fetches and decodes objects, `ahead` at a time, yielding them in the objects' order.
+pub fn decoded<'a>(
+    input: &'a StoreLocation,
+    decoder: &'a Decoder,
+    objects: &'a [ObjectMeta],
+    dates: &[NaiveDate],
+    path_date: Option<NaiveDate>,
+    ahead: usize,
+) -> impl futures::Stream<Item = Result<Decoded, InputError>> + 'a {
     let wanted: Arc<[NaiveDate]> = Arc::from(dates);
     futures::stream::iter(objects.iter().cloned())
-        .map(|m| {
+        .map(move |m| {
             let decoder = decoder.clone();
             let wanted = wanted.clone();
             async move {
@@ -321,9 +344,7 @@ pub async fn read_objects(
                     .map_err(|e| InputError::unreadable(Location::object(name), format!("decoding task failed: {e}")))?
             }
         })
-        .buffered(4)
-        .collect()
-        .await
+        .buffered(ahead.max(1))
 }
 
 /// The rows of one date, read from objects that serve only it (a Hive folder): its table, or

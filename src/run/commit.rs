@@ -108,10 +108,16 @@ fn finished(
     secs: f64,
 ) -> PartitionReport {
     match res {
-        Ok(action) => PartitionReport { merge: f.merge, ..report(date, action, f.stats, f.rows as u64, secs, None) },
-        Err(e) => {
-            PartitionReport { merge: f.merge, ..report(date, Action::Failed, f.stats, f.rows as u64, secs, Some(e)) }
-        }
+        Ok(action) => PartitionReport {
+            merge: f.merge,
+            spilled_bytes: f.spilled_bytes,
+            ..report(date, action, f.stats, f.rows as u64, secs, None)
+        },
+        Err(e) => PartitionReport {
+            merge: f.merge,
+            spilled_bytes: f.spilled_bytes,
+            ..report(date, Action::Failed, f.stats, f.rows as u64, secs, Some(e))
+        },
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Held {
     pub journal: Journal,
     /// Partitions already decided: refused, skipped.
     pub reports: Vec<PartitionReport>,
+    /// The run's memory budget and spill folder (removed when the run is dropped).
+    pub spill: Arc<crate::spill::Area>,
 }
 
 impl Held {
@@ -50,6 +52,7 @@ impl Held {
             leases: self.leases.as_ref(),
             rebuild: self.rebuild,
             now: self.now,
+            spill: &self.spill,
         }
     }
 }
@@ -142,6 +145,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     }
     plan.partitions = todo;
     let flat = read_input(job, &mut plan, flat).await;
+    let spill = super::spill_area(job, opts, &run_id);
     Ok(Held {
         run_id,
         started,
@@ -154,11 +158,12 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         renewer,
         journal,
         reports,
+        spill,
     })
 }
 
 /// Holds nothing, writes nothing: for `verify`.
-pub async fn unleased(job: &Job, _opts: &RunOptions, planned: Planned) -> Result<Held> {
+pub async fn unleased(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held> {
     let Planned { run_id, started, now, mut plan, flat, new_table_schema, rebuild } = planned;
     for p in &mut plan.partitions {
         p.seen.meta = commit::head(&job.output, &commit::target_path(&job.output, &p.dir))
@@ -168,6 +173,7 @@ pub async fn unleased(job: &Job, _opts: &RunOptions, planned: Planned) -> Result
     let dates = plan.partitions.iter().map(|p| p.date).collect();
     let journal = Journal::start(&run_id, &job.config.job.name, dates, now);
     let flat = read_input(job, &mut plan, flat).await;
+    let spill = super::spill_area(job, opts, &run_id);
     Ok(Held {
         run_id,
         started,
@@ -180,6 +186,7 @@ pub async fn unleased(job: &Job, _opts: &RunOptions, planned: Planned) -> Result
         renewer: None,
         journal,
         reports: Vec::new(),
+        spill,
     })
 }
 

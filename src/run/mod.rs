@@ -190,6 +190,10 @@ pub struct RunOptions {
     pub observer: Arc<dyn Observer>,
     /// Asks the run to stop politely (see [`Stop`]).
     pub stop: Arc<Stop>,
+    /// The run's memory budget, in bytes (`--memory-limit`).
+    pub memory_limit: u64,
+    /// Where partitions larger than the budget spill (`--spill-dir`).
+    pub spill_dir: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -210,8 +214,15 @@ impl Default for RunOptions {
             schema_change: Default::default(),
             observer: Arc::new(Silent),
             stop: Arc::new(Stop::default()),
+            memory_limit: crate::spill::default_limit(),
+            spill_dir: std::env::temp_dir(),
         }
     }
+}
+
+/// The memory budget and spill folder of run `run_id`.
+pub(crate) fn spill_area(job: &Job, opts: &RunOptions, run_id: &str) -> Arc<crate::spill::Area> {
+    Arc::new(crate::spill::Area::new(&opts.spill_dir, run_id, job.state.url.clone(), opts.memory_limit))
 }
 
 /// The default time to live of a partition lease.
@@ -297,6 +308,7 @@ pub(crate) fn report(
         output_rows,
         merge: None,
         seconds,
+        spilled_bytes: 0,
         error: error.map(|e| e.to_string()),
         exit_code,
     }

@@ -13,6 +13,8 @@ pub enum Event<'a> {
     Planned { run_id: &'a str, partitions: usize },
     /// A partition is through its expensive part: computed (or failed computing).
     Computed { date: NaiveDate, input_rows: u64, failed: bool },
+    /// A partition too large for the memory budget is prepared bucket by bucket.
+    Spilling { date: NaiveDate, bucket: usize, buckets: usize },
     /// A partition was not computed: skipped as unchanged, or refused (leased elsewhere).
     Passed { date: NaiveDate, why: &'static str },
     /// A partition's outcome is final.

@@ -20,5 +20,6 @@ mod model;
 mod operations;
 mod readers;
 mod scheduler;
+mod spill;
 mod sql;
 mod stores;

@@ -1,0 +1,287 @@
+//! Risk: a partition larger than `--memory-limit` is spilled to disk by key hash and prepared
+//! bucket by bucket; a key's versions split across buckets, rows reaching the engine in
+//! another order, or a spill left behind would change the numbers or the disk. The same data
+//! under a tiny limit and under the default must give the same files, byte for byte (floats
+//! included), the same conflicts, the same set-aside rows; a killed run's spill is `gc`'s; a
+//! full spill disk fails the partition and touches nothing committed.
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+
+/// A float sum and average (order-sensitive), a decimal sum, a distinct count, per currency.
+const SQL: &str = r#"
+[aggregate]
+sql = """
+SELECT currency, count(*) AS orders, sum(amount) AS revenue, sum(CAST(amount AS DOUBLE) / 7) AS float_sum,
+       avg(CAST(amount AS DOUBLE)) AS float_avg, count(DISTINCT customer_id) AS customers,
+       min(status) AS first_status
+FROM events GROUP BY currency
+"""
+"#;
+
+fn write(lake: &Lake, name: &str, text: String) -> PathBuf {
+    let p = lake.dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// A config over the lake, with `identity` and `extra` sections and `aggregate`.
+fn config(lake: &Lake, name: &str, identity: &str, aggregate: &str) -> PathBuf {
+    let text = format!(
+        "[job]\nname = \"revenue_daily\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n[identity]\n{identity}\n{aggregate}\n[output]\nurl = \"{}\"\n",
+        lake.input().display(),
+        lake.output().display()
+    );
+    write(lake, name, text)
+}
+
+fn run(lake: &Lake, cfg: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-03"];
+    args.extend_from_slice(extra);
+    cli(&args, lake.dir.path())
+}
+
+fn summary(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn spilled(s: &serde_json::Value) -> Vec<u64> {
+    s["partitions"].as_array().unwrap().iter().map(|p| p["spilled_bytes"].as_u64().unwrap_or(0)).collect()
+}
+
+/// Runs `cfg` in memory, then again under a 1 MiB limit in a fresh output; both tables and
+/// summaries.
+fn both(
+    lake: &Lake,
+    cfg: &Path,
+) -> [(std::process::Output, std::collections::BTreeMap<String, Vec<u8>>, serde_json::Value); 2] {
+    let spill = lake.dir.path().join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let mut out = Vec::new();
+    for limit in ["8GiB", "1MiB"] {
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.state());
+        let s = lake.dir.path().join("summary.json");
+        let o = run(
+            lake,
+            cfg,
+            &["--memory-limit", limit, "--spill-dir", spill.to_str().unwrap(), "--summary-json", s.to_str().unwrap()],
+        );
+        // Nothing of the run is left in the spill folder.
+        assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0, "spill left behind: {}", text(&o));
+        out.push((o, lake.snapshot(), summary(&s)));
+    }
+    out.try_into().unwrap()
+}
+
+#[test]
+fn a_partition_spilled_under_a_tiny_limit_gives_the_in_memory_bytes() {
+    let lake = Lake::new();
+    let rows = random_orders(16, 3, 20_000);
+    lake.write_hive(&rows, 3);
+    // The shorthand (against the model) and SQL with float sums (order-sensitive).
+    let measures = lake.config();
+    let sql = config(&lake, "sql.toml", "key = [\"order_id\"]\nversion = \"source_version\"", SQL);
+    for cfg in [measures.clone(), sql] {
+        let [(mem, mem_files, mem_sum), (sp, sp_files, sp_sum)] = both(&lake, &cfg);
+        assert!(mem.status.success() && sp.status.success(), "{}\n{}", text(&mem), text(&sp));
+        assert_eq!(spilled(&mem_sum), [0, 0, 0]);
+        assert!(spilled(&sp_sum).iter().all(|&b| b > 0), "every partition spilled: {sp_sum}");
+        assert_eq!(mem_files.len(), 3);
+        assert!(mem_files == sp_files, "the spilled partitions differ from the in-memory ones ({})", cfg.display());
+        assert_eq!(mem_sum["partitions"][0]["counts"], sp_sum["partitions"][0]["counts"]);
+        if cfg == measures {
+            // The shorthand's numbers (the spilled run's files) are the model's.
+            for (date, rows) in model(&rows) {
+                assert_eq!(read_partition(&lake.partition_file(&date.to_string())), rows, "{date}");
+            }
+        }
+    }
+}
+
+#[test]
+fn deletes_conflicts_and_set_aside_rows_are_the_same_when_spilled() {
+    let lake = Lake::new();
+    let mut rows = random_orders(17, 3, 15_000);
+    // Conflicts: one key and version, two payloads — many keys, so they fall in many buckets.
+    let mut bad: Vec<Order> = rows.iter().filter(|r| r.version == 1).step_by(997).cloned().collect();
+    assert!(bad.len() > 10);
+    for r in &mut bad {
+        r.cents += 1;
+    }
+    rows.extend(bad.iter().cloned());
+    lake.write_hive(&rows, 2);
+    let key = "key = [\"order_id\"]\nversion = \"source_version\"";
+    // Fail: exit 3, the same first keys and total.
+    let fail = config(&lake, "fail.toml", key, SQL);
+    let [(mem, _, mem_sum), (sp, _, sp_sum)] = both(&lake, &fail);
+    assert_eq!((mem.status.code(), sp.status.code()), (Some(3), Some(3)), "{}", text(&sp));
+    for p in 0..3 {
+        let (m, s) = (&mem_sum["partitions"][p]["error"], &sp_sum["partitions"][p]["error"]);
+        assert!(m.as_str().unwrap().contains("conflicting key(s)"), "{m}");
+        assert_eq!(m, s);
+    }
+    // Quarantine and deletes: the same files, the same set-aside rows.
+    let deleted = format!("{key}\ndeleted = {{ column = \"status\", equals = \"refunded\" }}\n\n[prepare]\non_conflict = \"quarantine\"\n");
+    let aside = config(&lake, "aside.toml", &deleted, SQL);
+    let [(mem, mem_files, mem_sum), (sp, sp_files, sp_sum)] = both(&lake, &aside);
+    assert!(mem.status.success() && sp.status.success(), "{}", text(&sp));
+    assert!(spilled(&sp_sum).iter().all(|&b| b > 0));
+    assert!(mem_files == sp_files);
+    for p in 0..3 {
+        assert_eq!(mem_sum["partitions"][p]["counts"], sp_sum["partitions"][p]["counts"]);
+        assert!(mem_sum["partitions"][p]["counts"]["deleted"].as_u64().unwrap() > 0);
+        assert!(mem_sum["partitions"][p]["counts"]["quarantined_rows"].as_u64().unwrap() > 0);
+    }
+}
+
+/// The spill folders (`lakeswap-<run id>`) in `dir`.
+fn spill_folders(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect()).unwrap_or_default()
+}
+
+#[test]
+fn a_run_killed_while_spilling_leaves_the_table_alone_and_gc_removes_its_spill() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(18, 1, 200_000), 4);
+    let cfg = lake.config();
+    let spill = lake.dir.path().join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let date = ["--date", "2026-11-01", "--lease-ttl", "2"];
+    let mut args = vec!["run", "--config", cfg.to_str().unwrap()];
+    args.extend_from_slice(&date);
+    // A committed partition first (in memory).
+    assert!(cli(&args, lake.dir.path()).status.success());
+    let before = lake.snapshot();
+    args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", spill.to_str().unwrap()]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(&args)
+        .current_dir(lake.dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once its spill holds bucket files.
+    let started = std::time::Instant::now();
+    loop {
+        let files = spill_folders(&spill).iter().flat_map(|f| walk(f)).count();
+        if files > 8 {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before it spilled");
+        assert!(started.elapsed().as_secs() < 60, "no spill after a minute");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(spill_folders(&spill).len(), 1, "the killed run's spill stays until gc");
+    assert!(lake.snapshot() == before, "the table changed");
+    // Once the killed run's lease has expired, gc removes its spill (and only spill folders
+    // of this table's runs).
+    let other = spill.join("lakeswap-not-ours");
+    std::fs::create_dir_all(&other).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let o = cli(&["gc", "--config", cfg.to_str().unwrap(), "--spill-dir", spill.to_str().unwrap()], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("removed 1 spill folder"), "{}", text(&o));
+    assert_eq!(spill_folders(&spill), [other]);
+    assert!(lake.snapshot() == before);
+}
+
+/// A tmpfs of `size` mounted at `dir` (CI runs as root), unmounted when dropped.
+struct Tiny(PathBuf);
+
+impl Tiny {
+    fn mount(dir: &Path, size: &str) -> Tiny {
+        std::fs::create_dir_all(dir).unwrap();
+        let o = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "this test mounts a small tmpfs (as root): {}", String::from_utf8_lossy(&o.stderr));
+        Tiny(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tiny {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_spill_disk_fails_the_partition_and_keeps_what_is_committed() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(19, 1, 40_000), 2);
+    let cfg = lake.config();
+    let base = ["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"];
+    assert!(cli(&base, lake.dir.path()).status.success());
+    let before = lake.snapshot();
+    let spill = lake.dir.path().join("tiny");
+    let _tiny = Tiny::mount(&spill, "256k");
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", spill.to_str().unwrap()]);
+    let o = cli(&args, lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("spilling to") && text(&o).contains("--spill-dir"), "{}", text(&o));
+    assert!(lake.snapshot() == before);
+    assert_eq!(spill_folders(&spill).len(), 0, "the failed run removed its spill");
+}
+
+#[test]
+fn memory_limits_are_checked_before_anything_runs() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(20, 1, 100), 1);
+    let cfg = lake.config();
+    for bad in ["lots", "0%", "512KiB", "4 GiBs"] {
+        let o = cli(
+            &["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01", "--memory-limit", bad],
+            lake.dir.path(),
+        );
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
+        assert!(text(&o).contains("--memory-limit"), "{}", text(&o));
+        assert!(!lake.output().exists());
+    }
+}
+
+#[test]
+fn csv_spills_like_parquet_and_bad_values_are_named_alike() {
+    let lake = Lake::new();
+    let rows = random_orders(21, 3, 12_000);
+    for day in ["2026-11-01", "2026-11-02", "2026-11-03"] {
+        let day_rows: Vec<Order> = rows.iter().filter(|r| r.date == d(day)).cloned().collect();
+        for (i, part) in day_rows.chunks(day_rows.len() / 2 + 1).enumerate() {
+            let p = lake.input().join(format!("event_date={day}/events-{i}.csv"));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, csv_bytes(part)).unwrap();
+        }
+    }
+    let cfg = lake.config();
+    let t = std::fs::read_to_string(&cfg).unwrap().replace(
+        "format = \"parquet\"",
+        "format = \"csv\"\nschema = { amount = \"decimal(12,2)\", event_date = \"date\" }",
+    );
+    std::fs::write(&cfg, t).unwrap();
+    let [(mem, mem_files, _), (sp, sp_files, sp_sum)] = both(&lake, &cfg);
+    assert!(mem.status.success() && sp.status.success(), "{}", text(&sp));
+    assert!(spilled(&sp_sum).iter().all(|&b| b > 0), "{sp_sum}");
+    assert!(mem_files == sp_files);
+    // A bad amount deep in the second object of a date: the same object, row and line.
+    let p = lake.input().join("event_date=2026-11-02/events-1.csv");
+    let mut lines: Vec<String> = std::fs::read_to_string(&p).unwrap().lines().map(str::to_string).collect();
+    let at = lines.len() - 7;
+    let fields: Vec<&str> = lines[at].split(',').collect();
+    let amount = fields.iter().position(|f| f.contains('.')).unwrap();
+    let mut broken: Vec<String> = fields.iter().map(|s| s.to_string()).collect();
+    broken[amount] = "12.3.4".into();
+    lines[at] = broken.join(",");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    let [(mem, _, mem_sum), (sp, _, sp_sum)] = both(&lake, &cfg);
+    assert_eq!((mem.status.code(), sp.status.code()), (Some(3), Some(3)), "{}", text(&sp));
+    let (m, s) = (&mem_sum["partitions"][1]["error"], &sp_sum["partitions"][1]["error"]);
+    assert!(
+        m.as_str().unwrap().contains("events-1.csv") && m.as_str().unwrap().contains(&format!("line {}", at + 1)),
+        "{m}"
+    );
+    assert_eq!(m, s);
+}
