@@ -303,9 +303,11 @@ impl Aggregate {
             .collect::<Result<Vec<_>, _>>()?;
         let mut seq = 0u64;
         let mut rows_in = 0u64;
+        // The next object is fetched and decoded while one is scattered.
         let mut stream = std::pin::pin!(read::decoded(input, decoder, &p.inputs, &[date], Some(date), 1));
         let mut k = 0usize;
-        while let Some(d) = stream.next().await {
+        let mut next = stream.next().await;
+        while let Some(d) = next {
             let mut d = d?;
             if let Some(e) = d.bad.remove(&date) {
                 return Err(e.into());
@@ -314,6 +316,11 @@ impl Aggregate {
             let object = k as u32;
             let pieces = std::mem::take(&mut d.pieces);
             let scattered = tokio::task::spawn_blocking(move || {
+                let t0 = Instant::now();
+                // Each bucket's rows of the whole object, gathered straight from its pieces.
+                let fail = |e: arrow::error::ArrowError| PartitionError::Other(format!("spill: {e}"));
+                let mut origins = Vec::with_capacity(pieces.len());
+                let mut picks: Vec<Vec<(usize, usize)>> = vec![Vec::new(); buckets];
                 for piece in pieces {
                     let piece = read::conform(piece, &record, tz)?;
                     let n = piece.batch.num_rows();
@@ -325,34 +332,40 @@ impl Aggregate {
                         PartitionError::Other(format!("spill: no key column in {}", piece.object))
                     })?;
                     let of = spill::buckets_of(&cols, buckets).map_err(PartitionError::Other)?;
-                    let origin = spill::with_origin(
-                        &wide,
-                        &piece.batch,
-                        seq,
-                        object,
-                        &piece.object_rows,
-                        piece.lines.as_deref(),
-                    )
-                    .map_err(|e| PartitionError::Other(format!("spill: {e}")))?;
-                    seq += n as u64;
-                    let mut picks: Vec<Vec<u32>> = vec![Vec::new(); buckets];
+                    let at = origins.len();
                     for (i, &b) in of.iter().enumerate() {
-                        picks[b as usize].push(i as u32);
+                        picks[b as usize].push((at, i));
                     }
-                    for (b, idx) in picks.into_iter().enumerate() {
-                        if idx.is_empty() {
-                            continue;
-                        }
-                        let taken = arrow::compute::take_record_batch(&origin, &arrow::array::UInt32Array::from(idx))
-                            .map_err(|e| PartitionError::Other(format!("spill: {e}")))?;
-                        writers[b].write(taken)?;
-                    }
+                    let lines = piece.lines.as_deref();
+                    origins.push(
+                        spill::with_origin(&wide, &piece.batch, seq, object, &piece.object_rows, lines)
+                            .map_err(fail)?,
+                    );
+                    seq += n as u64;
                 }
+                // Gathered, encoded and written by two threads, each for half of the buckets.
+                let refs: Vec<&RecordBatch> = origins.iter().collect();
+                let half = buckets.div_ceil(2);
+                let (low, high) = writers.split_at_mut(half);
+                let write = |ws: &mut [spill::Writer], picks: &[Vec<(usize, usize)>]| {
+                    for (w, idx) in ws.iter_mut().zip(picks) {
+                        if !idx.is_empty() {
+                            w.write(arrow::compute::interleave_record_batch(&refs, idx).map_err(fail)?)?;
+                        }
+                    }
+                    Ok::<_, PartitionError>(())
+                };
+                std::thread::scope(|sc| {
+                    let other = sc.spawn(|| write(high, &picks[half..]));
+                    let mine = write(low, &picks[..half]);
+                    other.join().unwrap_or_else(|e| std::panic::resume_unwind(e)).and(mine)
+                })?;
+                tracing::trace!(scatter_s = t0.elapsed().as_secs_f64(), "scattered an object");
                 Ok::<_, PartitionError>((writers, seq))
-            })
-            .await
-            .map_err(|e| PartitionError::Other(format!("spill task failed: {e}")))??;
-            (writers, seq) = scattered;
+            });
+            let (scattered, following) = futures::join!(scattered, stream.next());
+            (writers, seq) = scattered.map_err(|e| PartitionError::Other(format!("spill task failed: {e}")))??;
+            next = following;
             rows_in = seq;
             k += 1;
         }
@@ -378,19 +391,31 @@ impl Aggregate {
         let mut winners = Vec::with_capacity(buckets);
         let mut quarantined: Vec<RecordBatch> = Vec::new();
         let narrow = spill::seq_schema(&record);
-        for (b, path) in inputs.iter().enumerate() {
-            cx.opts.observer.event(&Event::Spilling { date, bucket: b + 1, buckets });
-            let (path, record, narrow, objects) = (path.clone(), record.clone(), narrow.clone(), objects.clone());
-            let mut id = cx.identity(&Table::empty(record.clone()));
-            id.key = key.clone();
-            let out = dir.join(format!("win-{b:05}.arrow"));
-            let done = tokio::task::spawn_blocking(move || {
-                spill::prepare_bucket(&path, &out, &record, &narrow, &objects, date, &id)
+        // Two buckets at a time (each about a quarter of the budget), a thread each.
+        let parallel = 2;
+        let mut id = cx.identity(&Table::empty(record.clone()));
+        id.key = key.clone();
+        id.threads = 1;
+        let id = Arc::new(id);
+        let observer = &cx.opts.observer;
+        let mut prepared = futures::stream::iter(inputs.iter().cloned().enumerate())
+            .map(|(b, path)| {
+                observer.event(&Event::Spilling { date, bucket: b + 1, buckets });
+                let (record, narrow, objects, id) = (record.clone(), narrow.clone(), objects.clone(), id.clone());
+                let out = dir.join(format!("win-{b:05}.arrow"));
+                async move {
+                    tokio::task::spawn_blocking(move || {
+                        let done = spill::prepare_bucket(&path, &out, &record, &narrow, &objects, date, &id);
+                        let _ = std::fs::remove_file(&path);
+                        done
+                    })
+                    .await
+                    .map_err(|e| PartitionError::Other(format!("prepare task failed: {e}")))?
+                }
             })
-            .await
-            .map_err(|e| PartitionError::Other(format!("prepare task failed: {e}")))??;
-            let _ = std::fs::remove_file(inputs[b].as_path());
-            match done {
+            .buffered(parallel);
+        while let Some(done) = prepared.next().await {
+            match done? {
                 spill::Bucket::Conflict { keys, total } => {
                     conflicts.extend(keys);
                     conflicting += total;
@@ -404,6 +429,7 @@ impl Aggregate {
                 }
             }
         }
+        drop(prepared);
         if conflicting > 0 {
             conflicts.sort_by(|a, b| a.key.cmp(&b.key));
             conflicts.truncate(5);
