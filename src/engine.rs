@@ -231,23 +231,21 @@ pub struct Rows {
 pub enum Source {
     /// The prepared table's chunks in memory, and which rows of each are kept.
     Chunks { chunks: Vec<RecordBatch>, keep: Vec<arrow::array::BooleanArray> },
-    /// The kept rows of a spilled partition, streamed in input order (`record`: their schema).
-    Stream { record: SchemaRef, batches: futures::stream::BoxStream<'static, Result<RecordBatch, PartitionError>> },
+    /// The kept rows of a spilled partition: files of winners merged back into input order
+    /// as the engine scans them (`record`: their schema; [`crate::spill::merged`]).
+    Spilled { record: SchemaRef, files: Vec<std::path::PathBuf> },
 }
 
-/// A stream read once, as a table's only partition.
-struct Once {
+/// A spilled partition's winners as a table's only partition: every scan (a query may read
+/// `events` more than once) merges the files again.
+#[derive(Debug)]
+struct Spilled {
     schema: SchemaRef,
-    batches: std::sync::Mutex<Option<futures::stream::BoxStream<'static, Result<RecordBatch, PartitionError>>>>,
+    record: SchemaRef,
+    files: Vec<std::path::PathBuf>,
 }
 
-impl std::fmt::Debug for Once {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Once").field("schema", &self.schema).finish()
-    }
-}
-
-impl datafusion::physical_plan::streaming::PartitionStream for Once {
+impl datafusion::physical_plan::streaming::PartitionStream for Spilled {
     fn schema(&self) -> &SchemaRef {
         &self.schema
     }
@@ -255,21 +253,12 @@ impl datafusion::physical_plan::streaming::PartitionStream for Once {
     fn execute(&self, _: Arc<datafusion::execution::TaskContext>) -> datafusion::execution::SendableRecordBatchStream {
         use futures::StreamExt;
         let schema = self.schema.clone();
-        let taken = self.batches.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let stream = match taken {
-            Some(s) => s
-                .map(move |b| {
-                    let b = b.map_err(|e| DataFusionError::External(Box::new(e)))?;
-                    let mut cols = b.columns().to_vec();
-                    cols.push(Arc::new(arrow::array::BooleanArray::from(vec![true; b.num_rows()])));
-                    RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
-                })
-                .boxed(),
-            None => futures::stream::once(async {
-                Err(DataFusionError::Internal("a spilled partition's rows are read once".into()))
-            })
-            .boxed(),
-        };
+        let stream = crate::spill::merged(self.files.clone(), self.record.clone()).map(move |b| {
+            let b = b.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let mut cols = b.columns().to_vec();
+            cols.push(Arc::new(arrow::array::BooleanArray::from(vec![true; b.num_rows()])));
+            RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
+        });
         Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(self.schema.clone(), stream))
     }
 }
@@ -308,10 +297,10 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
             register(ctx, "__lakeswap_rows", schema, batches)?;
             record
         }
-        Source::Stream { record, batches } => {
+        Source::Spilled { record, files } => {
             let schema = with_keep(&record);
-            let once = Once { schema: schema.clone(), batches: std::sync::Mutex::new(Some(batches)) };
-            let table = datafusion::catalog::streaming::StreamingTable::try_new(schema, vec![Arc::new(once)])?;
+            let spilled = Spilled { schema: schema.clone(), record: record.clone(), files };
+            let table = datafusion::catalog::streaming::StreamingTable::try_new(schema, vec![Arc::new(spilled)])?;
             ctx.register_table("__lakeswap_rows", Arc::new(table))?;
             record
         }
@@ -338,7 +327,7 @@ pub async fn execute(
     query: &Query,
     rows: Rows,
     lookups: &[Lookup],
-    memory: &Memory,
+    memory: Option<&Memory>,
 ) -> Result<RecordBatch, PartitionError> {
     let fail = |e: DataFusionError| match e.find_root() {
         DataFusionError::External(inner) if inner.downcast_ref::<PartitionError>().is_some() => {
@@ -350,7 +339,10 @@ pub async fn execute(
         )),
         _ => PartitionError::Query { message: reason(&e, &query.sql) },
     };
-    let ctx = session_within(memory).map_err(fail)?;
+    let ctx = match memory {
+        Some(m) => session_within(m).map_err(fail)?,
+        None => session(),
+    };
     register_events(&ctx, rows).await.map_err(fail)?;
     for l in lookups {
         register(&ctx, &l.name, l.schema.clone(), l.batches.clone()).map_err(fail)?;

@@ -245,7 +245,6 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
     let pending = crate::journal::pending_staging(state).await?;
     let mut staged: BTreeMap<(String, String), Vec<ObjectMeta>> = BTreeMap::new();
     let mut sidecars: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
-    let mut live_runs: BTreeSet<String> = BTreeSet::new();
     for m in list_all(state).await? {
         let rel = state.relative(&m.location);
         match classify_state(&rel, column) {
@@ -259,13 +258,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             Entry::Staged(run, dir) => staged.entry((run, dir)).or_default().push(m),
             Entry::Lease => {
                 let expired = match lease::read(state, &m.location).await {
-                    Ok(Some((Some(b), _))) => {
-                        let gone = b.expires <= now || lease::holder_gone(&b);
-                        if !gone {
-                            live_runs.insert(b.run_id.clone());
-                        }
-                        gone
-                    }
+                    Ok(Some((Some(b), _))) => b.expires <= now || lease::holder_gone(&b),
                     Ok(Some((None, _))) => {
                         report.not_mine.push(format!("{} (not a lakeswap lease)", state.display(&m.location)));
                         false
@@ -285,10 +278,10 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             Entry::NotMine => report.not_mine.push(state.display(&m.location)),
         }
     }
-    // Spill folders of runs that hold no live lease (killed: a run removes its own).
+    // Spill folders of this table's runs whose process is gone (a run removes its own).
     if let Some(dir) = &opts.spill_dir {
-        for (run, path) in crate::spill::folders_of(dir, &state.url) {
-            if !live_runs.contains(&run) && is_run_id(&run) && std::fs::remove_dir_all(&path).is_ok() {
+        for (run, path) in crate::spill::abandoned(dir, &state.url) {
+            if is_run_id(&run) && std::fs::remove_dir_all(&path).is_ok() {
                 report.spill_removed += 1;
             }
         }

@@ -33,6 +33,9 @@ use crate::error::PartitionError;
 pub const PREFIX: &str = "lakeswap-";
 /// The file in a run's spill folder naming the table's state location (for `gc`).
 const OWNER: &str = "table";
+/// The file a live run holds locked in its spill folder: `gc` leaves the folder alone while
+/// it is locked (the kernel drops the lock when the process dies, however it dies).
+const LOCK: &str = "lock";
 /// Budget permits are counted in these units.
 const UNIT: u64 = 1 << 20;
 
@@ -117,7 +120,7 @@ pub struct Area {
     limit: u64,
     permits: tokio::sync::Semaphore,
     units: u64,
-    made: std::sync::Mutex<bool>,
+    made: std::sync::Mutex<Option<File>>,
     spilled: AtomicU64,
 }
 
@@ -131,7 +134,7 @@ impl Area {
             limit,
             permits: tokio::sync::Semaphore::new(units as usize),
             units,
-            made: std::sync::Mutex::new(false),
+            made: std::sync::Mutex::new(None),
             spilled: AtomicU64::new(0),
         }
     }
@@ -155,10 +158,13 @@ impl Area {
         };
         {
             let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
-            if !*made {
+            if made.is_none() {
+                // Locked before it names its table, so gc never takes it for a dead run's.
                 std::fs::create_dir_all(&self.root).map_err(|e| fail(&self.root, e))?;
+                let lock = File::create(self.root.join(LOCK)).map_err(|e| fail(&self.root, e))?;
+                lock.lock().map_err(|e| fail(&self.root, e))?;
                 std::fs::write(self.root.join(OWNER), &self.table).map_err(|e| fail(&self.root, e))?;
-                *made = true;
+                *made = Some(lock);
             }
         }
         let dir = self.root.join(name);
@@ -175,18 +181,24 @@ impl Area {
     pub fn root(&self) -> &Path {
         &self.root
     }
+
+    /// Removes a partition's spill files once it is done with them.
+    pub fn remove(&self, name: &str) {
+        let _ = std::fs::remove_dir_all(self.root.join(name));
+    }
 }
 
 impl Drop for Area {
     fn drop(&mut self) {
-        if *self.made.lock().unwrap_or_else(|e| e.into_inner()) {
+        if self.made.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
             let _ = std::fs::remove_dir_all(&self.root);
         }
     }
 }
 
-/// The spill folders in `spill_dir` of runs of the table whose state is `table`: run id, path.
-pub fn folders_of(spill_dir: &Path, table: &str) -> Vec<(String, PathBuf)> {
+/// The spill folders in `spill_dir` of runs of the table whose state is `table` that no live
+/// process holds (killed runs): run id, path.
+pub fn abandoned(spill_dir: &Path, table: &str) -> Vec<(String, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(spill_dir) else { return Vec::new() };
     let mut found: Vec<(String, PathBuf)> = entries
         .filter_map(|e| e.ok())
@@ -194,7 +206,9 @@ pub fn folders_of(spill_dir: &Path, table: &str) -> Vec<(String, PathBuf)> {
             let name = e.file_name().to_string_lossy().to_string();
             let run = name.strip_prefix(PREFIX)?.to_string();
             let owner = std::fs::read_to_string(e.path().join(OWNER)).ok()?;
-            (owner == table).then(|| (run, e.path()))
+            let lock = File::open(e.path().join(LOCK)).ok()?;
+            let free = lock.try_lock().is_ok();
+            (owner == table && free).then(|| (run, e.path()))
         })
         .collect();
     found.sort();
@@ -298,7 +312,7 @@ impl Writer {
         let options = IpcWriteOptions::default()
             .try_with_compression(Some(arrow::ipc::CompressionType::LZ4_FRAME))
             .map_err(|e| io_error(&path, e))?;
-        let inner = FileWriter::try_new_with_options(BufWriter::with_capacity(1 << 20, file), &schema, options)
+        let inner = FileWriter::try_new_with_options(BufWriter::with_capacity(1 << 16, file), &schema, options)
             .map_err(|e| io_error(&path, e))?;
         Ok(Writer { path, schema, inner: Some(inner), pending: Vec::new(), pending_rows: 0, flush_rows })
     }
@@ -343,7 +357,7 @@ impl Writer {
 /// The batches of a spill file, in order.
 pub fn read(path: &Path) -> Result<impl Iterator<Item = Result<RecordBatch, PartitionError>>, PartitionError> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
-    let reader = FileReader::try_new(BufReader::with_capacity(1 << 20, file), None).map_err(|e| io_error(path, e))?;
+    let reader = FileReader::try_new(BufReader::with_capacity(1 << 16, file), None).map_err(|e| io_error(path, e))?;
     let p = path.to_path_buf();
     Ok(reader.map(move |b| b.map_err(|e| io_error(&p, e))))
 }
@@ -453,10 +467,14 @@ pub fn estimate(format: crate::read::Format, objects: &[object_store::ObjectMeta
         .sum()
 }
 
+/// The most buckets of one partition (open files while scattering; a bucket then holds more
+/// than a quarter of a very small budget).
+const MAX_BUCKETS: usize = 256;
+
 /// Buckets for a spilled partition: each holds about a quarter of the budget once read.
 pub fn buckets_for(estimate: u64, limit: u64) -> usize {
     let per = (limit / 4).max(1);
-    (estimate.div_ceil(per) as usize).next_power_of_two().clamp(2, 4096)
+    (estimate.div_ceil(per) as usize).next_power_of_two().clamp(2, MAX_BUCKETS)
 }
 
 /// The schema of a file of prepared rows: the record, then [`SEQ`].
@@ -570,9 +588,6 @@ pub fn merged(
             if tx.blocking_send(item).is_err() || end {
                 break;
             }
-        }
-        for p in &paths {
-            let _ = std::fs::remove_file(p);
         }
     });
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) }).boxed()

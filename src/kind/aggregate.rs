@@ -182,11 +182,25 @@ impl Aggregate {
         cx: &Context<'_>,
         p: &PartitionPlan,
     ) -> Result<(PartitionFile, Vec<u64>), PartitionError> {
-        let estimate = spill::estimate(cx.plan.decoder.format, &p.inputs);
+        // A flat input is read once for the run (its objects serve many dates): not reserved
+        // per date.
+        let estimate = match cx.flat {
+            Some(_) => 0,
+            None => spill::estimate(cx.plan.decoder.format, &p.inputs),
+        };
         // Larger partitions wait for room in the budget: fewer run at once.
         let _held = cx.spill.reserve(estimate).await;
         let spilled = cx.flat.is_none() && estimate > cx.spill.limit();
-        let cleaned = if spilled { self.spilled(cx, p, estimate).await? } else { self.in_memory(cx, p).await? };
+        let cleaned = match spilled {
+            true => {
+                let cleaned = self.spilled(cx, p, estimate).await;
+                if cleaned.is_err() {
+                    cx.spill.remove(&p.dir);
+                }
+                cleaned?
+            }
+            false => self.in_memory(cx, p).await?,
+        };
         let Cleaned { source, record, stats, hashes, quarantined, spilled_bytes, read_s, prepare_s } = cleaned;
         let phase = Instant::now();
         let column = &cx.job.config.partition.column;
@@ -195,12 +209,21 @@ impl Aggregate {
         // (a date whose scale differs then fails the output check rather than round).
         let query = engine::query_of(&self.section, &events, cx.job.config.timezone())
             .map_err(|(_, m)| PartitionError::Query { message: m })?;
-        let memory = engine::Memory {
-            bytes: (cx.spill.limit() / 2).max(64 << 20) as usize,
-            spill_dir: cx.spill.folder("engine")?,
+        // A spilled partition's query runs within half the budget, spilling through the
+        // engine where it can; an in-memory one as before, unbounded.
+        let memory = match spilled {
+            true => Some(engine::Memory {
+                bytes: (cx.spill.limit() / 2).max(64 << 20) as usize,
+                spill_dir: cx.spill.folder("engine")?,
+            }),
+            false => None,
         };
         let rows = engine::Rows { source, date: p.date, events };
-        let batch = engine::execute(&query, rows, &cx.plan.lookups, &memory).await?;
+        let batch = engine::execute(&query, rows, &cx.plan.lookups, memory.as_ref()).await;
+        if spilled {
+            cx.spill.remove(&p.dir);
+        }
+        let batch = batch?;
         let compute_s = phase.elapsed().as_secs_f64();
         let schema = batch.schema();
         cx.check_output(&schema)?;
@@ -441,7 +464,7 @@ impl Aggregate {
         let prepare_s = phase.elapsed().as_secs_f64();
         tracing::debug!(%date, prepare_s, peak_mib = spill::peak_mib(), "prepared the buckets");
         cx.spill.add_spilled(spilled_bytes);
-        let source = engine::Source::Stream { record: record.clone(), batches: spill::merged(winners, record.clone()) };
+        let source = engine::Source::Spilled { record: record.clone(), files: winners };
         Ok(Cleaned { source, record, stats, hashes, quarantined, spilled_bytes, read_s, prepare_s })
     }
 }

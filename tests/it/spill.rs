@@ -19,6 +19,17 @@ FROM events GROUP BY currency
 """
 "#;
 
+/// No groups: a float sum over the whole date (sensitive to how rows are batched), and
+/// `events` read twice.
+const GLOBAL: &str = r#"
+[aggregate]
+sql = """
+SELECT count(*) AS orders, sum(CAST(amount AS DOUBLE) / 7) AS float_sum, avg(CAST(amount AS DOUBLE)) AS float_avg,
+       (SELECT count(DISTINCT customer_id) FROM events) AS customers
+FROM events
+"""
+"#;
+
 fn write(lake: &Lake, name: &str, text: String) -> PathBuf {
     let p = lake.dir.path().join(name);
     std::fs::write(&p, text).unwrap();
@@ -81,8 +92,10 @@ fn a_partition_spilled_under_a_tiny_limit_gives_the_in_memory_bytes() {
     lake.write_hive(&rows, 3);
     // The shorthand (against the model) and SQL with float sums (order-sensitive).
     let measures = lake.config();
-    let sql = config(&lake, "sql.toml", "key = [\"order_id\"]\nversion = \"source_version\"", SQL);
-    for cfg in [measures.clone(), sql] {
+    let key = "key = [\"order_id\"]\nversion = \"source_version\"";
+    let sql = config(&lake, "sql.toml", key, SQL);
+    let global = config(&lake, "global.toml", key, GLOBAL);
+    for cfg in [measures.clone(), sql, global] {
         let [(mem, mem_files, mem_sum), (sp, sp_files, sp_sum)] = both(&lake, &cfg);
         assert!(mem.status.success() && sp.status.success(), "{}\n{}", text(&mem), text(&sp));
         assert_eq!(spilled(&mem_sum), [0, 0, 0]);
