@@ -48,7 +48,6 @@ pub fn keep(
         std::io::Write::write_all(&mut w, &h.to_le_bytes()).map_err(fail)?;
     }
     std::io::Write::flush(&mut w).map_err(fail)?;
-    cx.spill.add_spilled(bytes);
     Ok(Hashes::File(path))
 }
 

@@ -18,7 +18,6 @@ use std::fs::File;
 use std::hash::BuildHasher;
 use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array, UInt64Array};
@@ -121,7 +120,6 @@ pub struct Area {
     permits: tokio::sync::Semaphore,
     units: u64,
     made: std::sync::Mutex<Option<File>>,
-    spilled: AtomicU64,
 }
 
 impl Area {
@@ -135,7 +133,6 @@ impl Area {
             permits: tokio::sync::Semaphore::new(units as usize),
             units,
             made: std::sync::Mutex::new(None),
-            spilled: AtomicU64::new(0),
         }
     }
 
@@ -170,16 +167,6 @@ impl Area {
         let dir = self.root.join(name);
         std::fs::create_dir_all(&dir).map_err(|e| fail(&dir, e))?;
         Ok(dir)
-    }
-
-    /// Counts bytes written to spill files.
-    pub fn add_spilled(&self, bytes: u64) {
-        self.spilled.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    /// The run's spill folder (it may not exist).
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     /// Removes a partition's spill files once it is done with them.

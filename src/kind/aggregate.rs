@@ -463,7 +463,6 @@ impl Aggregate {
         let quarantined = spill::in_seq_order(&record, quarantined)?;
         let prepare_s = phase.elapsed().as_secs_f64();
         tracing::debug!(%date, prepare_s, peak_mib = spill::peak_mib(), "prepared the buckets");
-        cx.spill.add_spilled(spilled_bytes);
         let source = engine::Source::Spilled { record: record.clone(), files: winners };
         Ok(Cleaned { source, record, stats, hashes, quarantined, spilled_bytes, read_s, prepare_s })
     }
