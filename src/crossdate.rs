@@ -24,20 +24,12 @@ pub enum Hashes {
     File(std::path::PathBuf),
 }
 
-/// Keeps `hashes` of partition `name` for the check: in memory while `held` (the bytes the
-/// run holds in memory so far) stays within an eighth of the budget, else in a file.
-pub fn keep(
-    cx: &Context<'_>,
-    held: &std::sync::atomic::AtomicU64,
-    name: &str,
-    hashes: Vec<u64>,
-) -> Result<Hashes, crate::error::PartitionError> {
-    use std::sync::atomic::Ordering::Relaxed;
-    let bytes = hashes.len() as u64 * 8;
-    if held.fetch_add(bytes, Relaxed) + bytes <= cx.spill.limit() / 8 {
+/// Keeps `hashes` of partition `name` for the check: in memory while the budget allows
+/// ([`crate::spill::Area::may_hold`]), else in a file.
+pub fn keep(cx: &Context<'_>, name: &str, hashes: Vec<u64>) -> Result<Hashes, crate::error::PartitionError> {
+    if cx.spill.may_hold(hashes.len() as u64 * 8) {
         return Ok(Hashes::Memory(hashes));
     }
-    held.fetch_sub(bytes, Relaxed);
     let path = cx.spill.folder("keys")?.join(format!("{name}.u64"));
     let fail = |e: std::io::Error| crate::error::PartitionError::Spill {
         path: path.display().to_string(),

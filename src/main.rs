@@ -234,13 +234,33 @@ struct GenerateArgs {
 /// one after another with the same shapes, and re-faulting fresh pages for each cost a large
 /// share of the CPU time of a backfill (BENCHMARKS.md).
 fn tune_allocator() {
+    set_purge_delay(-1);
+}
+
+/// Below this memory limit, freed memory goes back to the OS (see [`return_freed_memory`]).
+const SMALL_BUDGET: u64 = 512 << 20;
+
+/// Undoes [`tune_allocator`]: freed memory goes back to the OS after mimalloc's default delay.
+/// Under a small budget, memory the scatter freed must not stay resident while the buckets are
+/// prepared (a 20 M-row day under 256 MiB: 400 MiB peak when kept, 270 MiB when returned, at
+/// some cost in time; BENCHMARKS.md).
+fn return_freed_memory() {
+    set_purge_delay(10);
+}
+
+/// Sets mimalloc's purge delay in milliseconds (-1: never), unless `MIMALLOC_PURGE_DELAY` in
+/// the environment says otherwise.
+fn set_purge_delay(ms: std::ffi::c_long) {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
     // `mi_option_purge_delay` in mimalloc 3's `mimalloc.h` (the version this crate links).
     const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     // SAFETY: querying the version and setting an option have no preconditions.
     unsafe {
         // `mi_version()` is major * 10000 + minor * 100 + patch (30302 for 3.3.2).
         if (30_000..40_000).contains(&libmimalloc_sys::mi_version()) {
-            libmimalloc_sys::mi_option_set(PURGE_DELAY, -1);
+            libmimalloc_sys::mi_option_set(PURGE_DELAY, ms);
         }
     }
 }
@@ -349,6 +369,9 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
             .map_err(|m| usage(format!("--memory-limit: {m}")))?,
         None => lakeswap::spill::default_limit(),
     };
+    if memory_limit < SMALL_BUDGET {
+        return_freed_memory();
+    }
     let job = Job::load_with(&a.config, vars)?;
     let tz = job.config.timezone();
     let mut dates = match (&a.date, &a.from, &a.to, &a.retry_failed) {

@@ -119,6 +119,8 @@ pub struct Area {
     limit: u64,
     permits: tokio::sync::Semaphore,
     units: u64,
+    /// Bytes kept in memory between partitions: see [`Area::may_hold`].
+    held: std::sync::atomic::AtomicU64,
     made: std::sync::Mutex<Option<File>>,
 }
 
@@ -132,6 +134,7 @@ impl Area {
             limit,
             permits: tokio::sync::Semaphore::new(units as usize),
             units,
+            held: std::sync::atomic::AtomicU64::new(0),
             made: std::sync::Mutex::new(None),
         }
     }
@@ -145,6 +148,18 @@ impl Area {
     pub async fn reserve(&self, bytes: u64) -> tokio::sync::SemaphorePermit<'_> {
         let want = bytes.div_ceil(UNIT).clamp(1, self.units) as u32;
         self.permits.acquire_many(want).await.expect("the budget is never closed")
+    }
+
+    /// Whether `bytes` more may stay in memory until the run ends (a partition's key hashes,
+    /// its computed file): yes while everything so kept stays within an eighth of the budget.
+    /// Counted when the answer is yes.
+    pub fn may_hold(&self, bytes: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.held.fetch_add(bytes, Relaxed) + bytes <= self.limit / 8 {
+            return true;
+        }
+        self.held.fetch_sub(bytes, Relaxed);
+        false
     }
 
     /// A fresh folder for one partition's spill files (the run's folder made on first use).
@@ -486,7 +501,8 @@ pub enum Bucket {
 }
 
 /// Prepares the rows of the bucket file `path` (rows of `record` from `objects`, for `date`),
-/// writing its winners to `out` (schema `narrow`: the record and [`SEQ`]).
+/// writing its winners to `out` (schema `narrow`: the record and [`SEQ`]) in batches of
+/// `batch_rows`.
 pub fn prepare_bucket(
     path: &Path,
     out: &Path,
@@ -495,6 +511,7 @@ pub fn prepare_bucket(
     objects: &[Arc<str>],
     date: chrono::NaiveDate,
     id: &crate::prepare::Identity,
+    batch_rows: usize,
 ) -> Result<Bucket, PartitionError> {
     let mut pieces = Vec::new();
     let mut seqs: Vec<u64> = Vec::new();
@@ -529,8 +546,8 @@ pub fn prepare_bucket(
         cols.push(Arc::new(seq));
         RecordBatch::try_new(narrow.clone(), cols).map_err(|e| PartitionError::Other(format!("spill: {e}")))
     };
-    let mut w = Writer::create(out.to_path_buf(), narrow.clone(), 1 << 16)?;
-    for ids in prepared.winners.chunks(1 << 16) {
+    let mut w = Writer::create(out.to_path_buf(), narrow.clone(), batch_rows)?;
+    for ids in prepared.winners.chunks(batch_rows.max(1)) {
         w.write(with_seq(ids)?)?;
     }
     let quarantined = if prepared.quarantined.is_empty() { Vec::new() } else { vec![with_seq(&prepared.quarantined)?] };

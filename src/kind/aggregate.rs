@@ -15,7 +15,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
-use super::{Computed, Context, Kind, Outcome, PartitionFile, Planned};
+use super::{Body, Computed, Context, Kind, Outcome, PartitionFile, Planned};
 use crate::commit;
 use crate::config::{AggregateSection, ConfigError, JobConfig};
 use crate::crossdate::Hashes;
@@ -110,13 +110,12 @@ impl Kind for Aggregate {
 
     fn compute<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Computed> {
         Box::pin(async move {
-            let held = std::sync::atomic::AtomicU64::new(0);
-            let held = &held;
             let mut done: Vec<(Outcome, Hashes)> = futures::stream::iter(cx.plan.partitions.iter().cloned())
                 .map(|p| async move {
                     let t = Instant::now();
                     let result = cx.opts.stop.unless(self.partition(cx, &p)).await;
-                    let result = result.and_then(|(f, h)| Ok((f, crate::crossdate::keep(cx, held, &p.dir, h)?)));
+                    let result =
+                        result.and_then(|(f, h)| Ok((cx.keep(&p.dir, f)?, crate::crossdate::keep(cx, &p.dir, h)?)));
                     let (result, hashes) = match result {
                         Ok((f, h)) => (Ok(f), h),
                         Err(e) => (Err(e), Hashes::Memory(Vec::new())),
@@ -236,7 +235,7 @@ impl Aggregate {
         };
         tracing::debug!(date = %p.date, read_s, prepare_s, compute_s, spilled_bytes, peak_mib = spill::peak_mib(), "computed partition");
         let file = PartitionFile {
-            bytes,
+            body: Body::Memory(bytes),
             rows: batch.num_rows(),
             schema: schema.clone() as SchemaRef,
             stats,
@@ -318,7 +317,8 @@ impl Aggregate {
         let buckets = spill::buckets_for(estimate, limit);
         let dir = cx.spill.folder(&p.dir)?;
         let wide = spill::spill_schema(&record);
-        // Rows gathered per bucket before a write: the buffers together stay within an
+        // Rows gathered per bucket before a write, and per batch of a winners' file (the merge
+        // back into input order holds one batch of each): the buffers together stay within an
         // eighth of the budget (at ~100 bytes a row).
         let flush_rows = ((limit / 8 / 100) as usize / buckets).clamp(1024, 1 << 16);
         let mut writers = (0..buckets)
@@ -326,17 +326,18 @@ impl Aggregate {
             .collect::<Result<Vec<_>, _>>()?;
         let mut seq = 0u64;
         let mut rows_in = 0u64;
-        // The next object is fetched and decoded while one is scattered.
-        let mut stream = std::pin::pin!(read::decoded(input, decoder, &p.inputs, &[date], Some(date), 1));
-        let mut k = 0usize;
+        // Objects are decoded a part at a time, the next part while one is scattered.
+        let parts =
+            read::decoded_parts(input.clone(), decoder.clone(), p.inputs.clone(), vec![date], Some(date), 1 << 16);
+        let mut stream = std::pin::pin!(parts);
         let mut next = stream.next().await;
         while let Some(d) = next {
-            let mut d = d?;
+            let (object, mut d) = d?;
             if let Some(e) = d.bad.remove(&date) {
                 return Err(e.into());
             }
             let (record, wide, key, tz) = (record.clone(), wide.clone(), key.clone(), decoder.tz);
-            let object = k as u32;
+            let object = object as u32;
             let pieces = std::mem::take(&mut d.pieces);
             let scattered = tokio::task::spawn_blocking(move || {
                 let t0 = Instant::now();
@@ -383,14 +384,13 @@ impl Aggregate {
                     let mine = write(low, &picks[..half]);
                     other.join().unwrap_or_else(|e| std::panic::resume_unwind(e)).and(mine)
                 })?;
-                tracing::trace!(scatter_s = t0.elapsed().as_secs_f64(), "scattered an object");
+                tracing::trace!(scatter_s = t0.elapsed().as_secs_f64(), "scattered a part");
                 Ok::<_, PartitionError>((writers, seq))
             });
             let (scattered, following) = futures::join!(scattered, stream.next());
             (writers, seq) = scattered.map_err(|e| PartitionError::Other(format!("spill task failed: {e}")))??;
             next = following;
             rows_in = seq;
-            k += 1;
         }
         if rows_in == 0 && !cx.opts.allow_empty {
             return Err(PartitionError::MissingInput { date });
@@ -428,7 +428,8 @@ impl Aggregate {
                 let out = dir.join(format!("win-{b:05}.arrow"));
                 async move {
                     tokio::task::spawn_blocking(move || {
-                        let done = spill::prepare_bucket(&path, &out, &record, &narrow, &objects, date, &id);
+                        let done =
+                            spill::prepare_bucket(&path, &out, &record, &narrow, &objects, date, &id, flush_rows);
                         let _ = std::fs::remove_file(&path);
                         done
                     })

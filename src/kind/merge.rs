@@ -32,7 +32,7 @@ use chrono::NaiveDate;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 
-use super::{Computed, Context, Kind, Outcome, PartitionFile, Planned};
+use super::{Body, Computed, Context, Kind, Outcome, PartitionFile, Planned};
 use crate::commit::{self, Seen};
 use crate::config::{ConfigError, JobConfig, OnConflict, OnDateChange};
 use crate::error::{ConflictKey, Location, PartitionError};
@@ -463,7 +463,8 @@ impl Merge {
             Err(e) => Err(e),
             Ok(dated) => {
                 let stored = dated.as_ref().map_or(stored, |d| d.stored.clone());
-                self.encode(cx, &plan, dated, stored, removals, moved_in).await
+                let file = self.encode(cx, &plan, dated, stored, removals, moved_in).await;
+                file.and_then(|f| cx.keep(&plan.dir, f))
             }
         };
         Outcome { plan, result, seconds: started.elapsed().as_secs_f64() }
@@ -570,7 +571,7 @@ impl Merge {
             let nothing_to_do = (counts.input_rows == 0 && moved_out == 0 && rebuild.is_none() && expired == 0)
                 || (!existed && rows.num_rows() == 0 && tombs.num_rows() == 0);
             Ok(PartitionFile {
-                bytes,
+                body: Body::Memory(bytes),
                 rows: rows.num_rows(),
                 schema: schema.clone(),
                 stats: counts,

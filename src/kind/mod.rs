@@ -96,6 +96,24 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
+    /// Keeps a computed file until its commit: in memory while the budget allows
+    /// ([`crate::spill::Area::may_hold`]), else in the run's spill folder (its bytes then count
+    /// as spilled). A run computes every partition before it commits the first, so this keeps a
+    /// long run's memory flat in its number of dates.
+    pub fn keep(&self, dir: &str, mut f: PartitionFile) -> Result<PartitionFile, PartitionError> {
+        let Body::Memory(bytes) = &f.body else { return Ok(f) };
+        let len = bytes.len() as u64;
+        if f.skip || self.spill.may_hold(len) {
+            return Ok(f);
+        }
+        let path = self.spill.folder("files")?.join(format!("{dir}.parquet"));
+        std::fs::write(&path, bytes)
+            .map_err(|e| PartitionError::Spill { path: path.display().to_string(), message: e.to_string() })?;
+        f.body = Body::File { path, len };
+        f.spilled_bytes += len;
+        Ok(f)
+    }
+
     /// The rows of one partition date: a Hive folder's objects, or the date's share of a flat
     /// input. A date without rows has the run's reference record schema.
     pub async fn table(&self, p: &PartitionPlan) -> Result<Table, PartitionError> {
@@ -143,6 +161,29 @@ pub struct Computed {
     pub moves: Vec<Move>,
 }
 
+/// A computed file's bytes: in memory, or in the run's spill folder until committed
+/// ([`Context::keep`]).
+#[derive(Debug, Clone)]
+pub enum Body {
+    Memory(Bytes),
+    File { path: std::path::PathBuf, len: u64 },
+}
+
+impl Body {
+    /// The bytes (read back from the spill folder when there).
+    pub async fn load(&self) -> Result<Bytes, PartitionError> {
+        match self {
+            Body::Memory(b) => Ok(b.clone()),
+            Body::File { path, .. } => {
+                tokio::fs::read(path).await.map(Bytes::from).map_err(|e| PartitionError::Spill {
+                    path: path.display().to_string(),
+                    message: format!("cannot read back a computed file: {e}"),
+                })
+            }
+        }
+    }
+}
+
 /// One partition, computed.
 pub struct Outcome {
     pub plan: PartitionPlan,
@@ -153,7 +194,7 @@ pub struct Outcome {
 /// A partition's file, ready to commit.
 #[derive(Debug, Clone)]
 pub struct PartitionFile {
-    pub bytes: Bytes,
+    pub body: Body,
     pub rows: usize,
     pub schema: SchemaRef,
     pub stats: PrepareStats,

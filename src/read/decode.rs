@@ -120,11 +120,12 @@ impl Decoder {
                 Ok(Arc::new(Schema::new(fields.collect::<Vec<_>>())))
             }
             Format::Csv | Format::Ndjson => {
-                let rows = self.rows(object, bytes.clone(), &[], None)?;
-                match rows.first() {
-                    Some(r) => Ok(r.batch.schema()),
-                    None => Ok(Arc::new(Schema::empty())),
-                }
+                let mut first = None;
+                self.rows(object, bytes.clone(), &[], None, usize::MAX, &mut |r| {
+                    first.get_or_insert_with(|| r.batch.schema());
+                    Ok(())
+                })?;
+                Ok(first.unwrap_or_else(|| Arc::new(Schema::empty())))
             }
         }
     }
@@ -139,12 +140,40 @@ impl Decoder {
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
     ) -> Result<Decoded, InputError> {
-        let object: Arc<str> = Arc::from(object);
         let mut out = Decoded::default();
-        for r in self.rows(&object, bytes, wanted, path_date)? {
-            self.split_by_date(&object, r, wanted, path_date, &mut out)?;
-        }
+        self.decode_parts(object, bytes, wanted, path_date, usize::MAX, &mut |mut part| {
+            out.pieces.append(&mut part.pieces);
+            for (date, e) in part.bad {
+                out.bad.entry(date).or_insert(e);
+            }
+            Ok(())
+        })?;
         Ok(out)
+    }
+
+    /// [`Decoder::decode`], a part at a time: a Parquet object is decoded `batch_rows` rows (at
+    /// most a row group) at a time and each part handed to `f` before the next is decoded; a
+    /// text object is one part per batch of its rows. The parts come in the object's row order.
+    pub fn decode_parts(
+        &self,
+        object: &str,
+        bytes: Bytes,
+        wanted: &[NaiveDate],
+        path_date: Option<NaiveDate>,
+        batch_rows: usize,
+        f: &mut dyn FnMut(Decoded) -> Result<(), InputError>,
+    ) -> Result<(), InputError> {
+        let object: Arc<str> = Arc::from(object);
+        let mut checked = false;
+        self.rows(&object, bytes, wanted, path_date, batch_rows, &mut |r| {
+            if !checked {
+                self.check_required(&object, &r.batch.schema())?;
+                checked = true;
+            }
+            let mut part = Decoded::default();
+            self.split_by_date(&object, r, wanted, path_date, &mut part)?;
+            f(part)
+        })
     }
 
     fn rows(
@@ -153,9 +182,11 @@ impl Decoder {
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-    ) -> Result<Vec<Rows>, InputError> {
+        batch_rows: usize,
+        f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
+    ) -> Result<(), InputError> {
         let rows = match self.format {
-            Format::Parquet => self.parquet_rows(object, bytes, wanted, path_date)?,
+            Format::Parquet => return self.parquet_rows(object, bytes, wanted, path_date, batch_rows, f),
             Format::Csv | Format::Ndjson => {
                 let bytes =
                     text::decompress(object, bytes).map_err(|m| InputError::bad(Location::object(object), m))?;
@@ -171,19 +202,21 @@ impl Decoder {
                 }
             }
         };
-        if let Some(first) = rows.first() {
-            let schema = first.batch.schema();
-            for c in &self.required {
-                if schema.field_with_name(c).is_err() {
-                    let has: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                    return Err(InputError::bad(
-                        at(object, None, None, Some(c)),
-                        format!("missing column: the config uses it, and this object has only {}", has.join(", ")),
-                    ));
-                }
+        rows.into_iter().try_for_each(f)
+    }
+
+    /// Fails an object that lacks a column the config uses.
+    fn check_required(&self, object: &str, schema: &Schema) -> Result<(), InputError> {
+        for c in &self.required {
+            if schema.field_with_name(c).is_err() {
+                let has: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                return Err(InputError::bad(
+                    at(object, None, None, Some(c)),
+                    format!("missing column: the config uses it, and this object has only {}", has.join(", ")),
+                ));
             }
         }
-        Ok(rows)
+        Ok(())
     }
 
     /// Converts every column to its declared type (or, for text, its inferred or implied one).
@@ -241,7 +274,9 @@ impl Decoder {
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-    ) -> Result<Vec<Rows>, InputError> {
+        batch_rows: usize,
+        f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
+    ) -> Result<(), InputError> {
         let meta = parquet_meta(object, &bytes)?;
         let md = meta.metadata().clone();
         // Row groups that may hold a wanted date, by the date column's statistics.
@@ -253,7 +288,6 @@ impl Decoder {
             (Some(a), Some(b)) => (dates::to_days(*a), dates::to_days(*b)),
             _ => (i32::MIN, i32::MAX),
         };
-        let mut out = Vec::new();
         let mut first_row = 0u64;
         for (i, rg) in md.row_groups().iter().enumerate() {
             let n = rg.num_rows() as u64;
@@ -261,7 +295,7 @@ impl Decoder {
             if !skip && n > 0 {
                 let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), meta.clone())
                     .with_row_groups(vec![i])
-                    .with_batch_size(n as usize)
+                    .with_batch_size((n as usize).min(batch_rows.max(1)))
                     .build()
                     .map_err(|e| {
                         InputError::bad(Location::object(object), format!("cannot decode row group {i}: {e}"))
@@ -276,13 +310,13 @@ impl Decoder {
                     })?;
                     let len = b.num_rows() as u64;
                     let (batch, bad) = self.convert(b, &|_| None);
-                    out.push(Rows { batch, first_row: row, lines: None, bad });
+                    f(Rows { batch, first_row: row, lines: None, bad })?;
                     row += len;
                 }
             }
             first_row += n;
         }
-        Ok(out)
+        Ok(())
     }
 
     fn csv_rows(&self, object: &str, bytes: &[u8]) -> Result<Vec<Rows>, InputError> {

@@ -347,6 +347,79 @@ pub fn decoded<'a>(
         .buffered(ahead.max(1))
 }
 
+/// Fetches and decodes objects a part at a time ([`Decoder::decode_parts`]): each part with
+/// the index of its object, in the objects' order. The next object is fetched while one is
+/// decoded, and one part is decoded ahead of the consumer; memory holds about two objects'
+/// stored bytes and two parts, whatever the objects' size.
+pub fn decoded_parts(
+    input: StoreLocation,
+    decoder: Decoder,
+    objects: Vec<ObjectMeta>,
+    dates: Vec<NaiveDate>,
+    path_date: Option<NaiveDate>,
+    batch_rows: usize,
+) -> impl futures::Stream<Item = Result<(usize, Decoded), InputError>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<(usize, Decoded), InputError>>(1);
+    tokio::spawn(async move {
+        let fetches = futures::stream::iter(objects.into_iter().enumerate())
+            .map(|(k, m)| {
+                let input = input.clone();
+                async move {
+                    let name = input.display(&m.location);
+                    let unreadable =
+                        |e: object_store::Error| InputError::unreadable(Location::object(name.clone()), e.to_string());
+                    let bytes =
+                        input.store.get(&m.location).await.map_err(unreadable)?.bytes().await.map_err(unreadable)?;
+                    Ok::<_, InputError>((k, name, bytes))
+                }
+            })
+            .buffered(2);
+        let mut fetches = std::pin::pin!(fetches);
+        while let Some(fetched) = fetches.next().await {
+            let (k, name, bytes) = match fetched {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            let (sender, decoder, dates) = (tx.clone(), decoder.clone(), dates.clone());
+            let task = name.clone();
+            let done = tokio::task::spawn_blocking(move || {
+                let mut gone = false;
+                let r = decoder.decode_parts(&task, bytes, &dates, path_date, batch_rows, &mut |part| {
+                    // The consumer has stopped: no need to decode the rest.
+                    gone = sender.blocking_send(Ok((k, part))).is_err();
+                    if gone {
+                        Err(InputError::unreadable(Location::object(task.clone()), "the reader stopped"))
+                    } else {
+                        Ok(())
+                    }
+                });
+                match r {
+                    Err(_) if gone => false,
+                    Err(e) => {
+                        let _ = sender.blocking_send(Err(e));
+                        false
+                    }
+                    Ok(()) => true,
+                }
+            })
+            .await;
+            match done {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    let e = InputError::unreadable(Location::object(name), format!("decoding task failed: {e}"));
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) })
+}
+
 /// The rows of one date, read from objects that serve only it (a Hive folder): its table, or
 /// why the date fails.
 pub async fn read_date(

@@ -173,14 +173,15 @@ async fn commit_one(
     let out = &job.output;
     // Staged first: a partition whose bytes are already committed writes nothing at all (its
     // quarantined rows and sidecars were written with it).
-    let action = match commit::stage(out, &job.state, run_id, dir, &f.bytes, &f.schema, f.rows, seen).await? {
+    let bytes = f.body.load().await?;
+    let action = match commit::stage(out, &job.state, run_id, dir, &bytes, &f.schema, f.rows, seen).await? {
         Staged::Unchanged => Action::Unchanged,
         Staged::Ready(staged) => {
             if let Err(e) = before(job, run_id, dir, f).await {
                 let _ = job.state.store.delete(&staged).await;
                 return Err(e);
             }
-            commit::swap_in(out, &job.state, &staged, dir, f.bytes.clone(), seen).await?
+            commit::swap_in(out, &job.state, &staged, dir, bytes, seen).await?
         }
     };
     if action != Action::Unchanged || !foreign.is_empty() {
@@ -214,8 +215,9 @@ async fn commit_together(
                 let step = async {
                     leases.check(&o.plan.dir)?;
                     let foreign = foreign(job, &o.plan.dir).await?;
-                    let s = commit::stage(out, state, run_id, &o.plan.dir, &f.bytes, &f.schema, f.rows, &o.plan.seen)
-                        .await?;
+                    let bytes = f.body.load().await?;
+                    let s =
+                        commit::stage(out, state, run_id, &o.plan.dir, &bytes, &f.schema, f.rows, &o.plan.seen).await?;
                     if let Staged::Ready(staged) = &s {
                         if let Err(e) = before(job, run_id, &o.plan.dir, &f).await {
                             let _ = state.store.delete(staged).await;
@@ -286,7 +288,10 @@ async fn commit_together(
         let t = Instant::now();
         let res = match s {
             Staged::Unchanged => Ok(Action::Unchanged),
-            Staged::Ready(path) => commit::swap_in(out, state, &path, &o.plan.dir, f.bytes.clone(), &o.plan.seen).await,
+            Staged::Ready(path) => match f.body.load().await {
+                Ok(bytes) => commit::swap_in(out, state, &path, &o.plan.dir, bytes, &o.plan.seen).await,
+                Err(e) => Err(e),
+            },
         };
         if res.is_ok() {
             after(job, &f, &foreign).await;
@@ -333,8 +338,9 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                             why: format!("its folder also holds objects lakeswap did not write: {}", names.join(", ")),
                         });
                     }
+                    let bytes = f.body.load().await?;
                     match commit::get(&job.output, &path).await? {
-                        Some(b) if b == f.bytes => Ok(Action::Verified),
+                        Some(b) if b == bytes => Ok(Action::Verified),
                         Some(_) => Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: "its bytes differ from a recomputation".into(),
