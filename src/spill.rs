@@ -500,19 +500,23 @@ pub enum Bucket {
     },
 }
 
-/// Prepares the rows of the bucket file `path` (rows of `record` from `objects`, for `date`),
-/// writing its winners to `out` (schema `narrow`: the record and [`SEQ`]) in batches of
-/// `batch_rows`.
-pub fn prepare_bucket(
-    path: &Path,
-    out: &Path,
-    record: &SchemaRef,
-    narrow: &SchemaRef,
-    objects: &[Arc<str>],
-    date: chrono::NaiveDate,
-    id: &crate::prepare::Identity,
-    batch_rows: usize,
-) -> Result<Bucket, PartitionError> {
+/// What the buckets of one spilled date share.
+pub struct Buckets {
+    /// The date's record schema, and the winners' (the record and [`SEQ`]).
+    pub record: SchemaRef,
+    pub narrow: SchemaRef,
+    /// The date's objects, by the index the rows' origin holds.
+    pub objects: Vec<Arc<str>>,
+    pub date: chrono::NaiveDate,
+    pub id: crate::prepare::Identity,
+    /// Rows per batch of a winners' file.
+    pub batch_rows: usize,
+}
+
+/// Prepares the rows of the bucket file `path`, writing its winners to `out`.
+pub fn prepare_bucket(path: &Path, out: &Path, shared: &Buckets) -> Result<Bucket, PartitionError> {
+    let Buckets { record, narrow, objects, date, id, batch_rows } = shared;
+    let (date, batch_rows) = (*date, *batch_rows);
     let mut pieces = Vec::new();
     let mut seqs: Vec<u64> = Vec::new();
     for b in read(path)? {

@@ -413,23 +413,28 @@ impl Aggregate {
         let mut conflicting = 0usize;
         let mut winners = Vec::with_capacity(buckets);
         let mut quarantined: Vec<RecordBatch> = Vec::new();
-        let narrow = spill::seq_schema(&record);
         // Two buckets at a time (each about a quarter of the budget), a thread each.
         let parallel = 2;
         let mut id = cx.identity(&Table::empty(record.clone()));
         id.key = key.clone();
         id.threads = 1;
-        let id = Arc::new(id);
+        let shared = Arc::new(spill::Buckets {
+            record: record.clone(),
+            narrow: spill::seq_schema(&record),
+            objects,
+            date,
+            id,
+            batch_rows: flush_rows,
+        });
         let observer = &cx.opts.observer;
         let mut prepared = futures::stream::iter(inputs.iter().cloned().enumerate())
             .map(|(b, path)| {
                 observer.event(&Event::Spilling { date, bucket: b + 1, buckets });
-                let (record, narrow, objects, id) = (record.clone(), narrow.clone(), objects.clone(), id.clone());
+                let shared = shared.clone();
                 let out = dir.join(format!("win-{b:05}.arrow"));
                 async move {
                     tokio::task::spawn_blocking(move || {
-                        let done =
-                            spill::prepare_bucket(&path, &out, &record, &narrow, &objects, date, &id, flush_rows);
+                        let done = spill::prepare_bucket(&path, &out, &shared);
                         let _ = std::fs::remove_file(&path);
                         done
                     })
