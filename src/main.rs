@@ -230,12 +230,34 @@ struct GenerateArgs {
     files_per_day: u32,
 }
 
-/// Keeps freed memory for reuse instead of returning it to the OS after a delay: partitions come
-/// one after another with the same shapes, and re-faulting fresh pages for each cost a large
-/// share of the CPU time of a backfill (BENCHMARKS.md).
+/// Two allocator settings, measured on the reference days (BENCHMARKS.md):
+/// - freed memory is kept for reuse instead of returned to the OS after a delay: partitions
+///   come one after another with the same shapes, and re-faulting fresh pages for each cost a
+///   large share of the CPU time of a backfill;
+/// - arenas are committed as they are used, not eagerly: an eagerly committed arena is backed
+///   by transparent huge pages, whose faults (and the kernel's compaction for them) took up to
+///   half of a 20 M-row day's time and held ~20 % more memory.
 fn tune_allocator() {
+    set_option(ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT", 0);
     set_purge_delay(-1);
 }
+
+/// Runs [`tune_allocator`] before the first allocation, which reserves the first arena with
+/// the settings of the moment.
+#[cfg(target_os = "linux")]
+#[used]
+#[link_section = ".init_array"]
+static TUNE_ALLOCATOR: extern "C" fn() = {
+    extern "C" fn tune() {
+        tune_allocator()
+    }
+    tune
+};
+
+/// `mi_option_arena_eager_commit` and `mi_option_purge_delay` in mimalloc 3's `mimalloc.h`
+/// (the version this crate links).
+const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Below this memory limit, freed memory goes back to the OS (see [`return_freed_memory`]).
 const SMALL_BUDGET: u64 = 512 << 20;
@@ -248,19 +270,23 @@ fn return_freed_memory() {
     set_purge_delay(10);
 }
 
-/// Sets mimalloc's purge delay in milliseconds (-1: never), unless `MIMALLOC_PURGE_DELAY` in
-/// the environment says otherwise.
+/// Sets mimalloc's purge delay in milliseconds (-1: never).
 fn set_purge_delay(ms: std::ffi::c_long) {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+    set_option(PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", ms);
+}
+
+/// Sets a mimalloc option, unless the environment (`env`) says otherwise. It allocates
+/// nothing.
+fn set_option(option: libmimalloc_sys::mi_option_t, env: &std::ffi::CStr, value: std::ffi::c_long) {
+    // SAFETY: `env` is a C string; nothing in the process sets variables of its environment.
+    if !unsafe { libc::getenv(env.as_ptr()) }.is_null() {
         return;
     }
-    // `mi_option_purge_delay` in mimalloc 3's `mimalloc.h` (the version this crate links).
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     // SAFETY: querying the version and setting an option have no preconditions.
     unsafe {
         // `mi_version()` is major * 10000 + minor * 100 + patch (30302 for 3.3.2).
         if (30_000..40_000).contains(&libmimalloc_sys::mi_version()) {
-            libmimalloc_sys::mi_option_set(PURGE_DELAY, ms);
+            libmimalloc_sys::mi_option_set(option, value);
         }
     }
 }
@@ -269,6 +295,7 @@ fn set_purge_delay(ms: std::ffi::c_long) {
 const OUTCOME: &str = "lakeswap::outcome";
 
 fn main() -> ProcessExit {
+    #[cfg(not(target_os = "linux"))]
     tune_allocator();
     let cli = Cli::parse();
     let json = matches!(&cli.command, Command::Run(a) if a.log_format == LogFormat::Json);
