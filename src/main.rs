@@ -262,7 +262,7 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Below this memory limit, freed memory goes back to the OS (see [`return_freed_memory`]).
 const SMALL_BUDGET: u64 = 512 << 20;
 
-/// Undoes [`tune_allocator`]: freed memory goes back to the OS after mimalloc's default delay.
+/// Undoes [`tune_allocator`]: freed memory goes back to the OS after 10 ms.
 /// Under a small budget, memory the scatter freed must not stay resident while the buckets are
 /// prepared (a 20 M-row day under 256 MiB: 400 MiB peak when kept, 270 MiB when returned, at
 /// some cost in time; BENCHMARKS.md).

@@ -331,11 +331,18 @@ impl Aggregate {
             read::decoded_parts(input.clone(), decoder.clone(), p.inputs.clone(), vec![date], Some(date), 1 << 16);
         let mut stream = std::pin::pin!(parts);
         let mut next = stream.next().await;
-        while let Some(d) = next {
-            let (object, mut d) = d?;
-            if let Some(e) = d.bad.remove(&date) {
-                return Err(e.into());
-            }
+        while let Some((object, d)) = next {
+            let found = match d {
+                Ok(mut d) => match d.bad.remove(&date) {
+                    None => Ok(d),
+                    Some(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            let mut d = match found {
+                Ok(d) => d,
+                Err(e) => return Err(in_memory_error(input, decoder, p.inputs.get(object), date, e).await),
+            };
             let (record, wide, key, tz) = (record.clone(), wide.clone(), key.clone(), decoder.tz);
             let object = object as u32;
             let pieces = std::mem::take(&mut d.pieces);
@@ -475,6 +482,24 @@ impl Aggregate {
 }
 
 /// Adds one bucket's counts to a partition's.
+/// The error a bad object fails its date with on the in-memory path: the object decoded again
+/// whole, as that path decodes it (which of its errors comes first can depend on how it is cut
+/// into parts); `found` when that finds none.
+async fn in_memory_error(
+    input: &crate::store::StoreLocation,
+    decoder: &read::Decoder,
+    object: Option<&object_store::ObjectMeta>,
+    date: chrono::NaiveDate,
+    found: crate::error::InputError,
+) -> PartitionError {
+    let Some(m) = object else { return found.into() };
+    match read::read_objects(input, decoder, std::slice::from_ref(m), &[date], Some(date)).await.pop() {
+        Some(Err(e)) => e.into(),
+        Some(Ok(mut d)) => d.bad.remove(&date).unwrap_or(found).into(),
+        None => found.into(),
+    }
+}
+
 fn add_stats(to: &mut PrepareStats, s: &PrepareStats) {
     to.input_rows += s.input_rows;
     to.duplicates += s.duplicates;

@@ -140,20 +140,30 @@ impl Decoder {
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
     ) -> Result<Decoded, InputError> {
-        let mut out = Decoded::default();
-        self.decode_parts(object, bytes, wanted, path_date, usize::MAX, &mut |mut part| {
-            out.pieces.append(&mut part.pieces);
-            for (date, e) in part.bad {
-                out.bad.entry(date).or_insert(e);
-            }
+        // Every row group decoded before any is split by date: a corrupt row group fails the
+        // object before a bad value in an earlier one.
+        let object: Arc<str> = Arc::from(object);
+        let mut rows = Vec::new();
+        self.rows(&object, bytes, wanted, path_date, usize::MAX, &mut |r| {
+            rows.push(r);
             Ok(())
         })?;
+        if let Some(first) = rows.first() {
+            self.check_required(&object, &first.batch.schema())?;
+        }
+        let mut out = Decoded::default();
+        for r in rows {
+            self.split_by_date(&object, r, wanted, path_date, &mut out)?;
+        }
         Ok(out)
     }
 
     /// [`Decoder::decode`], a part at a time: a Parquet object is decoded `batch_rows` rows (at
     /// most a row group) at a time and each part handed to `f` before the next is decoded; a
     /// text object is one part per batch of its rows. The parts come in the object's row order.
+    /// Which of an object's errors comes first can differ from [`Decoder::decode`] (a bad value
+    /// found before a corrupt row group): a caller that must name the same error decodes the
+    /// failed object again with it.
     pub fn decode_parts(
         &self,
         object: &str,

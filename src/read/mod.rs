@@ -347,10 +347,11 @@ pub fn decoded<'a>(
         .buffered(ahead.max(1))
 }
 
-/// Fetches and decodes objects a part at a time ([`Decoder::decode_parts`]): each part with
-/// the index of its object, in the objects' order. The next object is fetched while one is
-/// decoded, and one part is decoded ahead of the consumer; memory holds about two objects'
-/// stored bytes and two parts, whatever the objects' size.
+/// Fetches and decodes objects a part at a time ([`Decoder::decode_parts`]), in the objects'
+/// order: each part, or an object's error, with the index of its object. The next object is
+/// fetched while one is decoded, and a part is decoded while the consumer works on the last
+/// one; memory holds about two objects' stored bytes and a few parts, whatever the objects'
+/// size. A decoder that dies ends the stream with an error, never silently.
 pub fn decoded_parts(
     input: StoreLocation,
     decoder: Decoder,
@@ -358,28 +359,32 @@ pub fn decoded_parts(
     dates: Vec<NaiveDate>,
     path_date: Option<NaiveDate>,
     batch_rows: usize,
-) -> impl futures::Stream<Item = Result<(usize, Decoded), InputError>> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<(usize, Decoded), InputError>>(1);
-    tokio::spawn(async move {
-        let fetches = futures::stream::iter(objects.into_iter().enumerate())
-            .map(|(k, m)| {
+) -> impl futures::Stream<Item = (usize, Result<Decoded, InputError>)> {
+    type Item = (usize, Result<Decoded, InputError>);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Item>(1);
+    let producer = tokio::spawn(async move {
+        // Each fetch is a task of its own, so it goes on while the previous object decodes.
+        let fetches = futures::stream::iter(objects)
+            .map(|m| {
                 let input = input.clone();
-                async move {
+                tokio::spawn(async move {
                     let name = input.display(&m.location);
                     let unreadable =
                         |e: object_store::Error| InputError::unreadable(Location::object(name.clone()), e.to_string());
-                    let bytes =
-                        input.store.get(&m.location).await.map_err(unreadable)?.bytes().await.map_err(unreadable)?;
-                    Ok::<_, InputError>((k, name, bytes))
-                }
+                    let got = input.store.get(&m.location).await.map_err(unreadable)?;
+                    Ok::<_, InputError>((name.clone(), got.bytes().await.map_err(unreadable)?))
+                })
             })
             .buffered(2);
-        let mut fetches = std::pin::pin!(fetches);
-        while let Some(fetched) = fetches.next().await {
-            let (k, name, bytes) = match fetched {
+        let mut fetches = std::pin::pin!(fetches.enumerate());
+        while let Some((k, fetched)) = fetches.next().await {
+            let fetched = fetched.unwrap_or_else(|e| {
+                Err(InputError::unreadable(Location::object(format!("object {k}")), format!("fetch task failed: {e}")))
+            });
+            let (name, bytes) = match fetched {
                 Ok(f) => f,
                 Err(e) => {
-                    let _ = tx.send(Err(e)).await;
+                    let _ = tx.send((k, Err(e))).await;
                     return;
                 }
             };
@@ -389,7 +394,7 @@ pub fn decoded_parts(
                 let mut gone = false;
                 let r = decoder.decode_parts(&task, bytes, &dates, path_date, batch_rows, &mut |part| {
                     // The consumer has stopped: no need to decode the rest.
-                    gone = sender.blocking_send(Ok((k, part))).is_err();
+                    gone = sender.blocking_send((k, Ok(part))).is_err();
                     if gone {
                         Err(InputError::unreadable(Location::object(task.clone()), "the reader stopped"))
                     } else {
@@ -399,7 +404,7 @@ pub fn decoded_parts(
                 match r {
                     Err(_) if gone => false,
                     Err(e) => {
-                        let _ = sender.blocking_send(Err(e));
+                        let _ = sender.blocking_send((k, Err(e)));
                         false
                     }
                     Ok(()) => true,
@@ -411,13 +416,25 @@ pub fn decoded_parts(
                 Ok(false) => return,
                 Err(e) => {
                     let e = InputError::unreadable(Location::object(name), format!("decoding task failed: {e}"));
-                    let _ = tx.send(Err(e)).await;
+                    let _ = tx.send((k, Err(e))).await;
                     return;
                 }
             }
         }
     });
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) })
+    // When the channel closes, the producer has finished, or failed: then say so.
+    futures::stream::unfold((rx, Some(producer)), |(mut rx, producer)| async move {
+        if let Some(item) = rx.recv().await {
+            return Some((item, (rx, producer)));
+        }
+        match producer?.await {
+            Ok(()) => None,
+            Err(e) => {
+                let e = InputError::unreadable(Location::object("the input"), format!("the reading task failed: {e}"));
+                Some(((usize::MAX, Err(e)), (rx, None)))
+            }
+        }
+    })
 }
 
 /// The rows of one date, read from objects that serve only it (a Hive folder): its table, or

@@ -372,3 +372,56 @@ fn a_merge_keeps_its_computed_files_on_disk_under_a_small_budget() {
     assert!(tables[0][0] != tables[0][1], "the second batch changed the table");
     assert!(tables[0] == tables[1], "the files kept on disk were committed with other bytes");
 }
+
+/// An object larger than one part (64 Ki rows) with a bad value early and a row under the
+/// wrong date folder later: the spilled path names the error the in-memory path names.
+#[test]
+fn a_large_bad_object_fails_with_the_in_memory_error_when_spilled() {
+    let lake = Lake::new();
+    let mut rows: Vec<Order> = (0..100_000)
+        .map(|i| Order {
+            customer: format!("{}", i % 500),
+            ..order(&format!("o{i:06}"), 1, "2026-11-01", "USD", 100, "placed")
+        })
+        .collect();
+    rows[3].customer = "not a number".into();
+    rows[70_000].date = d("2026-11-02");
+    // One object, one row group, in the 2026-11-01 folder.
+    write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &batch(&rows));
+    let toml = format!(
+        "[job]\nname = \"revenue_daily\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\
+         schema = {{ customer_id = \"int64\" }}\n\n[identity]\nkey = [\"order_id\"]\nversion = \"source_version\"\n{MEASURES}\n\
+         [output]\nurl = \"{}\"\n",
+        lake.input().display(),
+        lake.output().display()
+    );
+    let cfg = write(&lake, "bad.toml", toml);
+    let spill = lake.dir.path().join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let mut errors = Vec::new();
+    for limit in ["8GiB", "1MiB"] {
+        let s = lake.dir.path().join("summary.json");
+        let o = cli(
+            &[
+                "run",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--date",
+                "2026-11-01",
+                "--memory-limit",
+                limit,
+                "--spill-dir",
+                spill.to_str().unwrap(),
+                "--summary-json",
+                s.to_str().unwrap(),
+            ],
+            lake.dir.path(),
+        );
+        assert_eq!(o.status.code(), Some(3), "{limit}: {}", text(&o));
+        let s = summary(&s);
+        errors.push(s["partitions"][0]["error"].as_str().unwrap().to_string());
+        assert!(!lake.partition_file("2026-11-01").exists());
+    }
+    assert!(errors[0].contains("70000") || errors[0].contains("70,000"), "the in-memory error: {}", errors[0]);
+    assert_eq!(errors[0], errors[1], "the spilled path names another error");
+}
