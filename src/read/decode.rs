@@ -125,6 +125,9 @@ impl Decoder {
                     first.get_or_insert_with(|| r.batch.schema());
                     Ok(())
                 })?;
+                if let Some(schema) = &first {
+                    self.check_required(object, schema)?;
+                }
                 Ok(first.unwrap_or_else(|| Arc::new(Schema::empty())))
             }
         }
