@@ -332,14 +332,7 @@ impl Aggregate {
         let mut stream = std::pin::pin!(parts);
         let mut next = stream.next().await;
         while let Some((object, d)) = next {
-            let found = match d {
-                Ok(mut d) => match d.bad.remove(&date) {
-                    None => Ok(d),
-                    Some(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            };
-            let mut d = match found {
+            let mut d = match d.and_then(|mut d| d.bad.remove(&date).map_or(Ok(d), Err)) {
                 Ok(d) => d,
                 Err(e) => return Err(in_memory_error(input, decoder, p.inputs.get(object), date, e).await),
             };
@@ -481,10 +474,9 @@ impl Aggregate {
     }
 }
 
-/// Adds one bucket's counts to a partition's.
-/// The error a bad object fails its date with on the in-memory path: the object decoded again
-/// whole, as that path decodes it (which of its errors comes first can depend on how it is cut
-/// into parts); `found` when that finds none.
+/// The error a bad object fails its date with on the in-memory path: the object read again as
+/// that path reads it (which of its errors comes first can depend on how it is cut into
+/// parts); `found` when that finds none.
 async fn in_memory_error(
     input: &crate::store::StoreLocation,
     decoder: &read::Decoder,
@@ -493,13 +485,13 @@ async fn in_memory_error(
     found: crate::error::InputError,
 ) -> PartitionError {
     let Some(m) = object else { return found.into() };
-    match read::read_objects(input, decoder, std::slice::from_ref(m), &[date], Some(date)).await.pop() {
-        Some(Err(e)) => e.into(),
-        Some(Ok(mut d)) => d.bad.remove(&date).unwrap_or(found).into(),
-        None => found.into(),
+    match read::read_date(input, decoder, std::slice::from_ref(m), date, Some(date)).await {
+        Err(e) => e,
+        Ok(_) => found.into(),
     }
 }
 
+/// Adds one bucket's counts to a partition's.
 fn add_stats(to: &mut PrepareStats, s: &PrepareStats) {
     to.input_rows += s.input_rows;
     to.duplicates += s.duplicates;

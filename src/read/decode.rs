@@ -120,15 +120,8 @@ impl Decoder {
                 Ok(Arc::new(Schema::new(fields.collect::<Vec<_>>())))
             }
             Format::Csv | Format::Ndjson => {
-                let mut first = None;
-                self.rows(object, bytes.clone(), &[], None, usize::MAX, &mut |r| {
-                    first.get_or_insert_with(|| r.batch.schema());
-                    Ok(())
-                })?;
-                if let Some(schema) = &first {
-                    self.check_required(object, schema)?;
-                }
-                Ok(first.unwrap_or_else(|| Arc::new(Schema::empty())))
+                let rows = self.all_rows(object, bytes.clone(), &[], None)?;
+                Ok(rows.first().map_or_else(|| Arc::new(Schema::empty()), |r| r.batch.schema()))
             }
         }
     }
@@ -146,16 +139,8 @@ impl Decoder {
         // Every row group decoded before any is split by date: a corrupt row group fails the
         // object before a bad value in an earlier one.
         let object: Arc<str> = Arc::from(object);
-        let mut rows = Vec::new();
-        self.rows(&object, bytes, wanted, path_date, usize::MAX, &mut |r| {
-            rows.push(r);
-            Ok(())
-        })?;
-        if let Some(first) = rows.first() {
-            self.check_required(&object, &first.batch.schema())?;
-        }
         let mut out = Decoded::default();
-        for r in rows {
+        for r in self.all_rows(&object, bytes, wanted, path_date)? {
             self.split_by_date(&object, r, wanted, path_date, &mut out)?;
         }
         Ok(out)
@@ -216,6 +201,26 @@ impl Decoder {
             }
         };
         rows.into_iter().try_for_each(f)
+    }
+
+    /// Every row of an object, whole row groups at a time, once the object is known to hold
+    /// the columns the config uses.
+    fn all_rows(
+        &self,
+        object: &str,
+        bytes: Bytes,
+        wanted: &[NaiveDate],
+        path_date: Option<NaiveDate>,
+    ) -> Result<Vec<Rows>, InputError> {
+        let mut rows = Vec::new();
+        self.rows(object, bytes, wanted, path_date, usize::MAX, &mut |r| {
+            rows.push(r);
+            Ok(())
+        })?;
+        if let Some(first) = rows.first() {
+            self.check_required(object, &first.batch.schema())?;
+        }
+        Ok(rows)
     }
 
     /// Fails an object that lacks a column the config uses.

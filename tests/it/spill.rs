@@ -60,27 +60,33 @@ fn spilled(s: &serde_json::Value) -> Vec<u64> {
     s["partitions"].as_array().unwrap().iter().map(|p| p["spilled_bytes"].as_u64().unwrap_or(0)).collect()
 }
 
+/// Runs `cfg` under `limit`, spilling into the lake's `spill/`; its output and summary.
+/// Nothing of the run is left in the spill folder.
+fn run_under(lake: &Lake, cfg: &Path, limit: &str) -> (std::process::Output, serde_json::Value) {
+    let spill = lake.dir.path().join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let s = lake.dir.path().join("summary.json");
+    let o = run(
+        lake,
+        cfg,
+        &["--memory-limit", limit, "--spill-dir", spill.to_str().unwrap(), "--summary-json", s.to_str().unwrap()],
+    );
+    assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0, "spill left behind: {}", text(&o));
+    (o, summary(&s))
+}
+
 /// Runs `cfg` in memory, then again under a 1 MiB limit in a fresh output; both tables and
 /// summaries.
 fn both(
     lake: &Lake,
     cfg: &Path,
 ) -> [(std::process::Output, std::collections::BTreeMap<String, Vec<u8>>, serde_json::Value); 2] {
-    let spill = lake.dir.path().join("spill");
-    std::fs::create_dir_all(&spill).unwrap();
     let mut out = Vec::new();
     for limit in ["8GiB", "1MiB"] {
         let _ = std::fs::remove_dir_all(lake.output());
         let _ = std::fs::remove_dir_all(lake.state());
-        let s = lake.dir.path().join("summary.json");
-        let o = run(
-            lake,
-            cfg,
-            &["--memory-limit", limit, "--spill-dir", spill.to_str().unwrap(), "--summary-json", s.to_str().unwrap()],
-        );
-        // Nothing of the run is left in the spill folder.
-        assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0, "spill left behind: {}", text(&o));
-        out.push((o, lake.snapshot(), summary(&s)));
+        let (o, s) = run_under(lake, cfg, limit);
+        out.push((o, lake.snapshot(), s));
     }
     out.try_into().unwrap()
 }
@@ -328,30 +334,14 @@ fn a_merge_keeps_its_computed_files_on_disk_under_a_small_budget() {
         write(&lake, name, text)
     };
     let (one, two) = (merge_cfg("one.toml", &lake.input()), merge_cfg("two.toml", &lake.dir.path().join("in2")));
-    let spill = lake.dir.path().join("spill");
-    std::fs::create_dir_all(&spill).unwrap();
     let mut tables = Vec::new();
     for limit in ["8GiB", "1MiB"] {
         let _ = std::fs::remove_dir_all(lake.output());
         let _ = std::fs::remove_dir_all(lake.state());
         let mut states = Vec::new();
         for cfg in [&one, &two] {
-            let s = lake.dir.path().join("summary.json");
-            let o = run(
-                &lake,
-                cfg,
-                &[
-                    "--memory-limit",
-                    limit,
-                    "--spill-dir",
-                    spill.to_str().unwrap(),
-                    "--summary-json",
-                    s.to_str().unwrap(),
-                ],
-            );
+            let (o, s) = run_under(&lake, cfg, limit);
             assert!(o.status.success(), "{limit}: {}", text(&o));
-            assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0, "spill left behind: {}", text(&o));
-            let s = summary(&s);
             let written = spilled(&s);
             assert_eq!(written.len(), 3, "{s}");
             match limit {
