@@ -206,23 +206,21 @@ fn merged(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
             let (a, b) = (merged(l, shared), merged(r, shared));
             let mut out = Vec::with_capacity(a.len() + b.len());
             let (mut i, mut j) = (0, 0);
+            // Without a branch on the order of two random hashes (a misprediction every other
+            // step); equal hashes are rare.
             while i < a.len() && j < b.len() {
-                match a[i].cmp(&b[j]) {
-                    std::cmp::Ordering::Less => {
-                        out.push(a[i]);
-                        i += 1;
-                    }
-                    std::cmp::Ordering::Greater => {
-                        out.push(b[j]);
-                        j += 1;
-                    }
-                    std::cmp::Ordering::Equal => {
-                        shared.push(a[i]);
-                        out.push(a[i]);
-                        i += 1;
-                        j += 1;
-                    }
+                let (x, y) = (a[i], b[j]);
+                if x == y {
+                    shared.push(x);
+                    out.push(x);
+                    i += 1;
+                    j += 1;
+                    continue;
                 }
+                let take_a = x < y;
+                out.push(if take_a { x } else { y });
+                i += take_a as usize;
+                j += !take_a as usize;
             }
             out.extend_from_slice(&a[i..]);
             out.extend_from_slice(&b[j..]);

@@ -292,6 +292,56 @@ struct Shard {
     key_hashes: Vec<u64>,
 }
 
+/// Versions a key's chain is walked for before its versions are looked up by value.
+const CHAIN_WALK: usize = 32;
+
+/// The versions of keys with long chains, by (key hash, version): a key seen in thousands of
+/// versions would otherwise walk its whole chain for every new row.
+#[derive(Default)]
+struct LongChains {
+    /// The keys indexed so far (a row of each).
+    keys: HashTable<u32>,
+    /// (key hash, version, row) of every superseded row of an indexed key.
+    versions: HashTable<(u64, i64, u32)>,
+}
+
+impl LongChains {
+    fn slot(h: u64, v: i64) -> u64 {
+        table_hash(h ^ (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// The superseded row of key `k` (hash `h`) with version `v`, if any; the key's chain
+    /// (from `first`) is indexed the first time it is asked about.
+    fn find_or_index<K: Keys + ?Sized>(
+        &mut self,
+        h: u64,
+        k: &[u8],
+        v: i64,
+        first: u32,
+        others: &[Other],
+        input: &Input<'_, K>,
+    ) -> Option<u32> {
+        let keys = input.keys;
+        if self.keys.find(h, |&r| keys.key(r as usize) == k).is_none() {
+            let mut cur = first;
+            while cur != NONE {
+                let o = &others[cur as usize];
+                self.add(h, input.version(o.row), o.row);
+                cur = o.next;
+            }
+            let row = others[first as usize].row;
+            self.keys.insert_unique(h, row, |&r| input.hasher.hash_one(keys.key(r as usize)));
+        }
+        let found =
+            self.versions.find(Self::slot(h, v), |&(eh, ev, r)| eh == h && ev == v && keys.key(r as usize) == k);
+        found.map(|e| e.2)
+    }
+
+    fn add(&mut self, h: u64, v: i64, row: u32) {
+        self.versions.insert_unique(Self::slot(h, v), (h, v, row), |&(eh, ev, _)| Self::slot(eh, ev));
+    }
+}
+
 /// The rows of a partition, as the hash pass sees them.
 struct Input<'a, K: ?Sized> {
     table: &'a Table,
@@ -340,6 +390,7 @@ impl<K: Keys + ?Sized> Input<'_, K> {
         let mut row_eq: Option<IdCmp> = None;
         let mut duplicates = 0u64;
         let mut conflicts: Vec<(u32, u32)> = Vec::new();
+        let mut long_chains = LongChains::default();
         for i in self.table.ids() {
             let k = keys.key(i);
             let h = self.hasher.hash_one(k);
@@ -357,17 +408,24 @@ impl<K: Keys + ?Sized> Input<'_, K> {
                 }
                 hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
             };
-            // Same key and version seen before?
+            // Same key and version seen before? The chain is walked for a few versions; a key
+            // with more has its versions indexed, so a key updated all day long stays linear.
             let v = self.version(i as u32);
             let head_version = self.version(head.row);
             let mut same = (head_version == v).then_some(head.row);
             let mut cur = head.next();
-            while same.is_none() && cur != NONE {
+            let mut steps = 0;
+            while same.is_none() && cur != NONE && steps < CHAIN_WALK {
                 let o = &others[cur as usize];
                 if self.version(o.row) == v {
                     same = Some(o.row);
                 }
                 cur = o.next;
+                steps += 1;
+            }
+            let long = same.is_none() && cur != NONE;
+            if long {
+                same = long_chains.find_or_index(h, k, v, head.next(), &others, self);
             }
             if let Some(first) = same {
                 let row_eq = row_eq.get_or_insert_with(|| {
@@ -382,13 +440,19 @@ impl<K: Keys + ?Sized> Input<'_, K> {
                 continue;
             }
             // A new version of a known key: the greater one becomes the head.
-            if v > head_version {
-                others.push(Other { row: head.row, next: head.next() });
+            let pushed = if v > head_version {
+                let old = head.row;
+                others.push(Other { row: old, next: head.next() });
                 head.row = i as u32;
+                (old, head_version)
             } else {
                 others.push(Other { row: i as u32, next: head.next() });
-            }
+                (i as u32, v)
+            };
             head.set_next((others.len() - 1) as u32);
+            if long {
+                long_chains.add(h, pushed.1, pushed.0);
+            }
         }
         radix_sort(&mut key_hashes);
         Ok(Shard { heads, others, duplicates, conflicts, key_hashes })
@@ -584,6 +648,81 @@ pub fn keys_with_hashes(table: &Table, id: &Identity, hashes: &[u64]) -> Vec<(Ve
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    /// Keys seen in tens of thousands of versions, in random order with repeats (their chains
+    /// indexed): the model's winners and counts on one thread and on two, and a conflict deep
+    /// in a chain still found.
+    #[test]
+    fn many_versions_of_a_key_agree_with_a_model() {
+        use std::collections::HashMap;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let n = 140_000;
+        let keys: Vec<String> = (0..n).map(|_| format!("k{}", rng.random_range(0..3))).collect();
+        let versions: Vec<i64> = (0..n).map(|_| rng.random_range(0..50_000)).collect();
+        let table = |keys: &[String], versions: &[i64], payload: &[i64]| {
+            let batch = arrow::array::RecordBatch::try_from_iter([
+                ("id", std::sync::Arc::new(arrow::array::StringArray::from(keys.to_vec())) as ArrayRef),
+                ("v", std::sync::Arc::new(arrow::array::Int64Array::from(versions.to_vec())) as ArrayRef),
+                ("x", std::sync::Arc::new(arrow::array::Int64Array::from(payload.to_vec())) as ArrayRef),
+            ])
+            .unwrap();
+            let object_rows: std::sync::Arc<[u64]> = (0..keys.len() as u64).collect();
+            let piece = crate::read::Piece {
+                date: chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
+                batch,
+                object: "in".into(),
+                object_rows,
+                lines: None,
+            };
+            crate::read::Table::from_pieces(piece.batch.schema(), vec![piece]).unwrap()
+        };
+        let id = Identity {
+            key: vec!["id".into()],
+            version: Some("v".into()),
+            deleted: None,
+            on_conflict: OnConflict::Fail,
+            keep_deletes: false,
+            key_hashes: true,
+            threads: 1,
+            tz: chrono_tz::UTC,
+        };
+        // The model: each key's first row of its greatest version wins; a repeat is a duplicate.
+        let mut first: HashMap<(&str, i64), usize> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            first.entry((k.as_str(), versions[i])).or_insert(i);
+        }
+        let mut best: HashMap<&str, (i64, usize)> = HashMap::new();
+        for (&(k, v), &i) in &first {
+            let b = best.entry(k).or_insert((v, i));
+            if v > b.0 {
+                *b = (v, i);
+            }
+        }
+        let mut want: Vec<usize> = best.values().map(|b| b.1).collect();
+        want.sort_unstable();
+        let payload = vec![0i64; n];
+        for threads in [1, 2] {
+            let p = prepare(table(&keys, &versions, &payload), &Identity { threads, ..id.clone() }).unwrap();
+            let got: Vec<usize> = p.winners.iter().map(|&w| p.table.dense(w as usize)).collect();
+            assert_eq!(got, want, "{threads} threads: winners");
+            assert_eq!(p.stats.superseded as usize, first.len() - best.len(), "{threads} threads: superseded");
+            assert_eq!(p.stats.duplicates as usize, n - first.len(), "{threads} threads: duplicates");
+        }
+        // The same key and an early version again, with another payload, at the end.
+        let (mut keys, mut versions, mut payload) = (keys.clone(), versions.clone(), payload);
+        let (k, v) = (keys[10].clone(), versions[10]);
+        keys.push(k.clone());
+        versions.push(v);
+        payload.push(1);
+        match prepare(table(&keys, &versions, &payload), &id) {
+            Err(PartitionError::Conflict { keys: named, total }) => {
+                assert_eq!(total, 1);
+                assert_eq!(named[0].key, k);
+                assert_eq!(named[0].version.as_deref(), Some(v.to_string().as_str()));
+            }
+            other => panic!("a conflict was expected: {other:?}"),
+        }
+    }
 
     #[test]
     fn radix_sort_sorts() {
