@@ -322,7 +322,7 @@ impl LongChains {
         input: &Input<'_, K>,
     ) -> Option<u32> {
         let keys = input.keys;
-        if self.keys.find(h, |&r| keys.key(r as usize) == k).is_none() {
+        if self.keys.find(table_hash(h), |&r| keys.key(r as usize) == k).is_none() {
             let mut cur = first;
             while cur != NONE {
                 let o = &others[cur as usize];
@@ -330,7 +330,7 @@ impl LongChains {
                 cur = o.next;
             }
             let row = others[first as usize].row;
-            self.keys.insert_unique(h, row, |&r| input.hasher.hash_one(keys.key(r as usize)));
+            self.keys.insert_unique(table_hash(h), row, |&r| input.hash(r as usize));
         }
         let found =
             self.versions.find(Self::slot(h, v), |&(eh, ev, r)| eh == h && ev == v && keys.key(r as usize) == k);
