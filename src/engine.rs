@@ -358,7 +358,12 @@ pub async fn execute(
         df = df.sort(by).map_err(fail)?;
     }
     let schema = Arc::new(df.schema().as_arrow().clone());
-    let out = df.collect().await.map_err(fail)?;
+    // A task of its own: the dates in flight are polled by one task, and their queries would
+    // otherwise take turns on one thread.
+    let out = tokio::spawn(df.collect())
+        .await
+        .map_err(|e| PartitionError::Other(format!("the query's task failed: {e}")))?
+        .map_err(fail)?;
     let batch =
         arrow::compute::concat_batches(&schema, &out).map_err(|e| PartitionError::Query { message: e.to_string() })?;
     shape(query, batch)
