@@ -360,13 +360,31 @@ pub async fn execute(
     let schema = Arc::new(df.schema().as_arrow().clone());
     // A task of its own: the dates in flight are polled by one task, and their queries would
     // otherwise take turns on one thread.
-    let out = tokio::spawn(df.collect())
+    let out = Owned(tokio::spawn(df.collect()))
         .await
         .map_err(|e| PartitionError::Other(format!("the query's task failed: {e}")))?
         .map_err(fail)?;
     let batch =
         arrow::compute::concat_batches(&schema, &out).map_err(|e| PartitionError::Query { message: e.to_string() })?;
     shape(query, batch)
+}
+
+/// A task spawned for a date's query, cancelled when dropped: a stopped run drops the date's
+/// future, and the query goes with it rather than run on unowned.
+struct Owned<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for Owned<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
 }
 
 /// Narrows the shorthand's exact sums to their documented types and marks its never-null
@@ -587,5 +605,31 @@ pub fn query_of(agg: &AggregateSection, record: &Schema, tz: chrono_tz::Tz) -> R
     match &agg.sql {
         Some(sql) => Ok(Query { sql: sql.clone(), ordered: false, narrow: Vec::new(), not_null: Vec::new() }),
         None => compile(agg, record, tz),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Owned;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_dropped_query_task_is_cancelled() {
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let task = Owned(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            flag.store(true, Ordering::SeqCst);
+        }));
+        drop(task);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!ran.load(Ordering::SeqCst), "the task ran on after its handle was dropped");
+        // Awaited, it runs to the end.
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        Owned(tokio::spawn(async move { flag.store(true, Ordering::SeqCst) })).await.unwrap();
+        assert!(done.load(Ordering::SeqCst));
     }
 }
