@@ -3,9 +3,10 @@
 //! candidates, whose partitions are read again to name the real keys (and rule out hash
 //! collisions). Both partitions fail, before either is written.
 //!
-//! The hash space is cut into 256 ranges by the top byte, and each range's slices of the
-//! lists are merged pairwise as a tree, the ranges split between two threads: the merged
-//! copies stay as small as one range (a 256th of the keys), not the size of the run.
+//! The hash space is cut into ranges by the top bits (256, more for a run whose lists were
+//! written to files), and each range's slices of the lists are merged pairwise as a tree, the
+//! ranges split between two threads: the merged copies stay as small as one range, not the
+//! size of the run.
 
 use std::collections::BTreeMap;
 
@@ -74,14 +75,8 @@ pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes)]) {
             }
         }
         None => {
-            let sources: Vec<Box<dyn Iterator<Item = u64> + '_>> = ok
-                .iter()
-                .map(|&i| match &done[i].1 {
-                    Hashes::Memory(v) => Box::new(v.iter().copied()) as Box<dyn Iterator<Item = u64>>,
-                    Hashes::File(p) => Box::new(file_hashes(p)),
-                })
-                .collect();
-            for (j, hits) in shared_streamed(sources) {
+            let lists: Vec<&Hashes> = ok.iter().map(|&i| &done[i].1).collect();
+            for (j, hits) in shared_per_list(&lists) {
                 candidates.insert(ok[j], hits);
             }
             if candidates.is_empty() {
@@ -123,47 +118,142 @@ pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes)]) {
     }
 }
 
-/// The hashes of a file [`keep`] wrote, in order (a file that cannot be read gives none: the
-/// check then finds fewer candidates, never a false one).
-fn file_hashes(path: &std::path::Path) -> impl Iterator<Item = u64> {
-    let mut r = std::fs::File::open(path).ok().map(|f| std::io::BufReader::with_capacity(1 << 16, f));
-    std::iter::from_fn(move || {
-        let mut b = [0u8; 8];
-        std::io::Read::read_exact(r.as_mut()?, &mut b).ok()?;
-        Some(u64::from_le_bytes(b))
-    })
+/// A sorted hash list handed out in ascending slices: from memory, or read in blocks from a
+/// file [`keep`] wrote (a file that cannot be read gives no more hashes: the check then finds
+/// fewer candidates, never a false one).
+struct Slices<'a> {
+    memory: Option<&'a [u64]>,
+    file: Option<std::fs::File>,
+    /// Read from the file and not handed out yet: `block[at..]`.
+    block: Vec<u64>,
+    at: usize,
+    /// The index of the next hash to read from the file, or to hand out from memory.
+    pos: usize,
+    len: usize,
 }
 
-/// Merges sorted, duplicate-free hash sequences; for each sequence, the hashes it shares with
-/// another (streamed: memory independent of their length).
-pub fn shared_streamed(mut sources: Vec<Box<dyn Iterator<Item = u64> + '_>>) -> BTreeMap<usize, Vec<u64>> {
-    use std::cmp::Reverse;
-    let mut heap: std::collections::BinaryHeap<Reverse<(u64, usize)>> =
-        sources.iter_mut().enumerate().filter_map(|(j, s)| s.next().map(|h| Reverse((h, j)))).collect();
-    let mut hits: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut same: Vec<usize> = Vec::new();
-    while let Some(Reverse((h, j))) = heap.pop() {
-        same.clear();
-        same.push(j);
-        while let Some(&Reverse((h2, j2))) = heap.peek() {
-            if h2 != h {
-                break;
+/// Hashes read from a file at a time.
+const BLOCK: usize = 1 << 13;
+
+impl<'a> Slices<'a> {
+    /// The list of `hashes`, from its first hash not below `from`.
+    fn new(hashes: &'a Hashes, from: u64) -> Self {
+        let mut s = Slices { memory: None, file: None, block: Vec::new(), at: 0, pos: 0, len: 0 };
+        match hashes {
+            Hashes::Memory(v) => {
+                s.memory = Some(v);
+                s.pos = v.partition_point(|&h| h < from);
+                s.len = v.len();
             }
-            heap.pop();
-            same.push(j2);
+            Hashes::File(path) => {
+                s.file = std::fs::File::open(path).ok();
+                s.len = s.file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len() as usize / 8);
+                // The first hash not below `from`, by binary search over the file.
+                let (mut lo, mut hi) = (0, s.len);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    match s.read(mid, 1).first() {
+                        Some(&h) if h < from => lo = mid + 1,
+                        Some(_) => hi = mid,
+                        None => (lo, hi) = (s.len, s.len),
+                    }
+                }
+                s.pos = lo;
+            }
         }
-        if same.len() > 1 {
-            for &k in &same {
-                hits.entry(k).or_default().push(h);
-            }
-        }
-        for &k in &same {
-            if let Some(next) = sources[k].next() {
-                heap.push(Reverse((next, k)));
-            }
+        s
+    }
+
+    /// Up to `n` hashes of the file from index `at` (none when it cannot be read).
+    fn read(&mut self, at: usize, n: usize) -> Vec<u64> {
+        use std::io::{Read, Seek, SeekFrom};
+        let Some(f) = self.file.as_mut() else { return Vec::new() };
+        let mut bytes = vec![0u8; n * 8];
+        match f.seek(SeekFrom::Start(at as u64 * 8)).and_then(|_| f.read_exact(&mut bytes)) {
+            Ok(()) => bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())).collect(),
+            Err(_) => Vec::new(),
         }
     }
-    hits
+
+    /// Appends to `out` the next hashes below `upper`.
+    fn below(&mut self, upper: u128, out: &mut Vec<u64>) {
+        if let Some(m) = self.memory {
+            let end = self.pos + m[self.pos..].partition_point(|&h| u128::from(h) < upper);
+            out.extend_from_slice(&m[self.pos..end]);
+            self.pos = end;
+            return;
+        }
+        loop {
+            let rest = &self.block[self.at..];
+            let n = rest.partition_point(|&h| u128::from(h) < upper);
+            out.extend_from_slice(&rest[..n]);
+            self.at += n;
+            if self.at < self.block.len() || self.pos >= self.len {
+                return;
+            }
+            let n = (self.len - self.pos).min(BLOCK);
+            self.block = self.read(self.pos, n);
+            self.at = 0;
+            self.pos = if self.block.is_empty() { self.len } else { self.pos + n };
+        }
+    }
+}
+
+/// For each of the sorted, duplicate-free `lists` (in memory or in files), the hashes it
+/// shares with another, ascending. The hash space is cut into ranges of a few MiB of hashes
+/// each; a range's slices are merged as in memory ([`merged`]), the ranges split between two
+/// threads: memory stays that of a range, however long the run.
+pub fn shared_per_list(lists: &[&Hashes]) -> BTreeMap<usize, Vec<u64>> {
+    let total: usize = lists
+        .iter()
+        .map(|h| match h {
+            Hashes::Memory(v) => v.len(),
+            Hashes::File(p) => std::fs::metadata(p).map_or(0, |m| m.len() as usize / 8),
+        })
+        .sum();
+    in_ranges(lists, (total / (1 << 19)).next_power_of_two().clamp(RANGES, 1 << 16))
+}
+
+/// [`shared_per_list`] over `ranges` ranges (a power of two).
+fn in_ranges(lists: &[&Hashes], ranges: usize) -> BTreeMap<usize, Vec<u64>> {
+    let shift = 64 - ranges.trailing_zeros();
+    let run = |from: usize, to: usize| {
+        let mut slices: Vec<Slices<'_>> =
+            lists.iter().map(|h| Slices::new(h, ((from as u128) << shift) as u64)).collect();
+        let mut hits: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let mut parts: Vec<Vec<u64>> = vec![Vec::new(); lists.len()];
+        for r in from..to {
+            let upper = ((r + 1) as u128) << shift;
+            for (s, part) in slices.iter_mut().zip(parts.iter_mut()) {
+                part.clear();
+                s.below(upper, part);
+            }
+            let mut shared = Vec::new();
+            merged(&parts.iter().map(Vec::as_slice).collect::<Vec<_>>(), &mut shared);
+            if shared.is_empty() {
+                continue;
+            }
+            shared.sort_unstable();
+            shared.dedup();
+            for (j, part) in parts.iter().enumerate() {
+                let mine = shared.iter().copied().filter(|h| part.binary_search(h).is_ok());
+                let mine: Vec<u64> = mine.collect();
+                if !mine.is_empty() {
+                    hits.entry(j).or_default().extend(mine);
+                }
+            }
+        }
+        hits
+    };
+    let (mut low, high) = std::thread::scope(|s| {
+        let low = s.spawn(|| run(0, ranges / 2));
+        let high = run(ranges / 2, ranges);
+        (low.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), high)
+    });
+    for (j, h) in high {
+        low.entry(j).or_default().extend(h);
+    }
+    low
 }
 
 /// Ranges of the hash space merged one at a time.
@@ -269,13 +359,26 @@ mod tests {
         got.sort_unstable();
         got.dedup();
         assert_eq!(got, want);
-        // Streamed, per list: the same hashes, each in the lists that hold it.
-        let streamed = shared_streamed(
-            lists.iter().map(|l| Box::new(l.iter().copied()) as Box<dyn Iterator<Item = u64>>).collect(),
-        );
-        for (j, l) in lists.iter().enumerate() {
-            let mine: Vec<u64> = want.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
-            assert_eq!(streamed.get(&j).cloned().unwrap_or_default(), mine, "list {j}");
+        // Per list, from memory and from files: the same hashes, each in the lists that hold it.
+        let dir = tempfile::tempdir().unwrap();
+        let kept: Vec<Hashes> = lists
+            .iter()
+            .enumerate()
+            .map(|(j, l)| match j % 2 {
+                0 => Hashes::Memory(l.clone()),
+                _ => {
+                    let path = dir.path().join(format!("{j}.u64"));
+                    std::fs::write(&path, l.iter().flat_map(|h| h.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+                    Hashes::File(path)
+                }
+            })
+            .collect();
+        let kept: Vec<&Hashes> = kept.iter().collect();
+        for streamed in [shared_per_list(&kept), in_ranges(&kept, 2), in_ranges(&kept, 1 << 12)] {
+            for (j, l) in lists.iter().enumerate() {
+                let mine: Vec<u64> = want.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
+                assert_eq!(streamed.get(&j).cloned().unwrap_or_default(), mine, "list {j}");
+            }
         }
     }
 }

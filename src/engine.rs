@@ -362,7 +362,14 @@ pub async fn execute(
     // otherwise take turns on one thread.
     let out = Owned(tokio::spawn(df.collect()))
         .await
-        .map_err(|e| PartitionError::Other(format!("the query's task failed: {e}")))?
+        .map_err(|e| match e.try_into_panic() {
+            Ok(panic) => {
+                let why = panic.downcast_ref::<&str>().map(|s| s.to_string());
+                let why = why.or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+                PartitionError::Other(format!("the engine failed running the query (a panic: {why})"))
+            }
+            Err(e) => PartitionError::Other(format!("the query was cancelled: {e}")),
+        })?
         .map_err(fail)?;
     let batch =
         arrow::compute::concat_batches(&schema, &out).map_err(|e| PartitionError::Query { message: e.to_string() })?;
@@ -615,18 +622,22 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_query_task_is_cancelled() {
-        let ran = Arc::new(AtomicBool::new(false));
-        let flag = ran.clone();
+        // A task that has started and waits: dropping its handle drops its future (the
+        // sender), which the receiver sees at once.
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
         let task = Owned(tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            flag.store(true, Ordering::SeqCst);
+            let _held = held_tx;
+            let _ = started_tx.send(());
+            std::future::pending::<()>().await;
         }));
+        started_rx.await.unwrap();
         drop(task);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!ran.load(Ordering::SeqCst), "the task ran on after its handle was dropped");
-        // Awaited, it runs to the end.
+        let gone = tokio::time::timeout(Duration::from_secs(10), held_rx).await;
+        assert!(matches!(gone, Ok(Err(_))), "the task ran on after its handle was dropped");
+        // Awaited, a task runs to its end.
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         Owned(tokio::spawn(async move { flag.store(true, Ordering::SeqCst) })).await.unwrap();
