@@ -201,7 +201,7 @@ impl<'a> Slices<'a> {
 
 /// For each of the sorted, duplicate-free `lists` (in memory or in files), the hashes it
 /// shares with another, ascending. The hash space is cut into ranges of a few MiB of hashes
-/// each; a range's slices are merged as in memory ([`merged`]), the ranges split between two
+/// each; a range's slices are merged as in memory (`merged`), the ranges split between two
 /// threads: memory stays that of a range, however long the run.
 pub fn shared_per_list(lists: &[&Hashes]) -> BTreeMap<usize, Vec<u64>> {
     let total: usize = lists
