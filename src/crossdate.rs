@@ -3,10 +3,10 @@
 //! candidates, whose partitions are read again to name the real keys (and rule out hash
 //! collisions). Both partitions fail, before either is written.
 //!
-//! The hash space is cut into ranges by the top bits (256, more for a run whose lists were
-//! written to files), and each range's slices of the lists are merged pairwise as a tree, the
-//! ranges split between two threads: the merged copies stay as small as one range, not the
-//! size of the run.
+//! The hash space is cut into ranges by the top bits (256, more for a long run), and each
+//! range's slices of the lists (in memory, or read in blocks from files) are merged pairwise
+//! as a tree, the ranges split between two threads: the merged copies stay as small as one
+//! range, not the size of the run.
 
 use std::collections::BTreeMap;
 
@@ -51,38 +51,11 @@ pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes)]) {
     if ok.len() < 2 {
         return;
     }
-    let in_memory: Option<Vec<&[u64]>> = ok
-        .iter()
-        .map(|&i| match &done[i].1 {
-            Hashes::Memory(v) => Some(v.as_slice()),
-            Hashes::File(_) => None,
-        })
-        .collect();
-    let mut candidates: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    match in_memory {
-        Some(lists) => {
-            let mut shared = shared_hashes(&lists);
-            if shared.is_empty() {
-                return;
-            }
-            shared.sort_unstable();
-            shared.dedup();
-            for (j, l) in lists.iter().enumerate() {
-                let hits: Vec<u64> = shared.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
-                if !hits.is_empty() {
-                    candidates.insert(ok[j], hits);
-                }
-            }
-        }
-        None => {
-            let lists: Vec<&Hashes> = ok.iter().map(|&i| &done[i].1).collect();
-            for (j, hits) in shared_per_list(&lists) {
-                candidates.insert(ok[j], hits);
-            }
-            if candidates.is_empty() {
-                return;
-            }
-        }
+    // Candidates: the hashes each partition shares with another.
+    let lists: Vec<&Hashes> = ok.iter().map(|&i| &done[i].1).collect();
+    let candidates: BTreeMap<usize, Vec<u64>> = shared_per_list(&lists).into_iter().map(|(j, h)| (ok[j], h)).collect();
+    if candidates.is_empty() {
+        return;
     }
     // Name the real keys (equal bytes), per partition.
     let mut found: Vec<(usize, Vec<NamedKey>)> = Vec::new();
@@ -256,35 +229,8 @@ fn in_ranges(lists: &[&Hashes], ranges: usize) -> BTreeMap<usize, Vec<u64>> {
     low
 }
 
-/// Ranges of the hash space merged one at a time.
+/// The fewest ranges the hash space is cut into.
 const RANGES: usize = 256;
-
-/// The hashes found in more than one of the sorted, duplicate-free `lists`.
-pub fn shared_hashes(lists: &[&[u64]]) -> Vec<u64> {
-    if lists.len() < 2 {
-        return Vec::new();
-    }
-    // Where each range starts in each list.
-    let bounds: Vec<Vec<usize>> = lists
-        .iter()
-        .map(|l| (0..=RANGES).map(|r| l.partition_point(|&h| ((h >> 56) as usize) < r)).collect())
-        .collect();
-    let ranges = |from: usize, to: usize| {
-        let mut shared = Vec::new();
-        for r in from..to {
-            let slices: Vec<&[u64]> = lists.iter().zip(&bounds).map(|(l, b)| &l[b[r]..b[r + 1]]).collect();
-            merged(&slices, &mut shared);
-        }
-        shared
-    };
-    let (mut low, high) = std::thread::scope(|s| {
-        let low = s.spawn(|| ranges(0, RANGES / 2));
-        let high = ranges(RANGES / 2, RANGES);
-        (low.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), high)
-    });
-    low.extend(high);
-    low
-}
 
 /// The sorted union of `lists`, adding every hash found in two of them to `shared`.
 fn merged(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
@@ -323,15 +269,19 @@ fn merged(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
 mod tests {
     use super::*;
 
+    /// The shared hashes of lists held in memory, per list.
+    fn shared_in_memory(lists: &[Vec<u64>]) -> BTreeMap<usize, Vec<u64>> {
+        let kept: Vec<Hashes> = lists.iter().map(|l| Hashes::Memory(l.clone())).collect();
+        shared_per_list(&kept.iter().collect::<Vec<_>>())
+    }
+
     #[test]
     fn finds_exactly_the_shared_hashes() {
         let lists: Vec<Vec<u64>> = vec![vec![1, 5, 9], vec![2, 5, 10], vec![3, 11], vec![4, 9, 12], vec![]];
-        let refs: Vec<&[u64]> = lists.iter().map(Vec::as_slice).collect();
-        let mut got = shared_hashes(&refs);
-        got.sort_unstable();
-        assert_eq!(got, [5, 9]);
-        assert!(shared_hashes(&refs[..1]).is_empty());
-        assert!(shared_hashes(&[&[1, 2][..], &[3, 4][..]]).is_empty());
+        let want: BTreeMap<usize, Vec<u64>> = [(0, vec![5, 9]), (1, vec![5]), (3, vec![9])].into();
+        assert_eq!(shared_in_memory(&lists), want);
+        assert!(shared_in_memory(&lists[..1]).is_empty());
+        assert!(shared_in_memory(&[vec![1, 2], vec![3, 4]]).is_empty());
     }
 
     #[test]
@@ -354,12 +304,7 @@ mod tests {
         lists.iter().flatten().for_each(|&h| *counts.entry(h).or_insert(0) += 1);
         let mut want: Vec<u64> = counts.into_iter().filter(|&(_, c)| c > 1).map(|(h, _)| h).collect();
         want.sort_unstable();
-        let refs: Vec<&[u64]> = lists.iter().map(Vec::as_slice).collect();
-        let mut got = shared_hashes(&refs);
-        got.sort_unstable();
-        got.dedup();
-        assert_eq!(got, want);
-        // Per list, from memory and from files: the same hashes, each in the lists that hold it.
+        // Per list, all in memory, and from memory and files: the same hashes, each in the lists that hold it.
         let dir = tempfile::tempdir().unwrap();
         let kept: Vec<Hashes> = lists
             .iter()
@@ -374,7 +319,8 @@ mod tests {
             })
             .collect();
         let kept: Vec<&Hashes> = kept.iter().collect();
-        for streamed in [shared_per_list(&kept), in_ranges(&kept, 2), in_ranges(&kept, 1 << 12)] {
+        let all = [shared_in_memory(&lists), shared_per_list(&kept), in_ranges(&kept, 2), in_ranges(&kept, 1 << 12)];
+        for streamed in all {
             for (j, l) in lists.iter().enumerate() {
                 let mine: Vec<u64> = want.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
                 assert_eq!(streamed.get(&j).cloned().unwrap_or_default(), mine, "list {j}");
