@@ -11,14 +11,16 @@
 //! engine's reason, its line and column.
 //!
 //! Invariants (G2): the engine runs with one partition per query, so no result depends on
-//! thread timing (float sums included: rows reach it in row order); rows come out sorted by
+//! thread timing (float sums included: rows reach it in row order); a date that has a second
+//! core to itself may split its query in two by group, each group wholly in one half and its
+//! rows in the same order ([`split`]), which changes no byte; rows come out sorted by
 //! the query's `ORDER BY`, else by every output column. The shorthand's sums are computed in a
 //! type they cannot overflow (decimal(76) for decimals, decimal(38) for integers) and then
 //! narrowed exactly to the documented type, or fail naming the measure.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::MemTable;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -266,6 +268,9 @@ impl datafusion::physical_plan::streaming::PartitionStream for Spilled {
 /// The hidden column of the kept rows.
 const KEEP: &str = "__lakeswap_keep";
 
+/// The table of a date's chunks, of which `events` is a view.
+const ROWS: &str = "__lakeswap_rows";
+
 /// Registers `events` as a view over the chunks: the kept rows, the columns of `events`. The
 /// engine filters and projects as it scans, one chunk at a time, only the columns the query
 /// uses — no copy of the whole date.
@@ -294,14 +299,14 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
                     RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
                 })
                 .collect::<Result<_, _>>()?;
-            register(ctx, "__lakeswap_rows", schema, batches)?;
+            register(ctx, ROWS, schema, batches)?;
             record
         }
         Source::Spilled { record, files } => {
             let schema = with_keep(&record);
             let spilled = Spilled { schema: schema.clone(), record: record.clone(), files };
             let table = datafusion::catalog::streaming::StreamingTable::try_new(schema, vec![Arc::new(spilled)])?;
-            ctx.register_table("__lakeswap_rows", Arc::new(table))?;
+            ctx.register_table(ROWS, Arc::new(table))?;
             record
         }
     };
@@ -317,38 +322,88 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
             }
         })
         .collect();
-    let view = ctx.table("__lakeswap_rows").await?.filter(col(KEEP))?.select(select)?;
+    let view = ctx.table(ROWS).await?.filter(col(KEEP))?.select(select)?;
     ctx.register_table(EVENTS, view.into_view())?;
     Ok(())
 }
 
 /// Runs the query over one date's rows: the output, sorted (see the module documentation).
+/// Given two `threads` or more, a query whose groups can be computed apart runs on two
+/// ([`split`]), with the same result.
 pub async fn execute(
     query: &Query,
     rows: Rows,
     lookups: &[Lookup],
     memory: Option<&Memory>,
+    threads: usize,
 ) -> Result<RecordBatch, PartitionError> {
-    let fail = |e: DataFusionError| match e.find_root() {
-        DataFusionError::External(inner) if inner.downcast_ref::<PartitionError>().is_some() => {
-            PartitionError::Other(inner.to_string())
-        }
-        DataFusionError::ResourcesExhausted(m) => PartitionError::Other(format!(
-            "the daily table's query needs more memory than its share of --memory-limit (half of it) and cannot \
-             spill what it holds ({m}); raise the limit"
-        )),
-        _ => PartitionError::Query { message: reason(&e, &query.sql) },
-    };
+    let split_from = if threads > 1 { SPLIT_MIN_ROWS } else { usize::MAX };
+    execute_with(query, rows, lookups, memory, split_from).await
+}
+
+/// Kept rows from which a date's query is split between two threads.
+const SPLIT_MIN_ROWS: usize = 65_536;
+
+/// [`execute`], splitting the query between two threads from `split_min_rows` kept rows.
+async fn execute_with(
+    query: &Query,
+    rows: Rows,
+    lookups: &[Lookup],
+    memory: Option<&Memory>,
+    split_min_rows: usize,
+) -> Result<RecordBatch, PartitionError> {
+    let fail = |e: DataFusionError| failure(e, query);
     let ctx = match memory {
         Some(m) => session_within(m).map_err(fail)?,
         None => session(),
     };
+    // An unbounded in-memory date may be split; a bounded one keeps its one memory pool.
+    let in_memory = match (&rows.source, memory) {
+        (Source::Chunks { chunks, keep }, None) => Some((chunks.clone(), keep.clone())),
+        _ => None,
+    };
+    let (date, events) = (rows.date, rows.events.clone());
     register_events(&ctx, rows).await.map_err(fail)?;
     for l in lookups {
         register(&ctx, &l.name, l.schema.clone(), l.batches.clone()).map_err(fail)?;
     }
     let mut df = ctx.sql_with_options(&query.sql, options()).await.map_err(fail)?;
+    let schema = Arc::new(df.schema().as_arrow().clone());
     if !query.ordered && !orders_output(df.logical_plan()) {
+        let halves = in_memory.and_then(|(chunks, keep)| {
+            let masks = split(df.logical_plan(), &ctx.state(), &chunks, &keep, split_min_rows)?;
+            Some((chunks, masks))
+        });
+        if let Some((chunks, masks)) = halves {
+            let mut out = Vec::new();
+            let tasks: Vec<_> = masks
+                .into_iter()
+                .map(|keep| {
+                    let rows =
+                        Rows { source: Source::Chunks { chunks: chunks.clone(), keep }, date, events: events.clone() };
+                    let (sql, lookups) = (query.sql.clone(), lookups.to_vec());
+                    Owned(tokio::spawn(async move {
+                        let ctx = session();
+                        register_events(&ctx, rows).await?;
+                        for l in &lookups {
+                            register(&ctx, &l.name, l.schema.clone(), l.batches.clone())?;
+                        }
+                        ctx.sql_with_options(&sql, options()).await?.collect().await
+                    }))
+                })
+                .collect();
+            for task in tasks {
+                for b in joined(task).await?.map_err(fail)? {
+                    // In the planned schema, as one query's batches are concatenated below.
+                    out.push(RecordBatch::try_new(schema.clone(), b.columns().to_vec()).map_err(|e| fail(e.into()))?);
+                }
+            }
+            // The two halves' groups, sorted as one: the same operator as below, over the
+            // same rows.
+            let ctx = session();
+            register(&ctx, "__lakeswap_out", schema.clone(), out).map_err(fail)?;
+            df = ctx.table("__lakeswap_out").await.map_err(fail)?;
+        }
         let by = df
             .schema()
             .fields()
@@ -360,20 +415,323 @@ pub async fn execute(
     let schema = Arc::new(df.schema().as_arrow().clone());
     // A task of its own: the dates in flight are polled by one task, and their queries would
     // otherwise take turns on one thread.
-    let out = Owned(tokio::spawn(df.collect()))
-        .await
-        .map_err(|e| match e.try_into_panic() {
-            Ok(panic) => {
-                let why = panic.downcast_ref::<&str>().map(|s| s.to_string());
-                let why = why.or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
-                PartitionError::Other(format!("the engine failed running the query (a panic: {why})"))
-            }
-            Err(e) => PartitionError::Other(format!("the query was cancelled: {e}")),
-        })?
-        .map_err(fail)?;
+    let out = joined(Owned(tokio::spawn(df.collect()))).await?.map_err(fail)?;
     let batch =
         arrow::compute::concat_batches(&schema, &out).map_err(|e| PartitionError::Query { message: e.to_string() })?;
     shape(query, batch)
+}
+
+/// The engine's error as the date's.
+fn failure(e: DataFusionError, query: &Query) -> PartitionError {
+    match e.find_root() {
+        DataFusionError::External(inner) if inner.downcast_ref::<PartitionError>().is_some() => {
+            PartitionError::Other(inner.to_string())
+        }
+        DataFusionError::ResourcesExhausted(m) => PartitionError::Other(format!(
+            "the daily table's query needs more memory than its share of --memory-limit (half of it) and cannot \
+             spill what it holds ({m}); raise the limit"
+        )),
+        _ => PartitionError::Query { message: reason(&e, &query.sql) },
+    }
+}
+
+/// A query task's result; a panic inside the engine fails the date, naming it.
+async fn joined<T>(task: Owned<T>) -> Result<T, PartitionError> {
+    task.await.map_err(|e| match e.try_into_panic() {
+        Ok(panic) => {
+            let why = panic.downcast_ref::<&str>().map(|s| s.to_string());
+            let why = why.or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+            PartitionError::Other(format!("the engine failed running the query (a panic: {why})"))
+        }
+        Err(e) => PartitionError::Other(format!("the query was cancelled: {e}")),
+    })
+}
+
+/// A date's kept rows in two halves, each group of the query wholly in one, for the query to
+/// run on two threads — or `None` where that could change a byte of the result.
+///
+/// The query must compute each output row from one group's rows alone: `events` filtered row
+/// by row, one `GROUP BY` of plain columns, then `HAVING` and projections (no joins, no
+/// subqueries, windows, `LIMIT`, `DISTINCT` or unions), and aggregates that add their rows
+/// one at a time in arrival order or exactly (`count`, `sum`, `avg`, `min`, `max`, their
+/// `DISTINCT` and `FILTER` forms). Each group then sees the same rows in the same order as
+/// in one run, so its values are the same to the bit, float sums included; the halves' rows
+/// are sorted together afterwards. The halves are the groups whose hash has a given bit set
+/// and those whose hash has not: of its top 16 bits, the one that splits the rows most evenly
+/// (past 4,096 distinct values of those bits, the top bit) — a function of the data, so a re-run splits the same way.
+fn split(
+    plan: &LogicalPlan,
+    state: &datafusion::execution::SessionState,
+    chunks: &[RecordBatch],
+    keep: &[arrow::array::BooleanArray],
+    min_rows: usize,
+) -> Option<[Vec<arrow::array::BooleanArray>; 2]> {
+    let record = chunks.first()?.schema();
+    let columns = group_columns(plan, &record)?;
+    let kept: usize = keep.iter().map(|k| k.true_count()).sum();
+    if kept < min_rows.max(2) || !cannot_fail(&state.optimize(plan).ok()?) {
+        return None;
+    }
+    let state = foldhash::fast::FixedState::with_seed(0);
+    // The top 16 bits of each row's group hash (2 bytes a row).
+    let hashes: Vec<Vec<u16>> = on_two_threads(chunks, |c| {
+        let arrays: Vec<&ArrayRef> = columns.iter().filter_map(|n| c.column_by_name(n)).collect();
+        let mut h = vec![0u64; c.num_rows()];
+        datafusion::common::hash_utils::create_hashes(arrays, &state, &mut h).ok()?;
+        Some(h.into_iter().map(|h| (h >> 48) as u16).collect())
+    })
+    .into_iter()
+    .collect::<Option<_>>()?;
+    // Rows per group hash, from every eighth row: enough to balance the halves.
+    const MANY: usize = 4096;
+    let mut counts: hashbrown::HashMap<u16, u64, foldhash::fast::FixedState> = Default::default();
+    'count: for (h, k) in hashes.iter().zip(keep) {
+        for i in (0..h.len()).step_by(8).filter(|&i| k.value(i)) {
+            *counts.entry(h[i]).or_default() += 1;
+            if counts.len() > MANY {
+                break 'count;
+            }
+        }
+    }
+    if counts.len() < 2 {
+        return None;
+    }
+    // The bit of the group hash that splits the rows most evenly (the lowest of equals).
+    let bit = match counts.len() > MANY {
+        true => 15,
+        false => {
+            let total: u64 = counts.values().sum();
+            let imbalance = |b: u32| {
+                let second: u64 = counts.iter().filter(|(h, _)| *h >> b & 1 == 1).map(|(_, n)| n).sum();
+                (total as i64 - 2 * second as i64).unsigned_abs()
+            };
+            (0..16).min_by_key(|&b| (imbalance(b), b))?
+        }
+    };
+    let pairs: Vec<(&Vec<u16>, &arrow::array::BooleanArray)> = hashes.iter().zip(keep).collect();
+    let masks = on_two_threads(&pairs, |(h, k)| {
+        let in_second = arrow::buffer::BooleanBuffer::collect_bool(h.len(), |i| h[i] >> bit & 1 == 1);
+        (k.values() & &!&in_second, k.values() & &in_second)
+    });
+    let (first, second) =
+        masks.into_iter().map(|(a, b)| (BooleanArray::new(a, None), BooleanArray::new(b, None))).unzip();
+    Some([first, second])
+}
+
+/// `f` of each item, in order, the items shared between the calling thread and one other.
+fn on_two_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let mid = items.len().div_ceil(2);
+    let (a, b) = items.split_at(mid);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| b.iter().map(&f).collect::<Vec<_>>());
+        let mut out: Vec<R> = a.iter().map(&f).collect();
+        out.extend(other.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        out
+    })
+}
+
+/// Whether no expression of the plan (as it runs: type casts added, view inlined) can fail on
+/// a value. The engine evaluates `AND`, `OR` and `CASE` on some rows of a batch or on all of
+/// them, by the batch; a half's batches hold other rows, so an expression that can fail
+/// (division, a cast of text to a number …) could fail in one run and not in the other.
+fn cannot_fail(plan: &LogicalPlan) -> bool {
+    use datafusion::logical_expr::Operator as Op;
+    fn widening(from: &DataType, to: &DataType) -> bool {
+        use DataType::*;
+        let int_bits = |t: &DataType| match t {
+            Int8 => Some(8),
+            Int16 => Some(16),
+            Int32 => Some(32),
+            Int64 => Some(64),
+            _ => None,
+        };
+        match (from, to) {
+            _ if from == to => true,
+            (Utf8 | LargeUtf8 | Utf8View, Utf8 | LargeUtf8 | Utf8View) => true,
+            (Int8 | Int16 | Int32 | Int64 | Float32 | Decimal128(..) | Decimal256(..), Float64) => true,
+            (Decimal128(p1, s1) | Decimal256(p1, s1), Decimal128(p2, s2) | Decimal256(p2, s2)) => {
+                s2 >= s1 && (*p2 as i16 - *s2 as i16) >= (*p1 as i16 - *s1 as i16)
+            }
+            (a, Decimal128(p, s) | Decimal256(p, s)) if int_bits(a).is_some() => {
+                // Digits of the largest value of the integer type.
+                let digits = match int_bits(a) {
+                    Some(8) => 3,
+                    Some(16) => 5,
+                    Some(32) => 10,
+                    _ => 19,
+                };
+                *s >= 0 && (*p as i16 - *s as i16) >= digits
+            }
+            (a, b) => matches!((int_bits(a), int_bits(b)), (Some(x), Some(y)) if x <= y),
+        }
+    }
+    let mut ok = true;
+    let _ = plan.apply(|node| {
+        let inputs = node.inputs();
+        let schema = match inputs.as_slice() {
+            [one] => Some(one.schema().clone()),
+            _ => None,
+        };
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                let safe = match e {
+                    Expr::Column(_)
+                    | Expr::Literal(..)
+                    | Expr::Alias(_)
+                    | Expr::Not(_)
+                    | Expr::IsNull(_)
+                    | Expr::IsNotNull(_)
+                    | Expr::IsTrue(_)
+                    | Expr::IsFalse(_)
+                    | Expr::IsUnknown(_)
+                    | Expr::IsNotTrue(_)
+                    | Expr::IsNotFalse(_)
+                    | Expr::IsNotUnknown(_)
+                    | Expr::InList(_)
+                    | Expr::Between(_)
+                    | Expr::Like(_)
+                    | Expr::SimilarTo(_)
+                    | Expr::Case(_)
+                    | Expr::TryCast(_)
+                    | Expr::AggregateFunction(_) => true,
+                    Expr::BinaryExpr(b) => matches!(
+                        b.op,
+                        Op::Eq
+                            | Op::NotEq
+                            | Op::Lt
+                            | Op::LtEq
+                            | Op::Gt
+                            | Op::GtEq
+                            | Op::And
+                            | Op::Or
+                            | Op::IsDistinctFrom
+                            | Op::IsNotDistinctFrom
+                    ),
+                    Expr::ScalarFunction(f) => matches!(f.func.name(), "coalesce" | "nullif"),
+                    Expr::Cast(c) => schema
+                        .as_ref()
+                        .and_then(|s| {
+                            datafusion::logical_expr::ExprSchemable::get_type(c.expr.as_ref(), s.as_ref()).ok()
+                        })
+                        .is_some_and(|from| widening(&from, c.field.data_type())),
+                    _ => false,
+                };
+                ok &= safe;
+                Ok(if safe { TreeNodeRecursion::Continue } else { TreeNodeRecursion::Stop })
+            })
+        })?;
+        Ok(if ok { TreeNodeRecursion::Continue } else { TreeNodeRecursion::Stop })
+    });
+    ok
+}
+
+/// The `GROUP BY` columns of a query that [`split`] may divide (the columns of `record` among
+/// them; one absent from it is the date, the same on every row), or `None`.
+fn group_columns(plan: &LogicalPlan, record: &Schema) -> Option<Vec<String>> {
+    fn row_level(e: &Expr) -> bool {
+        !e.exists(|e| {
+            Ok(matches!(
+                e,
+                Expr::ScalarSubquery(_)
+                    | Expr::InSubquery(_)
+                    | Expr::Exists(_)
+                    | Expr::OuterReferenceColumn(..)
+                    | Expr::WindowFunction(_)
+                    | Expr::AggregateFunction(_)
+                    | Expr::GroupingSet(_)
+                    | Expr::Placeholder(_)
+            ))
+        })
+        .unwrap_or(true)
+    }
+    // `events` as [`register_events`] defines it: the kept rows, their columns and the date.
+    fn kept_rows(plan: &LogicalPlan) -> bool {
+        let LogicalPlan::Projection(p) = plan else { return false };
+        let LogicalPlan::Filter(f) = p.input.as_ref() else { return false };
+        let LogicalPlan::TableScan(t) = f.input.as_ref() else { return false };
+        p.expr.iter().all(|e| matches!(e.clone().unalias(), Expr::Column(_) | Expr::Literal(..)))
+            && matches!(&f.predicate, Expr::Column(c) if c.name == KEEP)
+            && t.table_name.table() == ROWS
+            && t.filters.is_empty()
+            && t.fetch.is_none()
+    }
+    fn over_events(plan: &LogicalPlan) -> bool {
+        match plan {
+            LogicalPlan::Filter(f) => row_level(&f.predicate) && over_events(&f.input),
+            LogicalPlan::SubqueryAlias(a) if a.alias.table() == EVENTS && kept_rows(&a.input) => true,
+            LogicalPlan::SubqueryAlias(a) => over_events(&a.input),
+            LogicalPlan::TableScan(t) => {
+                t.table_name.table() == EVENTS
+                    && t.table_name.schema().is_none()
+                    && t.filters.is_empty()
+                    && t.fetch.is_none()
+            }
+            _ => false,
+        }
+    }
+    let mut node = plan;
+    let aggregate = loop {
+        node = match node {
+            LogicalPlan::Projection(p) if p.expr.iter().all(row_level) => &p.input,
+            LogicalPlan::Filter(f) if row_level(&f.predicate) => &f.input,
+            LogicalPlan::SubqueryAlias(a) => &a.input,
+            LogicalPlan::Aggregate(a) => break a,
+            _ => return None,
+        };
+    };
+    if aggregate.group_expr.is_empty() || !over_events(&aggregate.input) {
+        return None;
+    }
+    for e in &aggregate.aggr_expr {
+        let Expr::AggregateFunction(f) = e.clone().unalias_nested().data else { return None };
+        let p = &f.params;
+        // A distinct sum or average adds its set's values in the set's order, which depends
+        // on how the group's rows were cut into batches.
+        let exact_or_in_order = match f.func.name() {
+            "count" | "min" | "max" => true,
+            "sum" | "avg" => !p.distinct,
+            _ => false,
+        };
+        if !exact_or_in_order
+            || !p.order_by.is_empty()
+            || !p.args.iter().all(row_level)
+            || !p.filter.as_deref().is_none_or(row_level)
+        {
+            return None;
+        }
+    }
+    let mut columns = Vec::new();
+    for e in &aggregate.group_expr {
+        let Expr::Column(c) = e else { return None };
+        let Ok(field) = record.field_with_name(&c.name) else { continue };
+        let hashed_as_grouped = matches!(
+            field.data_type(),
+            DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32
+                | DataType::UInt64
+                | DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Binary
+                | DataType::LargeBinary
+                | DataType::Boolean
+                | DataType::Date32
+                | DataType::Date64
+                | DataType::Timestamp(..)
+                | DataType::Decimal128(..)
+                | DataType::Decimal256(..)
+        );
+        if !hashed_as_grouped {
+            return None;
+        }
+        columns.push(c.name.clone());
+    }
+    (!columns.is_empty()).then_some(columns)
 }
 
 /// A task spawned for a date's query, cancelled when dropped: a stopped run drops the date's
@@ -617,10 +975,152 @@ pub fn query_of(agg: &AggregateSection, record: &Schema, tz: chrono_tz::Tz) -> R
 
 #[cfg(test)]
 mod tests {
-    use super::Owned;
+    use super::*;
+    use arrow::array::{Float64Array, Int64Array, StringArray};
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     use std::time::Duration;
+
+    /// Rows whose float sums depend on the order they are added in: magnitudes from 1e-3 to
+    /// 1e9, groups of very different sizes, about a third of the rows not kept.
+    fn date_rows() -> (Vec<RecordBatch>, Vec<BooleanArray>) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("g", DataType::Utf8, true),
+            Field::new("h", DataType::Int64, true),
+            Field::new("x", DataType::Float64, true),
+            Field::new("k", DataType::Utf8, true),
+            Field::new("f", DataType::Float64, true),
+        ]));
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut chunks = Vec::new();
+        let mut keep = Vec::new();
+        for len in [40_000, 25_000, 35_000] {
+            let r: Vec<u64> = (0..len).map(|_| next()).collect();
+            let g: StringArray =
+                r.iter().map(|v| Some(["a", "bb", "c", "d", "e", "ff", "g"][(v % 97 % 7) as usize])).collect();
+            let h = Int64Array::from_iter_values(r.iter().map(|v| (v >> 8) as i64 % 1000));
+            let x = Float64Array::from_iter_values(
+                r.iter().map(|v| (v >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((v >> 3) as i32 % 13 - 3)),
+            );
+            let k: StringArray = r.iter().map(|v| Some(format!("k{}", (v >> 20) % 5000))).collect();
+            let f = Float64Array::from_iter_values(r.iter().map(|v| (v % 5) as f64));
+            let cols: Vec<ArrayRef> = vec![Arc::new(g), Arc::new(h), Arc::new(x), Arc::new(k), Arc::new(f)];
+            chunks.push(RecordBatch::try_new(schema.clone(), cols).unwrap());
+            keep.push(BooleanArray::from_iter(r.iter().map(|v| Some((v >> 40) % 3 != 0))));
+        }
+        (chunks, keep)
+    }
+
+    fn rows(chunks: &[RecordBatch], keep: &[BooleanArray]) -> Rows {
+        Rows {
+            source: Source::Chunks { chunks: chunks.to_vec(), keep: keep.to_vec() },
+            date: chrono::NaiveDate::from_ymd_opt(2026, 11, 5).unwrap(),
+            events: chunks[0].schema(),
+        }
+    }
+
+    fn query(sql: &str) -> Query {
+        Query { sql: sql.into(), ordered: false, narrow: Vec::new(), not_null: Vec::new() }
+    }
+
+    /// The plan [`execute`] sees: `events` registered as it registers it.
+    async fn logical(sql: &str, chunks: &[RecordBatch], keep: &[BooleanArray]) -> LogicalPlan {
+        let ctx = session();
+        register_events(&ctx, rows(chunks, keep)).await.unwrap();
+        register(&ctx, "fx", chunks[0].schema(), Vec::new()).unwrap();
+        ctx.sql(sql).await.unwrap().logical_plan().clone()
+    }
+
+    fn ipc(batch: &RecordBatch) -> Vec<u8> {
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema()).unwrap();
+        w.write(batch).unwrap();
+        w.into_inner().unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_split_query_gives_the_same_bytes() {
+        let (chunks, keep) = date_rows();
+        // The data tells orders apart: group `a`'s kept values add up differently backwards.
+        let xs: Vec<f64> = chunks
+            .iter()
+            .zip(&keep)
+            .flat_map(|(c, k)| {
+                let (g, x) =
+                    (c.column(0).as_string::<i32>(), c.column(2).as_primitive::<arrow::datatypes::Float64Type>());
+                (0..c.num_rows()).filter(move |&i| k.value(i) && g.value(i) == "a").map(move |i| x.value(i))
+            })
+            .collect();
+        assert_ne!(xs.iter().sum::<f64>().to_bits(), xs.iter().rev().sum::<f64>().to_bits());
+        for sql in [
+            "SELECT g, sum(x) AS s, avg(x) AS a, count(DISTINCT k) AS d, min(x) AS lo, max(x) AS hi, \
+             sum(x) FILTER (WHERE h < 500) AS s2, count(*) AS n FROM events WHERE x < 1e8 GROUP BY g HAVING count(*) > 10",
+            // Past 4,096 groups: halves by the hash's top bit.
+            "SELECT h, g, sum(x) AS s, avg(x) AS a FROM events GROUP BY h, g",
+            // No group column in the output.
+            "SELECT sum(x) AS s, count(DISTINCT k) AS d FROM events e GROUP BY e.g",
+        ] {
+            let plan = logical(sql, &chunks, &keep).await;
+            let halves = split(&plan, &session().state(), &chunks, &keep, 0).expect(sql);
+            let kept: usize = keep.iter().map(|k| k.true_count()).sum();
+            let sizes: Vec<usize> = halves.iter().map(|h| h.iter().map(|k| k.true_count()).sum()).collect();
+            assert_eq!(sizes[0] + sizes[1], kept, "{sql}");
+            assert!(sizes.iter().all(|&n| n > kept / 4), "{sql}: halves of {sizes:?} rows");
+            let one = execute_with(&query(sql), rows(&chunks, &keep), &[], None, usize::MAX).await.unwrap();
+            let two = execute_with(&query(sql), rows(&chunks, &keep), &[], None, 0).await.unwrap();
+            assert!(one.num_rows() > 1, "{sql}");
+            assert_eq!(ipc(&one), ipc(&two), "{sql}");
+        }
+    }
+
+    #[tokio::test]
+    async fn queries_that_could_change_are_not_split() {
+        let (chunks, keep) = date_rows();
+        for sql in [
+            "SELECT count(*) AS n FROM events",
+            "SELECT g, sum(x) AS s FROM events GROUP BY g LIMIT 3",
+            "SELECT DISTINCT count(*) AS n FROM events GROUP BY g",
+            "SELECT upper(g) AS u, sum(x) AS s FROM events GROUP BY upper(g)",
+            "SELECT f, sum(x) AS s FROM events GROUP BY f",
+            "SELECT g, median(x) AS m FROM events GROUP BY g",
+            "SELECT g, array_agg(x) AS xs FROM events GROUP BY g",
+            "SELECT g, sum(x) AS s, rank() OVER (ORDER BY sum(x)) AS r FROM events GROUP BY g",
+            "SELECT g, sum(x) AS s FROM events GROUP BY g HAVING sum(x) > (SELECT avg(x) FROM events)",
+            "SELECT g, sum(x) AS s FROM events WHERE x > (SELECT avg(x) FROM events) GROUP BY g",
+            "SELECT e.g, sum(fx.x) AS s FROM events e JOIN fx ON e.g = fx.g GROUP BY e.g",
+            "SELECT g, sum(x) AS s FROM (SELECT * FROM events LIMIT 10) t GROUP BY g",
+            "SELECT g, sum(x) AS s FROM events GROUP BY GROUPING SETS ((g), ())",
+            "SELECT g, n FROM (SELECT g, count(*) AS n FROM events GROUP BY g) t UNION ALL SELECT 'z', 1",
+            // A distinct sum adds in its set's order.
+            "SELECT g, sum(DISTINCT x) AS s, count(*) AS n FROM events GROUP BY g",
+            "SELECT g, avg(DISTINCT h) AS a, count(*) AS n FROM events GROUP BY g",
+            // Expressions that can fail, which AND evaluates on more or fewer rows by the batch.
+            "SELECT g, count(*) AS n FROM events GROUP BY g HAVING count(*) > 1 AND count(*) / (count(DISTINCT k) - 1) > 10",
+            "SELECT g, count(*) AS n FROM events WHERE x > 0.5 AND CAST(k AS INT) > 3 GROUP BY g",
+            "SELECT g, count(*) AS n FROM events WHERE x > 0.5 AND k = 3 GROUP BY g",
+            "SELECT g, sum(h * 1000) AS s FROM events GROUP BY g",
+            "SELECT g, sum(x) / count(*) AS m FROM events GROUP BY g",
+        ] {
+            let plan = logical(sql, &chunks, &keep).await;
+            assert!(split(&plan, &session().state(), &chunks, &keep, 0).is_none(), "split: {sql}");
+        }
+        // One group, or too few rows: nothing to share.
+        let plan = logical("SELECT g, sum(x) AS s FROM events WHERE g = 'a' GROUP BY g", &chunks, &keep).await;
+        let only_a: Vec<BooleanArray> = chunks
+            .iter()
+            .zip(&keep)
+            .map(|(c, k)| {
+                let g = c.column(0).as_string::<i32>();
+                BooleanArray::from_iter((0..c.num_rows()).map(|i| Some(k.value(i) && g.value(i) == "a")))
+            })
+            .collect();
+        assert!(split(&plan, &session().state(), &chunks, &only_a, 0).is_none());
+        assert!(split(&plan, &session().state(), &chunks, &keep, usize::MAX).is_none());
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_query_task_is_cancelled() {

@@ -218,7 +218,7 @@ impl Aggregate {
             false => None,
         };
         let rows = engine::Rows { source, date: p.date, events };
-        let batch = engine::execute(&query, rows, &cx.plan.lookups, memory.as_ref()).await;
+        let batch = engine::execute(&query, rows, &cx.plan.lookups, memory.as_ref(), cx.threads()).await;
         if spilled {
             cx.spill.remove(&p.dir);
         }

@@ -136,10 +136,15 @@ impl Context<'_> {
             id.key = table.schema().fields().iter().map(|f| f.name().clone()).collect();
         }
         id.key_hashes = self.plan.partitions.len() > 1 && !cfg.is_whole_record_key();
-        // Cores left over by concurrent partitions go to each partition's hash pass.
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        id.threads = (cores / self.opts.concurrency.clamp(1, self.plan.partitions.len().max(1))).max(1);
+        id.threads = self.threads();
         id
+    }
+
+    /// Threads for one partition's work: the cores left over by the partitions that run at
+    /// once go to each (its hash pass, its query).
+    pub fn threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        (cores / self.opts.concurrency.clamp(1, self.plan.partitions.len().max(1))).max(1)
     }
 
     /// Fails a partition whose output schema is not the run's.
