@@ -13,7 +13,7 @@
 //! Invariants (G2): the engine runs with one partition per query, so no result depends on
 //! thread timing (float sums included: rows reach it in row order); a date that has a second
 //! core to itself may split its query in two by group, each group wholly in one half and its
-//! rows in the same order ([`split`]), which changes no byte; rows come out sorted by
+//! rows in the same order (`split`), which changes no byte; rows come out sorted by
 //! the query's `ORDER BY`, else by every output column. The shorthand's sums are computed in a
 //! type they cannot overflow (decimal(76) for decimals, decimal(38) for integers) and then
 //! narrowed exactly to the documented type, or fail naming the measure.
@@ -329,7 +329,7 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
 
 /// Runs the query over one date's rows: the output, sorted (see the module documentation).
 /// Given two `threads` or more, a query whose groups can be computed apart runs on two
-/// ([`split`]), with the same result.
+/// (`split`), with the same result.
 pub async fn execute(
     query: &Query,
     rows: Rows,
