@@ -8,13 +8,16 @@
 use crate::common::*;
 use std::path::{Path, PathBuf};
 
-/// A float sum and average (order-sensitive), a decimal sum, a distinct count, per currency.
+/// A float sum and average (order-sensitive), a float sum and average of distinct values (added
+/// in the order of the engine's hash set, whose size could follow how rows are batched), a
+/// decimal sum, a distinct count, per currency.
 const SQL: &str = r#"
 [aggregate]
 sql = """
 SELECT currency, count(*) AS orders, sum(amount) AS revenue, sum(CAST(amount AS DOUBLE) / 7) AS float_sum,
        avg(CAST(amount AS DOUBLE)) AS float_avg, count(DISTINCT customer_id) AS customers,
-       min(status) AS first_status
+       sum(DISTINCT CAST(amount AS DOUBLE) / 7) AS distinct_float_sum,
+       avg(DISTINCT CAST(amount AS DOUBLE) / 3) AS distinct_float_avg, min(status) AS first_status
 FROM events GROUP BY currency
 """
 "#;
