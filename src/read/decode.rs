@@ -264,6 +264,17 @@ impl Decoder {
                     bad.extend(parsed.bad.into_iter().map(|(r, m)| (r, name.clone(), m)));
                     parsed.array
                 }
+                // An integer is an epoch value only in a declared unit, as in text.
+                Some(d) if matches!(d.ty, DataType::Timestamp(..)) && c.data_type().is_integer() && !d.epoch => {
+                    let message = format!(
+                        "is a {} column: declare it `timestamp(s)` or `timestamp(ms)` (or us, ns) to read epoch values",
+                        c.data_type()
+                    );
+                    bad.extend(
+                        (0..c.len()).map(|r| (r, name.clone(), if r == 0 { message.clone() } else { String::new() })),
+                    );
+                    arrow::array::new_null_array(&d.ty, c.len())
+                }
                 Some(d) => match unify::exact_cast(c, &d.ty, self.tz) {
                     Ok(a) => a,
                     Err(e) => {
@@ -375,14 +386,24 @@ impl Decoder {
         };
         let (inferred, _) =
             arrow::json::reader::infer_json_schema(Cursor::new(bytes), None).map_err(|e| malformed(e.to_string()))?;
-        // Declared and implied columns are read as text and parsed exactly here.
+        // Declared and implied columns are read as text and parsed exactly here; so are
+        // numbers the reader would take for doubles, typed then by the rule of CSV (a double
+        // would round an integer past int64: two 20-digit ids would become one key).
+        let mut numbers = Vec::new();
         let read_schema = Arc::new(Schema::new(
             inferred
                 .fields()
                 .iter()
                 .map(|f| {
                     let as_text = self.declared(f.name()).is_some() || self.implied_text(f.name()).is_some();
-                    let t = if as_text { DataType::Utf8 } else { f.data_type().clone() };
+                    if !as_text && f.data_type() == &DataType::Float64 {
+                        numbers.push(f.name().clone());
+                    }
+                    let t = if as_text || f.data_type() == &DataType::Float64 {
+                        DataType::Utf8
+                    } else {
+                        f.data_type().clone()
+                    };
                     Field::new(f.name(), t, true)
                 })
                 .collect::<Vec<_>>(),
@@ -392,13 +413,24 @@ impl Decoder {
             .with_coerce_primitive(true)
             .build(Cursor::new(bytes))
             .map_err(|e| malformed(e.to_string()))?;
+        let batches: Vec<RecordBatch> =
+            reader.collect::<Result<_, _>>().map_err(|e: arrow::error::ArrowError| malformed(e.to_string()))?;
+        let typed: Vec<(String, DataType)> = numbers
+            .into_iter()
+            .map(|name| {
+                let columns: Vec<_> =
+                    batches.iter().filter_map(|b| b.column_by_name(&name)).map(|c| c.as_string::<i32>()).collect();
+                let ty = text::infer(&columns);
+                (name, ty)
+            })
+            .collect();
+        let number_type = |name: &str| typed.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
         let lines: Arc<[u64]> = text::ndjson_lines(bytes).into();
         let mut out = Vec::new();
         let mut row = 0u64;
-        for b in reader {
-            let b = b.map_err(|e| malformed(e.to_string()))?;
+        for b in batches {
             let n = b.num_rows();
-            let (batch, bad) = self.convert(b, &|_| None);
+            let (batch, bad) = self.convert(b, &number_type);
             let slice: Option<Arc<[u64]>> = lines.get(row as usize..row as usize + n).map(Into::into);
             out.push(Rows { batch, first_row: row, lines: slice, bad });
             row += n as u64;

@@ -391,7 +391,12 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
             if all_num && !all_int {
                 let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
                 let int_part = unsigned.split(['.', 'e', 'E']).next().unwrap_or("");
-                all_num = v.parse::<f64>().is_ok_and(f64::is_finite)
+                // A whole number a double cannot hold exactly (past 2^53) keeps the column
+                // text: as doubles, the 20-digit ids 18446744073709551610 and …611 would be one key.
+                let whole = !unsigned.is_empty() && unsigned.bytes().all(|b| b.is_ascii_digit());
+                let exact = !whole || v.parse::<i64>().is_ok_and(|x| x.unsigned_abs() <= 1 << 53);
+                all_num = exact
+                    && v.parse::<f64>().is_ok_and(f64::is_finite)
                     && v.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
                     && !(int_part.len() > 1 && int_part.starts_with('0'));
             }
@@ -613,6 +618,12 @@ mod tests {
         assert_eq!(infer(&[&a(&["1", "-2", "30"])]), DataType::Int64);
         assert_eq!(infer(&[&a(&["007", "8"])]), DataType::Utf8, "leading zeros are kept");
         assert_eq!(infer(&[&a(&["1", "2.5"])]), DataType::Float64);
+        // Past int64, a double would round 18446744073709551610 and …611 to one value.
+        assert_eq!(infer(&[&a(&["18446744073709551610", "18446744073709551611"])]), DataType::Utf8);
+        assert_eq!(infer(&[&a(&["1.5", "-9223372036854775809"])]), DataType::Utf8);
+        assert_eq!(infer(&[&a(&["1.5", "9007199254740993"])]), DataType::Utf8, "2^53 + 1 is no double");
+        assert_eq!(infer(&[&a(&["2.5", "1", "-9007199254740992"])]), DataType::Float64);
+        assert_eq!(infer(&[&a(&["9223372036854775807", "-9223372036854775808"])]), DataType::Int64);
         assert_eq!(infer(&[&a(&["true", "False"])]), DataType::Boolean);
         assert_eq!(infer(&[&a(&["2026-11-01"])]), DataType::Utf8);
         assert_eq!(infer(&[&StringArray::from(vec![None::<&str>])]), DataType::Null);

@@ -227,6 +227,13 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
     if let (DataType::Timestamp(fu, None), DataType::Timestamp(tu, Some(_))) = (from, to) {
         return wall_clock_to_instant(arr, *fu, *tu, to, tz);
     }
+    if let (DataType::Date32 | DataType::Date64, DataType::Timestamp(tu, Some(_))) = (from, to) {
+        // A date is midnight on the job zone's wall clock, as a date written in text is.
+        let wall = DataType::Timestamp(*tu, None);
+        let midnight = cast_with_options(arr, &wall, &CastOptions { safe: false, ..Default::default() })
+            .map_err(|e| Inexact { row: None, message: format!("cannot convert {from} to {to}: {e}") })?;
+        return wall_clock_to_instant(&midnight, *tu, *tu, to, tz);
+    }
     if let (DataType::Timestamp(_, Some(_)), DataType::Timestamp(tu, None)) = (from, to) {
         return instant_to_wall_clock(arr, *tu, to, tz);
     }

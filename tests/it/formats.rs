@@ -2,6 +2,8 @@
 //! events in every format and layout give the same table.
 
 use crate::common::*;
+use arrow::array::{AsArray, RecordBatch};
+use std::sync::Arc;
 
 const SCHEMA: &str = "schema = { amount = \"decimal(12,2)\", event_date = \"date\" }\n";
 
@@ -114,4 +116,100 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
     assert!(pieces.iter().all(|p| p.date == d("2026-11-01")));
     let err = decoder.decode("events.parquet", bytes, &[d("2026-11-02")], None).unwrap_err();
     assert!(err.to_string().contains("row group 1"), "the damaged row group is read for its date: {err}");
+}
+
+/// Runs `date` of a job in the time zone of New York over the lake's input folder, with
+/// `input` added to `[input]` and the given identity (and partition) sections.
+fn job(lake: &Lake, format: &str, input: &str, identity: &str, sql: &str, date: &str) -> std::process::Output {
+    let text = format!(
+        "[job]\nname = \"t\"\nkind = \"aggregate\"\ntimezone = \"America/New_York\"\n\n[input]\nurl = \"{}\"\nformat = \"{format}\"\n{input}\n\n{identity}\n\n[aggregate]\nsql = \"{sql}\"\n\n[output]\nurl = \"{}\"\n",
+        lake.input().display(),
+        lake.output().display()
+    );
+    let cfg = lake.input().parent().unwrap().join("job.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let _ = std::fs::remove_dir_all(lake.output());
+    cli(&["run", "--config", cfg.to_str().unwrap(), "--date", date], lake.input().parent().unwrap())
+}
+
+/// Risk: an integer a double cannot hold (a 20-digit id) read as a double, so that distinct
+/// ids round to one key and orders are dropped as superseded. Read as text, in CSV and NDJSON.
+#[test]
+fn integers_past_what_a_double_holds_stay_exact_keys() {
+    let ids = ["18446744073709551610", "18446744073709551611", "18446744073709551612"];
+    let identity = "[identity]\nkey = [\"order_id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let sql = "SELECT count(*) AS n, count(DISTINCT order_id) AS ids, sum(amount) AS total FROM events";
+    for format in ["csv", "ndjson"] {
+        let lake = Lake::new();
+        let dir = lake.input().join("event_date=2026-11-01");
+        std::fs::create_dir_all(&dir).unwrap();
+        let body: String = match format {
+            "csv" => std::iter::once("order_id,v,amount\n".to_string())
+                .chain(ids.iter().enumerate().map(|(i, id)| format!("{id},{},{}\n", i + 1, 10 * (i + 1))))
+                .collect(),
+            _ => ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| format!("{{\"order_id\": {id}, \"v\": {}, \"amount\": {}}}\n", i + 1, 10 * (i + 1)))
+                .collect(),
+        };
+        std::fs::write(dir.join(format!("a.{format}")), body).unwrap();
+        let out = job(&lake, format, "", identity, sql, "2026-11-01");
+        assert!(out.status.success(), "{format}: {}", text(&out));
+        let b = read_batch(&lake.partition_file("2026-11-01"));
+        let col = |n: &str| b.column_by_name(n).unwrap().as_primitive::<arrow::datatypes::Int64Type>().value(0);
+        assert_eq!((col("n"), col("ids"), col("total")), (3, 3, 60), "{format}");
+    }
+}
+
+/// Risk: a Parquet column declared `timestamp` holding integers, or dates, read by a plain
+/// cast: epoch seconds taken for microseconds (a 2026 event filed under 1969-12-31), a date
+/// taken as midnight UTC instead of midnight in the job's zone (another date than the same
+/// value in CSV). Integers need a declared unit, as in text; dates are local midnight.
+#[test]
+fn parquet_integers_and_dates_declared_timestamps_read_as_text_would() {
+    use arrow::array::{Date32Array, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let identity = "[identity]\nkey = [\"id\"]\nimmutable = true\n\n[partition]\nfrom_timestamp = \"created\"";
+    let sql = "SELECT id, CAST(created AS VARCHAR) AS c FROM events";
+    let write = |lake: &Lake, created: arrow::array::ArrayRef| {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("created", created.data_type().clone(), false),
+        ]);
+        let ids = Arc::new(StringArray::from((0..created.len()).map(|i| format!("id{i}")).collect::<Vec<_>>()));
+        write_parquet(
+            &lake.input().join("a.parquet"),
+            &RecordBatch::try_new(Arc::new(schema), vec![ids, created]).unwrap(),
+        );
+    };
+    // 1793548800 s is 2026-11-01T16:00Z.
+    let lake = Lake::new();
+    write(&lake, Arc::new(Int64Array::from(vec![1_793_548_800])));
+    let out = job(&lake, "parquet", "schema = { created = \"timestamp\" }", identity, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("column `created`") && text(&out).contains("timestamp(s)"), "{}", text(&out));
+    assert!(!lake.output().join("event_date=1969-12-31").exists());
+    let out = job(&lake, "parquet", "schema = { created = \"timestamp(s)\" }", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(lake.partition_file("2026-11-01").exists());
+
+    // 2026-11-01 and 11-02 in New York: midnight there is 04:00Z, then 05:00Z (DST ended).
+    let lake = Lake::new();
+    write(&lake, Arc::new(Date32Array::from(vec![20_758, 20_759])));
+    for (date, want) in [("2026-11-01", "2026-11-01T04:00:00Z"), ("2026-11-02", "2026-11-02T05:00:00Z")] {
+        let out = job(&lake, "parquet", "schema = { created = \"timestamp\" }", identity, sql, date);
+        assert!(out.status.success(), "{}", text(&out));
+        let b = read_batch(&lake.partition_file(date));
+        assert_eq!(b.num_rows(), 1, "{date}");
+        assert_eq!(
+            b.column_by_name("c").unwrap().as_string_opt::<i32>().map(|c| c.value(0)).or_else(|| b
+                .column_by_name("c")
+                .unwrap()
+                .as_string_view_opt()
+                .map(|c| c.value(0))),
+            Some(want),
+            "{date}"
+        );
+    }
 }
