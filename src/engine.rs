@@ -190,15 +190,21 @@ pub async fn plan(
     }
     let schema = Arc::new(df.schema().as_arrow().clone());
     let mut seen = std::collections::HashSet::new();
+    // Names compared as case-insensitive readers (DuckDB, Spark, Hive) compare them: to them,
+    // `Event_Date` beside the path's `event_date` is one column, and one of the two is lost.
     for f in schema.fields() {
-        if f.name() == partition_column {
+        if f.name().to_lowercase() == partition_column.to_lowercase() {
             return Err(format!(
-                "the query outputs a column `{partition_column}`: that is the partition column, which lives in the \
-                 path; drop it from the SELECT"
+                "the query outputs a column `{}`: that is the partition column `{partition_column}` (readers ignore \
+                 case), which lives in the path; drop it from the SELECT or rename it",
+                f.name()
             ));
         }
-        if !seen.insert(f.name().clone()) {
-            return Err(format!("the query outputs two columns named `{}`; give them distinct names (AS)", f.name()));
+        if !seen.insert(f.name().to_lowercase()) {
+            return Err(format!(
+                "the query outputs two columns named `{}` (readers ignore case); give them distinct names (AS)",
+                f.name()
+            ));
         }
     }
     let shaped = shape_schema(query, &schema);
@@ -823,6 +829,7 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
         other => other.to_string(),
     };
     let never = |why: String| format!("`{text}` can never equal a value of column `{column}` ({ty}): {why}");
+    crate::predicate::exact_float(v, ty).map_err(|why| format!("column `{column}`: {why}"))?;
     let base = crate::read::unify::base(ty).clone();
     let quoted = |s: &str| format!("'{}'", s.replace('\'', "''"));
     let sql = match &base {

@@ -14,6 +14,27 @@ pub struct Equals {
     value: Scalar<ArrayRef>,
 }
 
+/// A TOML float compared with a column that is not a float: refused past 15 significant
+/// digits, where TOML may already have rounded what was written (`1234567890123456.78` reads as
+/// `…456.8`, and would match nothing). Any decimal of up to 15 digits survives a double exactly.
+pub(crate) fn exact_float(v: &toml::Value, column_ty: &DataType) -> Result<(), String> {
+    let toml::Value::Float(f) = v else { return Ok(()) };
+    if crate::read::unify::base(column_ty).is_floating() {
+        return Ok(());
+    }
+    let shown = toml::Value::Float(*f).to_string();
+    let mantissa = shown.split(['e', 'E']).next().unwrap_or("");
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
+    if significant > 15 {
+        return Err(format!(
+            "`{shown}` has more digits than a TOML number keeps exactly; write it as a string (\"{shown}\" is what \
+             was read)"
+        ));
+    }
+    Ok(())
+}
+
 impl Equals {
     /// The config value `v` as a value of type `ty`, exactly, or why it can never be one.
     pub fn new(ty: &DataType, v: &toml::Value, tz: chrono_tz::Tz) -> Result<Self, String> {
@@ -24,6 +45,7 @@ impl Equals {
             other => other.to_string(),
         };
         let never = |why: &str| format!("`{text}` can never equal a value of type {ty}: {why}");
+        exact_float(v, ty)?;
         let base = crate::read::unify::base(ty).clone();
         let value: ArrayRef = match &base {
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
@@ -85,6 +107,15 @@ mod tests {
         let m = Equals::new(&DataType::Decimal128(12, 2), &toml::Value::Float(0.7), tz).unwrap().matches(&d).unwrap();
         assert_eq!(m.iter().collect::<Vec<_>>(), [Some(true), Some(false)]);
         assert!(Equals::new(&DataType::Decimal128(12, 2), &toml::Value::Float(0.705), tz).is_err());
+        // Past 15 digits TOML has rounded what was written: refused, not matched against nothing.
+        let e =
+            Equals::new(&DataType::Decimal128(20, 2), &toml::Value::Float("1234567890123456.78".parse().unwrap()), tz)
+                .unwrap_err();
+        assert!(e.contains("string"), "{e}");
+        assert!(Equals::new(&DataType::Decimal128(20, 2), &toml::Value::Float(123456789012.25), tz).is_ok());
+        assert!(
+            Equals::new(&DataType::Float64, &toml::Value::Float("1234567890123456.78".parse().unwrap()), tz).is_ok()
+        );
         assert!(Equals::new(&DataType::Int64, &"x".into(), tz).is_err());
     }
 }

@@ -271,6 +271,9 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("SELECT currency, max(amount) AS m, now() AS t FROM events GROUP BY currency", vec!["now", "same bytes"]),
         ("SELECT currency, uuid() AS u FROM events", vec!["uuid"]),
         ("SELECT event_date, count(*) AS n FROM events GROUP BY event_date", vec!["partition column"]),
+        // Case-insensitive readers (DuckDB) would see one column and lose the count.
+        ("SELECT count(*) AS \"Event_Date\" FROM events", vec!["partition column", "Event_Date"]),
+        ("SELECT count(*) AS n, count(*) AS \"N\" FROM events", vec!["two columns", "ignore case"]),
         ("DROP TABLE events", vec!["aggregate.sql"]),
         ("SELECT 1 AS a; SELECT 2 AS b", vec!["one query"]),
         ("SELECT currency AS a, status AS a FROM events", vec!["same name"]),
