@@ -308,8 +308,9 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
     drop(_renewer);
     let _ = opts;
     reports.sort_by_key(|r| r.date);
-    // Empty staging folders (this run's, and `staging/` itself when nothing else is in it).
-    job.state.tidy(&job.state.child(&["staging"]));
+    // This run's empty staging folders. Only its own: another run (a shard beside this one)
+    // may have just made the folder of the file it is about to write.
+    job.state.tidy(&job.state.child(&["staging", &run_id]));
     let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
     journal.finish(reports.clone(), exit);
     // A store that went away mid-run: the reports still say what happened to each partition.
