@@ -28,8 +28,8 @@ pub(crate) fn exact_float(v: &toml::Value, column_ty: &DataType) -> Result<(), S
     let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
     if significant > 15 {
         return Err(format!(
-            "`{shown}` has more digits than a TOML number keeps exactly; write it as a string (\"{shown}\" is what \
-             was read)"
+            "a TOML number of more than 15 digits is rounded as it is read (this one reads as {shown}); quote the \
+             value as written, in a string"
         ));
     }
     Ok(())
@@ -111,7 +111,7 @@ mod tests {
         let e =
             Equals::new(&DataType::Decimal128(20, 2), &toml::Value::Float("1234567890123456.78".parse().unwrap()), tz)
                 .unwrap_err();
-        assert!(e.contains("string"), "{e}");
+        assert!(e.contains("quote the value"), "{e}");
         assert!(Equals::new(&DataType::Decimal128(20, 2), &toml::Value::Float(123456789012.25), tz).is_ok());
         assert!(
             Equals::new(&DataType::Float64, &toml::Value::Float("1234567890123456.78".parse().unwrap()), tz).is_ok()
