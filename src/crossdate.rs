@@ -25,6 +25,38 @@ pub enum Hashes {
     File(std::path::PathBuf),
 }
 
+/// The types of a partition's key columns, as its key bytes depend on them: the hashes of
+/// two partitions compare only when these are equal. The text encodings (utf8, large utf8,
+/// utf8 view) give the same bytes, so they count as one type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyTypes(Vec<(String, String)>);
+
+impl KeyTypes {
+    /// The types of the `key` columns in `record` (a column it lacks is left out: that
+    /// partition has failed).
+    pub fn of(record: &arrow::datatypes::Schema, key: &[String]) -> Self {
+        use arrow::datatypes::DataType;
+        let name = |t: &DataType| match t {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "utf8".to_string(),
+            other => other.to_string(),
+        };
+        KeyTypes(
+            key.iter()
+                .filter_map(|k| record.field_with_name(k).ok().map(|f| (k.clone(), name(f.data_type()))))
+                .collect(),
+        )
+    }
+
+    /// The first key column typed otherwise in `other`: its name, its type here and there.
+    fn differs(&self, other: &KeyTypes) -> Option<(String, String, String)> {
+        let there = |k: &str| other.0.iter().find(|(o, _)| o == k).map(|(_, t)| t.clone());
+        self.0.iter().find_map(|(k, t)| match there(k) {
+            Some(u) if &u != t => Some((k.clone(), t.clone(), u)),
+            _ => None,
+        })
+    }
+}
+
 /// Keeps `hashes` of partition `name` for the check: in memory while the budget allows
 /// ([`crate::spill::Area::may_hold`]), else in a file.
 pub fn keep(cx: &Context<'_>, name: &str, hashes: Vec<u64>) -> Result<Hashes, crate::error::PartitionError> {
@@ -45,9 +77,33 @@ pub fn keep(cx: &Context<'_>, name: &str, hashes: Vec<u64>) -> Result<Hashes, cr
 }
 
 /// Fails every pair of computed partitions that share a key (`done`: each outcome with the
-/// sorted hashes of its keys).
-pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes)]) {
-    let ok: Vec<usize> = (0..done.len()).filter(|&i| done[i].0.result.is_ok()).collect();
+/// sorted hashes of its keys and the types they were taken over, sorted by date).
+///
+/// Keys of different types give different bytes for what may be one key (`1001` as int32
+/// and as int64, or as int64 and as text), so such partitions cannot be compared: the dates
+/// whose key types differ from those of most dates (of the earliest date, on a tie) fail,
+/// and the rest are checked among themselves.
+pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes, KeyTypes)]) {
+    let mut ok: Vec<usize> = (0..done.len()).filter(|&i| done[i].0.result.is_ok()).collect();
+    if ok.len() < 2 {
+        return;
+    }
+    let mut groups: BTreeMap<&KeyTypes, (usize, usize)> = BTreeMap::new();
+    for &i in &ok {
+        groups.entry(&done[i].2).or_insert((0, i)).0 += 1;
+    }
+    if groups.len() > 1 {
+        let (count, first) =
+            groups.values().copied().max_by_key(|&(n, first)| (n, std::cmp::Reverse(first))).unwrap_or((0, 0));
+        let main = done[first].2.clone();
+        let date = done[first].0.plan.date;
+        for &i in &ok {
+            if let Some((column, here, there)) = done[i].2.differs(&main) {
+                done[i].0.result = Err(PartitionError::KeyTypesDiffer { column, here, there, date, others: count - 1 });
+            }
+        }
+        ok.retain(|&i| done[i].0.result.is_ok());
+    }
     if ok.len() < 2 {
         return;
     }
@@ -282,6 +338,33 @@ mod tests {
         assert_eq!(shared_in_memory(&lists), want);
         assert!(shared_in_memory(&lists[..1]).is_empty());
         assert!(shared_in_memory(&[vec![1, 2], vec![3, 4]]).is_empty());
+    }
+
+    /// [`KeyTypes`] counts the text encodings as one type: their key bytes are the same,
+    /// for a key of one column (its raw bytes) and of several (Arrow's row format).
+    #[test]
+    fn text_encodings_give_the_same_key_bytes() {
+        use arrow::array::{ArrayRef, Int64Array, LargeStringArray, StringArray, StringViewArray};
+        use std::sync::Arc;
+        let n: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+        let texts: [ArrayRef; 3] = [
+            Arc::new(StringArray::from(vec!["abc", ""])),
+            Arc::new(LargeStringArray::from(vec!["abc", ""])),
+            Arc::new(StringViewArray::from(vec!["abc", ""])),
+        ];
+        let bytes = |cols: Vec<ArrayRef>| {
+            let chunks = vec![cols];
+            let keys = prepare::key_bytes(&chunks).unwrap();
+            (0..2).map(|i| keys.get(i).to_vec()).collect::<Vec<_>>()
+        };
+        let one: Vec<_> = texts.iter().map(|t| bytes(vec![t.clone()])).collect();
+        let two: Vec<_> = texts.iter().map(|t| bytes(vec![t.clone(), n.clone()])).collect();
+        assert!(one.iter().all(|b| *b == one[0]) && two.iter().all(|b| *b == two[0]), "{one:?} {two:?}");
+        let schema = |t: &ArrayRef| {
+            arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("k", t.data_type().clone(), false)])
+        };
+        let types: Vec<KeyTypes> = texts.iter().map(|t| KeyTypes::of(&schema(t), &["k".to_string()])).collect();
+        assert!(types.iter().all(|t| *t == types[0]) && types[0] != KeyTypes::of(&schema(&n), &["k".to_string()]));
     }
 
     #[test]

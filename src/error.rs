@@ -231,6 +231,15 @@ pub enum PartitionError {
     )]
     KeyUnderTwoDates { keys: Vec<ConflictKey>, total: usize },
 
+    #[error(
+        "the key column `{column}` is {here} under this date but {there} under {date}{}: keys of \
+         different types cannot be compared across dates, so a key under two dates could go unseen. \
+         Declare the column's type in [input.schema] (`{column} = \"{}\"`), so every date reads it alike",
+        match others { 0 => String::new(), n => format!(" and {n} other date(s) of this run") },
+        if here.contains("Int") && there.contains("Int") { "int64" } else { "utf8" }
+    )]
+    KeyTypesDiffer { column: String, here: String, there: String, date: NaiveDate, others: usize },
+
     #[error("{0}")]
     Input(#[from] InputError),
 
@@ -315,6 +324,7 @@ impl PartitionError {
         match self {
             PartitionError::Conflict { .. }
             | PartitionError::KeyUnderTwoDates { .. }
+            | PartitionError::KeyTypesDiffer { .. }
             | PartitionError::OutputSchema { .. }
             | PartitionError::Query { .. }
             | PartitionError::Overflow { .. } => ExitCode::DataContract,

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use super::{Body, Computed, Context, Kind, Outcome, PartitionFile, Planned};
 use crate::commit;
 use crate::config::{AggregateSection, ConfigError, JobConfig};
-use crate::crossdate::Hashes;
+use crate::crossdate::{Hashes, KeyTypes};
 use crate::engine::{self, Lookup};
 use crate::error::PartitionError;
 use crate::lineage::Lineage;
@@ -110,29 +110,29 @@ impl Kind for Aggregate {
 
     fn compute<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Computed> {
         Box::pin(async move {
-            let mut done: Vec<(Outcome, Hashes)> = futures::stream::iter(cx.plan.partitions.iter().cloned())
+            let mut done: Vec<(Outcome, Hashes, KeyTypes)> = futures::stream::iter(cx.plan.partitions.iter().cloned())
                 .map(|p| async move {
                     let t = Instant::now();
                     let result = cx.opts.stop.unless(self.partition(cx, &p)).await;
-                    let result =
-                        result.and_then(|(f, h)| Ok((cx.keep(&p.dir, f)?, crate::crossdate::keep(cx, &p.dir, h)?)));
-                    let (result, hashes) = match result {
-                        Ok((f, h)) => (Ok(f), h),
-                        Err(e) => (Err(e), Hashes::Memory(Vec::new())),
+                    let result = result
+                        .and_then(|(f, h, t)| Ok((cx.keep(&p.dir, f)?, crate::crossdate::keep(cx, &p.dir, h)?, t)));
+                    let (result, hashes, types) = match result {
+                        Ok((f, h, t)) => (Ok(f), h, t),
+                        Err(e) => (Err(e), Hashes::Memory(Vec::new()), KeyTypes::default()),
                     };
                     let input_rows = result.as_ref().map_or(0, |f| f.stats.input_rows);
                     cx.opts.observer.event(&Event::Computed { date: p.date, input_rows, failed: result.is_err() });
-                    (Outcome { plan: p, result, seconds: t.elapsed().as_secs_f64() }, hashes)
+                    (Outcome { plan: p, result, seconds: t.elapsed().as_secs_f64() }, hashes, types)
                 })
                 .buffer_unordered(cx.opts.concurrency.max(1))
                 .collect()
                 .await;
-            done.sort_by_key(|(o, _)| o.plan.date);
+            done.sort_by_key(|(o, _, _)| o.plan.date);
             // A key seen under two dates fails both partitions.
             if !cx.job.config.is_whole_record_key() {
                 crate::crossdate::check(cx, &mut done).await;
             }
-            Computed { outcomes: done.into_iter().map(|(o, _)| o).collect(), moves: Vec::new() }
+            Computed { outcomes: done.into_iter().map(|(o, _, _)| o).collect(), moves: Vec::new() }
         })
     }
 }
@@ -175,12 +175,12 @@ struct Cleaned {
 impl Aggregate {
     /// One partition: read, prepare, query, encode — in memory, or spilled to disk bucket by
     /// bucket when its estimated size is over the run's budget ([`crate::spill`]). Also the
-    /// sorted hashes of its keys.
+    /// sorted hashes of its keys, and the key columns' types they were taken over.
     async fn partition(
         &self,
         cx: &Context<'_>,
         p: &PartitionPlan,
-    ) -> Result<(PartitionFile, Vec<u64>), PartitionError> {
+    ) -> Result<(PartitionFile, Vec<u64>, KeyTypes), PartitionError> {
         // A flat input is read once for the run (its objects serve many dates): not reserved
         // per date.
         let estimate = match cx.flat {
@@ -201,6 +201,7 @@ impl Aggregate {
             false => self.in_memory(cx, p).await?,
         };
         let Cleaned { source, record, stats, hashes, quarantined, spilled_bytes, read_s, prepare_s } = cleaned;
+        let key_types = KeyTypes::of(&record, &cx.job.config.identity.key);
         let phase = Instant::now();
         let column = &cx.job.config.partition.column;
         let events = events_schema(&record, column);
@@ -246,7 +247,7 @@ impl Aggregate {
             skip: false,
             spilled_bytes,
         };
-        Ok((file, hashes))
+        Ok((file, hashes, key_types))
     }
 
     /// Reads and prepares a date in memory; `events` is a view of the kept rows of the

@@ -102,6 +102,80 @@ async fn a_key_under_two_dates_fails_both_partitions() {
     assert!(!lake.partition_file("2026-11-01").exists());
 }
 
+/// Risk: one key typed differently under two dates (an int32 id beside an int64 one, or an
+/// integer id inferred from one date's CSV beside text ids in another's) gives two sets of key
+/// bytes, so the key is counted under both dates with exit 0. The dates whose key types differ
+/// from the rest fail, naming the types; declaring the type finds the key under two dates.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_typed_differently_under_two_dates_is_not_missed() {
+    use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
+    use std::sync::Arc;
+    let config = |lake: &Lake, format: &str, schema: &str| {
+        let text = format!(
+            "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"{format}\"\n{schema}\n\n\
+             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[aggregate]\nsql = \"SELECT count(*) AS n FROM events\"\n\n\
+             [output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let p = lake.input().parent().unwrap().join("job.toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let dir = |lake: &Lake, date: &str| {
+        let d = lake.input().join(format!("event_date={date}"));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+
+    // CSV: ids all digits on the 1st and 3rd (int64), text on the 2nd; 1001 is under the 1st and the 2nd.
+    let lake = Lake::new();
+    std::fs::write(dir(&lake, "2026-11-01").join("a.csv"), "id,v\n1001,1\n1002,1\n").unwrap();
+    std::fs::write(dir(&lake, "2026-11-02").join("a.csv"), "id,v\n1001,2\nX-1003,1\n").unwrap();
+    std::fs::write(dir(&lake, "2026-11-03").join("a.csv"), "id,v\n2001,1\n").unwrap();
+    let s = run_range(&config(&lake, "csv", ""), "2026-11-01", "2026-11-03").await;
+    assert_eq!(s.exit_code, ExitCode::DataContract);
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Created, Action::Failed, Action::Created]);
+    let err = s.partitions[1].error.clone().unwrap();
+    assert!(
+        err.contains("key column `id` is utf8 under this date but Int64 under 2026-11-01 and 1 other date")
+            && err.contains("id = \"utf8\""),
+        "{err}"
+    );
+    assert!(!lake.partition_file("2026-11-02").exists());
+    // Declared text, every date reads it alike: the key under two dates fails both.
+    let s = run_range(&config(&lake, "csv", "schema = { id = \"utf8\" }"), "2026-11-01", "2026-11-03").await;
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Failed, Action::Failed, Action::Replaced]);
+    assert!(s.partitions[0].error.clone().unwrap().contains("key 1001"), "{:?}", s.partitions[0].error);
+
+    // Parquet: int32 ids on the 1st, int64 on the 2nd (a tie: the earlier date's types are kept).
+    let lake = Lake::new();
+    let write = |date: &str, ids: ArrayRef| {
+        let v: ArrayRef = Arc::new(Int64Array::from(vec![1; ids.len()]));
+        write_parquet(
+            &dir(&lake, date).join("a.parquet"),
+            &RecordBatch::try_from_iter([("id", ids), ("v", v)]).unwrap(),
+        );
+    };
+    write("2026-11-01", Arc::new(Int32Array::from(vec![1001, 1002])));
+    write("2026-11-02", Arc::new(Int64Array::from(vec![1001])));
+    let s = run_range(&config(&lake, "parquet", ""), "2026-11-01", "2026-11-02").await;
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Created, Action::Failed]);
+    let err = s.partitions[1].error.clone().unwrap();
+    assert!(
+        err.contains("is Int64 under this date but Int32 under 2026-11-01:") && err.contains("id = \"int64\""),
+        "{err}"
+    );
+    let s = run_range(&config(&lake, "parquet", "schema = { id = \"int64\" }"), "2026-11-01", "2026-11-02").await;
+    assert!(
+        s.partitions.iter().all(|p| p.error.as_deref().is_some_and(|e| e.contains("seen under two dates"))),
+        "{s:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_row_in_the_wrong_date_folder_is_bad_input() {
     let lake = Lake::new();
