@@ -321,6 +321,10 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
         .fields()
         .iter()
         .map(|f| match record.field_with_name(f.name()) {
+            // A zoned timestamp shown in the job's zone: the same instants.
+            Ok(r) if r.data_type() != f.data_type() => {
+                datafusion::prelude::cast(col(f.name()), f.data_type().clone()).alias(f.name())
+            }
             Ok(_) => col(f.name()),
             Err(_) => {
                 datafusion::prelude::lit(datafusion::common::ScalarValue::Date32(Some(crate::dates::to_days(date))))

@@ -59,9 +59,24 @@ impl Aggregate {
     }
 }
 
-/// The columns of `events` for a record schema: the partition column (a date) included.
-pub fn events_schema(record: &Schema, partition_column: &str) -> SchemaRef {
-    let mut fields: Vec<Field> = record.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+/// The columns of `events` for a record schema: the partition column (a date) included, and
+/// every zoned timestamp in the job's zone `tz` (the same instants), so that `extract(hour …)`,
+/// `date_trunc`, `CAST(… AS DATE)` and timestamp literals without a zone read the clock of the
+/// zone that dates the partitions, whatever zone the objects were written in.
+pub fn events_schema(record: &Schema, partition_column: &str, tz: chrono_tz::Tz) -> SchemaRef {
+    let mut fields: Vec<Field> = record
+        .fields()
+        .iter()
+        .map(|f| {
+            let field = f.as_ref().clone().with_nullable(true);
+            match f.data_type() {
+                DataType::Timestamp(unit, Some(_)) => {
+                    field.with_data_type(DataType::Timestamp(*unit, Some(tz.name().into())))
+                }
+                _ => field,
+            }
+        })
+        .collect();
     if record.field_with_name(partition_column).is_err() {
         fields.push(Field::new(partition_column, DataType::Date32, true));
     }
@@ -91,7 +106,7 @@ impl Kind for Aggregate {
         lookups: &'a [Lookup],
     ) -> BoxFuture<'a, Planned> {
         Box::pin(async move {
-            let events = events_schema(record, &cfg.partition.column);
+            let events = events_schema(record, &cfg.partition.column, cfg.timezone());
             let query = engine::query_of(&self.section, &events, cfg.timezone())?;
             let (schema, text) = engine::plan(&query, &events, lookups, &cfg.partition.column)
                 .await
@@ -204,7 +219,7 @@ impl Aggregate {
         let key_types = KeyTypes::of(&record, &cx.job.config.identity.key);
         let phase = Instant::now();
         let column = &cx.job.config.partition.column;
-        let events = events_schema(&record, column);
+        let events = events_schema(&record, column, cx.job.config.timezone());
         // Compiled for this date's own types: a shorthand sum keeps the date's decimal scale
         // (a date whose scale differs then fails the output check rather than round).
         let query = engine::query_of(&self.section, &events, cx.job.config.timezone())

@@ -197,7 +197,8 @@ fn parquet_integers_and_dates_declared_timestamps_read_as_text_would() {
     // 2026-11-01 and 11-02 in New York: midnight there is 04:00Z, then 05:00Z (DST ended).
     let lake = Lake::new();
     write(&lake, Arc::new(Date32Array::from(vec![20_758, 20_759])));
-    for (date, want) in [("2026-11-01", "2026-11-01T04:00:00Z"), ("2026-11-02", "2026-11-02T05:00:00Z")] {
+    // The query sees them in the job's zone.
+    for (date, want) in [("2026-11-01", "2026-11-01T00:00:00-04:00"), ("2026-11-02", "2026-11-02T00:00:00-05:00")] {
         let out = job(&lake, "parquet", "schema = { created = \"timestamp\" }", identity, sql, date);
         assert!(out.status.success(), "{}", text(&out));
         let b = read_batch(&lake.partition_file(date));
@@ -205,4 +206,73 @@ fn parquet_integers_and_dates_declared_timestamps_read_as_text_would() {
         let c = arrow::util::display::array_value_to_string(b.column_by_name("c").unwrap(), 0).unwrap();
         assert_eq!(c, want, "{date}");
     }
+}
+
+/// Risk: the query reads a timestamp's clock in UTC (or in the zone its object was written in)
+/// while the job dates rows in its own zone: `extract(hour …)` gives the UTC hour in a New York
+/// job, `CAST(ts AS DATE)` names another date than the partition, and a row's hour changes when
+/// an object written in another zone joins its date. Every zoned timestamp is seen in the
+/// job's zone; a plain model (chrono-tz) gives the expected clock.
+#[test]
+fn the_query_reads_timestamps_in_the_jobs_zone() {
+    use arrow::array::{ArrayRef, StringArray, TimestampMicrosecondArray};
+    use chrono::{DateTime, Timelike};
+    let identity = "[identity]\nkey = [\"id\"]\nimmutable = true\n\n[partition]\nfrom_timestamp = \"ts\"";
+    let sql =
+        "SELECT extract(hour FROM ts) AS h, CAST(ts AS DATE) AS d, CAST(date_trunc('hour', ts) AS VARCHAR) AS t, \
+               count(*) AS n, count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01 10:00:00') AS late \
+               FROM events GROUP BY extract(hour FROM ts), CAST(ts AS DATE), date_trunc('hour', ts)";
+    // Instants (µs since the epoch) around the end of daylight saving time in New York
+    // (2026-11-01 02:00 EDT becomes 01:00 EST): 03:30Z is still 10-31 23:30 there.
+    let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros();
+    let utc = ["2026-11-01T03:30:00Z", "2026-11-01T05:20:00Z", "2026-11-01T06:20:00Z", "2026-11-01T14:10:00Z"];
+    let paris = ["2026-11-01T16:45:00Z", "2026-11-01T15:05:00Z"];
+    let write = |lake: &Lake, name: &str, ids: &[&str], zone: &str, list: &[&str]| {
+        let ts = TimestampMicrosecondArray::from(list.iter().map(|s| at(s)).collect::<Vec<_>>()).with_timezone(zone);
+        let ids: ArrayRef = Arc::new(StringArray::from(ids.to_vec()));
+        write_parquet(
+            &lake.input().join(name),
+            &RecordBatch::try_from_iter([("id", ids), ("ts", Arc::new(ts) as ArrayRef)]).unwrap(),
+        );
+    };
+    let model = |list: &[&str]| {
+        let mut rows: Vec<String> = list
+            .iter()
+            .map(|s| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&chrono_tz::America::New_York))
+            .filter(|l| l.date_naive().to_string() == "2026-11-01")
+            .map(|l| {
+                let hour =
+                    l - chrono::Duration::minutes(l.minute().into()) - chrono::Duration::seconds(l.second().into());
+                let late = (l.naive_local() >= "2026-11-01T10:00:00".parse().unwrap()) as i64;
+                format!("{} {} {} 1 {late}", l.hour(), l.date_naive(), hour.to_rfc3339())
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let got = |lake: &Lake| {
+        let out = job(lake, "parquet", "", identity, sql, "2026-11-01");
+        assert!(out.status.success(), "{}", text(&out));
+        let b = read_batch(&lake.partition_file("2026-11-01"));
+        let mut rows: Vec<String> = (0..b.num_rows())
+            .map(|i| {
+                let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), i).unwrap();
+                format!("{} {} {} {} {}", v("h"), v("d"), v("t"), v("n"), v("late"))
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    // Objects in UTC alone, then joined by one written in Paris's zone (the date's zones
+    // then unify to UTC): each row keeps its New York clock.
+    let lake = Lake::new();
+    write(&lake, "a.parquet", &["a", "b", "c", "f"], "UTC", &utc);
+    let alone = got(&lake);
+    assert_eq!(alone, model(&utc));
+    assert!(alone.contains(&"9 2026-11-01 2026-11-01T09:00:00-05:00 1 0".to_string()), "{alone:?}");
+    write(&lake, "b.parquet", &["d", "e"], "+01:00", &paris);
+    let both: Vec<&str> = utc.iter().chain(&paris).copied().collect();
+    let joined = got(&lake);
+    assert_eq!(joined, model(&both));
+    assert!(alone.iter().all(|r| joined.contains(r)), "{alone:?} {joined:?}");
 }
