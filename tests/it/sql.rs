@@ -484,3 +484,62 @@ fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(&f, dest).unwrap();
     }
 }
+
+/// Risk: a sum past its type wraps — an int64 total past 2^63, a decimal(38) one past 10^38 —
+/// and a wrong (often negative) number is written with exit 0. Such sums now add in a wider
+/// type and come back checked: a total that fits is exact (a plain i128 model), one that does
+/// not fails its date (exit 3), and the other dates commit. The output's names and types are
+/// those the query gives.
+#[test]
+fn sums_never_wrap() {
+    let big = 9_000_000_000_000_000_000i128;
+    // Rows 0 and 2 are in group k0.
+    let cases: [(&str, [i128; 3], [i128; 3]); 2] = [
+        ("", [big, 0, big], [big, 100_000_000_000_000_000, -5]),
+        (
+            "schema = { amount = \"decimal(38,0)\" }",
+            [big * 10i128.pow(19), 0, big * 10i128.pow(19)],
+            [8 * 10i128.pow(37), 1, -7],
+        ),
+    ];
+    for (schema, over, fits) in cases {
+        let lake = Lake::new();
+        let write = |date: &str, amounts: &[i128]| {
+            let dir = lake.input().join(format!("event_date={date}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let rows: String =
+                amounts.iter().enumerate().map(|(i, a)| format!("k{},{date}-{i},1,{a}\n", i % 2)).collect();
+            std::fs::write(dir.join("a.csv"), format!("g,id,v,amount\n{rows}")).unwrap();
+        };
+        write("2026-11-01", &over);
+        write("2026-11-02", &fits);
+        let toml = format!(
+            "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n{schema}\n\n\
+             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[aggregate]\n\
+             sql = \"SELECT g, sum(amount), sum(DISTINCT amount) AS d, count(*) AS n FROM events GROUP BY g\"\n\n\
+             [output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let cfg = lake.dir.path().join("job.toml");
+        std::fs::write(&cfg, toml).unwrap();
+        let o = run(&lake, &cfg, &["--from", "2026-11-01", "--to", "2026-11-02"]);
+        assert_eq!(o.status.code(), Some(3), "{schema}: {}", text(&o));
+        assert!(text(&o).contains("2026-11-01") && text(&o).contains("does not fit its type"), "{}", text(&o));
+        assert!(!lake.output().join("event_date=2026-11-01").exists());
+        let b = read_batch(&lake.partition_file("2026-11-02"));
+        let names: Vec<String> = b.schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["g", "sum(events.amount)", "d", "n"], "{schema}");
+        let want = if schema.is_empty() { "Int64" } else { "Decimal128(38, 0)" };
+        assert_eq!(b.schema().field(1).data_type().to_string(), want);
+        let mut got: Vec<String> = (0..b.num_rows())
+            .map(|i| {
+                let v = |c: usize| arrow::util::display::array_value_to_string(b.column(c), i).unwrap();
+                format!("{} {} {} {}", v(0), v(1), v(2), v(3))
+            })
+            .collect();
+        got.sort();
+        let k0 = fits[0] + fits[2];
+        assert_eq!(got, [format!("k0 {k0} {k0} 2"), format!("k1 {} {} 1", fits[1], fits[1])], "{schema}");
+    }
+}

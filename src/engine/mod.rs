@@ -16,7 +16,11 @@
 //! rows in the same order (`split`), which changes no byte; rows come out sorted by
 //! the query's `ORDER BY`, else by every output column. The shorthand's sums are computed in a
 //! type they cannot overflow (decimal(76) for decimals, decimal(38) for integers) and then
-//! narrowed exactly to the documented type, or fail naming the measure.
+//! narrowed exactly to the documented type, or fail naming the measure; the user's own sums
+//! are added in a type they cannot leave where theirs could wrap, and checked on the way back
+//! ([`sums`]).
+
+mod sums;
 
 use std::sync::Arc;
 
@@ -86,7 +90,12 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
 
 /// A session for one query: one partition (deterministic results), no information schema.
 fn session() -> SessionContext {
-    SessionContext::new_with_config(config())
+    with_rules(SessionContext::new_with_config(config()))
+}
+
+fn with_rules(ctx: SessionContext) -> SessionContext {
+    ctx.add_analyzer_rule(Arc::new(sums::ExactSums));
+    ctx
 }
 
 /// A session whose operators hold at most `memory.0` bytes, spilling to files in `memory.1`
@@ -99,7 +108,7 @@ fn session_within(memory: &Memory) -> Result<SessionContext, DataFusionError> {
             DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![memory.spill_dir.clone()])),
         )
         .build_arc()?;
-    Ok(SessionContext::new_with_config_rt(config(), runtime))
+    Ok(with_rules(SessionContext::new_with_config_rt(config(), runtime)))
 }
 
 /// What the engine may hold while running one query, and where it spills beyond that.
@@ -441,6 +450,16 @@ fn failure(e: DataFusionError, query: &Query) -> PartitionError {
             "the daily table's query needs more memory than its share of --memory-limit (half of it) and cannot \
              spill what it holds ({m}); raise the limit"
         )),
+        DataFusionError::ArrowError(inner, _) if matches!(inner.as_ref(), arrow::error::ArrowError::CastError(m) if m.contains("Overflowing") || m.contains("out of range")) => {
+            PartitionError::Query {
+                message: format!(
+                    "{}. A value (a sum, an average, a cast) does not fit its type (int64, or a decimal's 38 \
+                     digits) and is not written wrapped or rounded; an integer total that large fits \
+                     sum(CAST(x AS DECIMAL(38, 0)))",
+                    reason(&e, &query.sql)
+                ),
+            }
+        }
         _ => PartitionError::Query { message: reason(&e, &query.sql) },
     }
 }

@@ -1,0 +1,111 @@
+//! Sums that cannot wrap. DataFusion adds an int64 `sum` in int64 and a decimal one in 128
+//! bits, wrapping past either: a total past int64, or past 10^38 for a decimal(38), came out as
+//! a wrong (often negative) number with exit 0. This analyzer rule runs after type coercion
+//! and has every `sum` and `avg` that could wrap add in a type it cannot leave — decimal(38,0)
+//! for integers, decimal(76,s) for decimals of more than 28 digits — and then casts the result
+//! back to the query's own type with a checked cast: a total that does not fit fails the date
+//! (exit 3) instead of being written. A query's output types do not change.
+//!
+//! A partition holds fewer than 2^31 rows, so a sum of integers stays below 2^95 < 10^38 and
+//! a sum of decimal(28) values below 10^38 (128 bits hold 1.7·10^38): those need nothing.
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{Column, DFSchema, Result};
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::{cast, Aggregate, Expr, ExprSchemable, LogicalPlan, Projection};
+use datafusion::optimizer::AnalyzerRule;
+
+use arrow::datatypes::DataType;
+
+/// The analyzer rule (see the module documentation).
+#[derive(Debug, Default)]
+pub struct ExactSums;
+
+impl AnalyzerRule for ExactSums {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|p| match p {
+            LogicalPlan::Aggregate(a) => rewrite(a),
+            other => Ok(Transformed::no(other)),
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_exact_sums"
+    }
+}
+
+/// The type a `sum` or `avg` of `arg` adds in without wrapping, when its own could wrap.
+fn wide(func: &str, arg: &Expr, input: &DFSchema) -> Result<Option<DataType>> {
+    if func != "sum" && func != "avg" {
+        return Ok(None);
+    }
+    let t = arg.get_type(input)?;
+    Ok(match t {
+        // An avg of integers adds in float64: it does not wrap.
+        DataType::Int64 | DataType::UInt64 if func == "sum" => Some(DataType::Decimal128(38, 0)),
+        // Integers the shorthand already widened: far from 10^38.
+        DataType::Decimal128(_, 0) if is_cast_integer(arg, input) => None,
+        DataType::Decimal128(p, s) if p > 28 => Some(DataType::Decimal256(76, s)),
+        _ => None,
+    })
+}
+
+fn is_cast_integer(arg: &Expr, input: &DFSchema) -> bool {
+    match arg {
+        Expr::Cast(c) => c.expr.get_type(input).is_ok_and(|t| t.is_integer()),
+        _ => false,
+    }
+}
+
+/// An aggregate whose wrapping sums add in a wide type, under a projection that casts them
+/// back (checked) to the types and names the plan above expects.
+fn rewrite(a: Aggregate) -> Result<Transformed<LogicalPlan>> {
+    let input = a.input.schema().clone();
+    let groups = a.group_expr.len();
+    let mut changed = vec![false; a.aggr_expr.len()];
+    let mut aggr = Vec::with_capacity(a.aggr_expr.len());
+    for (i, e) in a.aggr_expr.iter().enumerate() {
+        let (inner, name) = match e {
+            Expr::Alias(al) => (al.expr.as_ref(), al.name.clone()),
+            other => (other, a.schema.field(groups + i).name().clone()),
+        };
+        let widened = match inner {
+            Expr::AggregateFunction(f) if f.params.args.len() == 1 => {
+                match wide(f.func.name(), &f.params.args[0], &input)? {
+                    Some(t) => {
+                        let mut params = f.params.clone();
+                        params.args = vec![cast(params.args[0].clone(), t)];
+                        Some(Expr::AggregateFunction(AggregateFunction { func: f.func.clone(), params }).alias(name))
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        changed[i] = widened.is_some();
+        aggr.push(widened.unwrap_or_else(|| e.clone()));
+    }
+    if !changed.contains(&true) {
+        return Ok(Transformed::no(LogicalPlan::Aggregate(a)));
+    }
+    let wide = Aggregate::try_new(a.input.clone(), a.group_expr.clone(), aggr)?;
+    let back: Vec<Expr> = a
+        .schema
+        .iter()
+        .zip(wide.schema.iter())
+        .enumerate()
+        .map(|(i, ((q, f), (wq, wf)))| {
+            let column = Expr::Column(Column::from((wq, wf)));
+            match i >= groups && changed[i - groups] {
+                true => cast(column, f.data_type().clone()).alias_qualified(q.cloned(), f.name()),
+                false => column,
+            }
+        })
+        .collect();
+    let projection = Projection::try_new_with_schema(back, Arc::new(LogicalPlan::Aggregate(wide)), a.schema.clone())?;
+    Ok(Transformed::yes(LogicalPlan::Projection(projection)))
+}
