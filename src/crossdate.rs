@@ -26,8 +26,9 @@ pub enum Hashes {
 }
 
 /// The types of a partition's key columns, as its key bytes depend on them: the hashes of
-/// two partitions compare only when these are equal. The text encodings (utf8, large utf8,
-/// utf8 view) give the same bytes, so they count as one type.
+/// two partitions compare only when these are equal. Types that give the same bytes for the
+/// same key count as one: the text encodings (utf8, large utf8, utf8 view), decimals of one
+/// scale whatever their precision, timestamps of one unit whatever their zone (instants).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KeyTypes(Vec<(String, String)>);
 
@@ -38,6 +39,8 @@ impl KeyTypes {
         use arrow::datatypes::DataType;
         let name = |t: &DataType| match t {
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "utf8".to_string(),
+            DataType::Decimal128(_, s) => format!("decimal(_,{s})"),
+            DataType::Timestamp(u, Some(_)) => format!("{}", DataType::Timestamp(*u, Some("UTC".into()))),
             other => other.to_string(),
         };
         KeyTypes(
@@ -365,6 +368,25 @@ mod tests {
         };
         let types: Vec<KeyTypes> = texts.iter().map(|t| KeyTypes::of(&schema(t), &["k".to_string()])).collect();
         assert!(types.iter().all(|t| *t == types[0]) && types[0] != KeyTypes::of(&schema(&n), &["k".to_string()]));
+
+        // Decimals of one scale, timestamps of one unit: one type, the same bytes.
+        use arrow::array::{Decimal128Array, TimestampMicrosecondArray};
+        let same: [[ArrayRef; 2]; 2] = [
+            [
+                Arc::new(Decimal128Array::from(vec![100, 7]).with_precision_and_scale(10, 2).unwrap()),
+                Arc::new(Decimal128Array::from(vec![100, 7]).with_precision_and_scale(12, 2).unwrap()),
+            ],
+            [
+                Arc::new(TimestampMicrosecondArray::from(vec![5, 6]).with_timezone("UTC")),
+                Arc::new(TimestampMicrosecondArray::from(vec![5, 6]).with_timezone("America/New_York")),
+            ],
+        ];
+        for [a, b] in same {
+            let key = ["k".to_string()];
+            assert_eq!(KeyTypes::of(&schema(&a), &key), KeyTypes::of(&schema(&b), &key));
+            assert_eq!(bytes(vec![a.clone(), n.clone()]), bytes(vec![b.clone(), n.clone()]));
+            assert_eq!(bytes(vec![a]), bytes(vec![b]));
+        }
     }
 
     #[test]

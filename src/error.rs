@@ -214,6 +214,18 @@ impl fmt::Display for ConflictKey {
     }
 }
 
+/// The declared type that reads a key exactly on both sides of a [`PartitionError::KeyTypesDiffer`]:
+/// int64 for integers, utf8 where one side is text (its digits were inferred a number); else
+/// no suggestion, as text would spell one value two ways (`1.00` and `1.000`).
+fn suggest(column: &str, here: &str, there: &str) -> String {
+    let int = |t: &str| t.starts_with("Int") || t.starts_with("UInt");
+    match (here, there) {
+        (a, b) if int(a) && int(b) => format!(" (`{column} = \"int64\"`)"),
+        (a, b) if a == "utf8" || b == "utf8" => format!(" (`{column} = \"utf8\"`)"),
+        _ => " as the one type its values have".to_string(),
+    }
+}
+
 /// Why one partition failed. The run goes on with the other partitions.
 #[derive(Debug, thiserror::Error)]
 pub enum PartitionError {
@@ -234,9 +246,9 @@ pub enum PartitionError {
     #[error(
         "the key column `{column}` is {here} under this date but {there} under {date}{}: keys of \
          different types cannot be compared across dates, so a key under two dates could go unseen. \
-         Declare the column's type in [input.schema] (`{column} = \"{}\"`), so every date reads it alike",
+         Declare the column's type in [input.schema]{}, so every date reads it alike",
         match others { 0 => String::new(), n => format!(" and {n} other date(s) of this run") },
-        if here.contains("Int") && there.contains("Int") { "int64" } else { "utf8" }
+        suggest(column, here, there)
     )]
     KeyTypesDiffer { column: String, here: String, there: String, date: NaiveDate, others: usize },
 

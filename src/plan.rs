@@ -372,8 +372,9 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         let table = read::read_date(&store, &decoder, &objects, day, Some(day))
             .await
             .map_err(|e| config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name)))?;
-        let schema = table.schema().clone();
-        let batches = table.chunks().to_vec();
+        let (schema, batches) =
+            crate::engine::lookup_in_job_zone(table.schema(), table.chunks().to_vec(), cfg.timezone())
+                .map_err(|e| config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name)))?;
         let inputs = objects
             .iter()
             .map(|m| InputObject {

@@ -21,6 +21,7 @@
 //! ([`sums`]).
 
 mod sums;
+mod zones;
 
 use std::sync::Arc;
 
@@ -49,6 +50,39 @@ pub struct Lookup {
     pub inputs: Vec<InputObject>,
 }
 
+/// The type a column has in the query: a zoned timestamp is shown in the job's zone `tz`
+/// (the same instants), so that hours, days and zone-less literals read the job's clock.
+pub fn in_job_zone(t: &DataType, tz: chrono_tz::Tz) -> DataType {
+    match t {
+        DataType::Timestamp(unit, Some(_)) => DataType::Timestamp(*unit, Some(tz.name().into())),
+        other => other.clone(),
+    }
+}
+
+/// A lookup table's rows with their zoned timestamps in the job's zone ([`in_job_zone`]).
+pub fn lookup_in_job_zone(
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+    tz: chrono_tz::Tz,
+) -> Result<(SchemaRef, Vec<RecordBatch>), arrow::error::ArrowError> {
+    let fields: Vec<Field> =
+        schema.fields().iter().map(|f| f.as_ref().clone().with_data_type(in_job_zone(f.data_type(), tz))).collect();
+    let zoned = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    let batches = batches
+        .into_iter()
+        .map(|b| {
+            let columns = b
+                .columns()
+                .iter()
+                .zip(zoned.fields())
+                .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+                .collect::<Result<Vec<_>, _>>()?;
+            RecordBatch::try_new(zoned.clone(), columns)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((zoned, batches))
+}
+
 /// A query the engine runs for each date.
 #[derive(Debug, Clone)]
 pub struct Query {
@@ -74,6 +108,11 @@ pub fn parse(sql: &str) -> Result<(), String> {
 
 /// The engine's reason, with the line and column it points at when it has them.
 fn reason(e: &DataFusionError, _sql: &str) -> String {
+    // An analyzer rule's refusal: its own message, not the rule's name.
+    let e = match e {
+        DataFusionError::Context(rule, inner) if rule.starts_with("lakeswap_") => inner.as_ref(),
+        other => other,
+    };
     let mut msg = e.to_string();
     for prefix in ["SQL error: ", "Error during planning: ", "Schema error: ", "sql parser error: "] {
         if let Some(rest) = msg.strip_prefix(prefix) {
@@ -94,6 +133,7 @@ fn session() -> SessionContext {
 }
 
 fn with_rules(ctx: SessionContext) -> SessionContext {
+    ctx.add_analyzer_rule(Arc::new(zones::ZonedLiterals));
     ctx.add_analyzer_rule(Arc::new(sums::ExactSums));
     ctx
 }
@@ -191,6 +231,8 @@ pub async fn plan(
     }
     let df = ctx.sql_with_options(&query.sql, options()).await.map_err(|e| reason(&e, &query.sql))?;
     let plan = df.logical_plan().clone();
+    // Planned through to execution (over no rows), so the analyzer's refusals come now.
+    df.clone().create_physical_plan().await.map_err(|e| reason(&e, &query.sql))?;
     if let Some(f) = non_deterministic(&plan) {
         return Err(format!(
             "`{f}` gives another result on every run; a re-run must give the same bytes. Compute the value \

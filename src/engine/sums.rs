@@ -6,16 +6,21 @@
 //! back to the query's own type with a checked cast: a total that does not fit fails the date
 //! (exit 3) instead of being written. A query's output types do not change.
 //!
+//! Integer `+`, `-` and `*` wrap in DataFusion too (`x * y`, `sum(x) + sum(y)`): they are
+//! computed in decimal(38,0), which holds any product or sum of two int64, and cast back
+//! checked.
+//!
 //! A partition holds fewer than 2^31 rows, so a sum of integers stays below 2^95 < 10^38 and
 //! a sum of decimal(28) values below 10^38 (128 bits hold 1.7·10^38): those need nothing.
 
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema, Result};
 use datafusion::logical_expr::expr::AggregateFunction;
-use datafusion::logical_expr::{cast, Aggregate, Expr, ExprSchemable, LogicalPlan, Projection};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{cast, Aggregate, BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator, Projection};
 use datafusion::optimizer::AnalyzerRule;
 
 use arrow::datatypes::DataType;
@@ -26,9 +31,12 @@ pub struct ExactSums;
 
 impl AnalyzerRule for ExactSums {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|p| match p {
-            LogicalPlan::Aggregate(a) => rewrite(a),
-            other => Ok(Transformed::no(other)),
+        plan.transform_up_with_subqueries(|p| {
+            let p = checked_arithmetic(p)?;
+            match p.data {
+                LogicalPlan::Aggregate(a) => rewrite(a),
+                other => Ok(Transformed::new_transformed(other, p.transformed)),
+            }
         })
         .map(|t| t.data)
     }
@@ -65,7 +73,8 @@ fn is_cast_integer(arg: &Expr, input: &DFSchema) -> bool {
 /// back (checked) to the types and names the plan above expects.
 fn rewrite(a: Aggregate) -> Result<Transformed<LogicalPlan>> {
     let input = a.input.schema().clone();
-    let groups = a.group_expr.len();
+    // The group columns, with the grouping id of ROLLUP, CUBE and GROUPING SETS.
+    let groups = a.schema.fields().len() - a.aggr_expr.len();
     let mut changed = vec![false; a.aggr_expr.len()];
     let mut aggr = Vec::with_capacity(a.aggr_expr.len());
     for (i, e) in a.aggr_expr.iter().enumerate() {
@@ -108,4 +117,33 @@ fn rewrite(a: Aggregate) -> Result<Transformed<LogicalPlan>> {
         .collect();
     let projection = Projection::try_new_with_schema(back, Arc::new(LogicalPlan::Aggregate(wide)), a.schema.clone())?;
     Ok(Transformed::yes(LogicalPlan::Projection(projection)))
+}
+
+/// A plan node whose integer `+`, `-`, `*` are computed in decimal(38,0) and cast back
+/// checked. Expressions whose types cannot be told (a schema the node's inputs do not join
+/// into) are left as they are.
+fn checked_arithmetic(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    let mut schema = DFSchema::empty();
+    for input in p.inputs() {
+        schema.merge(input.schema());
+    }
+    let names = NamePreserver::new(&p);
+    p.map_expressions(|e| {
+        let name = names.save(&e);
+        e.transform_up(|e| {
+            let Expr::BinaryExpr(b) = &e else { return Ok(Transformed::no(e)) };
+            if !matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply) {
+                return Ok(Transformed::no(e));
+            }
+            let Ok(t) = e.get_type(&schema) else { return Ok(Transformed::no(e)) };
+            if !t.is_integer() {
+                return Ok(Transformed::no(e));
+            }
+            let wide = DataType::Decimal128(38, 0);
+            let (l, r) = (cast(b.left.as_ref().clone(), wide.clone()), cast(b.right.as_ref().clone(), wide));
+            let op = Expr::BinaryExpr(BinaryExpr::new(Box::new(l), b.op, Box::new(r)));
+            Ok(Transformed::yes(cast(op, t)))
+        })
+        .map(|t| t.update_data(|e| name.restore(e)))
+    })
 }

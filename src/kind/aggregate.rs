@@ -67,15 +67,7 @@ pub fn events_schema(record: &Schema, partition_column: &str, tz: chrono_tz::Tz)
     let mut fields: Vec<Field> = record
         .fields()
         .iter()
-        .map(|f| {
-            let field = f.as_ref().clone().with_nullable(true);
-            match f.data_type() {
-                DataType::Timestamp(unit, Some(_)) => {
-                    field.with_data_type(DataType::Timestamp(*unit, Some(tz.name().into())))
-                }
-                _ => field,
-            }
-        })
+        .map(|f| f.as_ref().clone().with_nullable(true).with_data_type(engine::in_job_zone(f.data_type(), tz)))
         .collect();
     if record.field_with_name(partition_column).is_err() {
         fields.push(Field::new(partition_column, DataType::Date32, true));

@@ -220,7 +220,8 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     let identity = "[identity]\nkey = [\"id\"]\nimmutable = true\n\n[partition]\nfrom_timestamp = \"ts\"";
     let sql =
         "SELECT extract(hour FROM ts) AS h, CAST(ts AS DATE) AS d, CAST(date_trunc('hour', ts) AS VARCHAR) AS t, \
-               count(*) AS n, count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01 10:00:00') AS late \
+               count(*) AS n, count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01 10:00:00') AS late, \
+               count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01T15:00:00Z') AS after \
                FROM events GROUP BY extract(hour FROM ts), CAST(ts AS DATE), date_trunc('hour', ts)";
     // Instants (µs since the epoch) around the end of daylight saving time in New York
     // (2026-11-01 02:00 EDT becomes 01:00 EST): 03:30Z is still 10-31 23:30 there.
@@ -244,7 +245,8 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
                 let hour =
                     l - chrono::Duration::minutes(l.minute().into()) - chrono::Duration::seconds(l.second().into());
                 let late = (l.naive_local() >= "2026-11-01T10:00:00".parse().unwrap()) as i64;
-                format!("{} {} {} 1 {late}", l.hour(), l.date_naive(), hour.to_rfc3339())
+                let after = (l.timestamp() >= at("2026-11-01T15:00:00Z") / 1_000_000) as i64;
+                format!("{} {} {} 1 {late} {after}", l.hour(), l.date_naive(), hour.to_rfc3339())
             })
             .collect();
         rows.sort();
@@ -257,7 +259,7 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
         let mut rows: Vec<String> = (0..b.num_rows())
             .map(|i| {
                 let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), i).unwrap();
-                format!("{} {} {} {} {}", v("h"), v("d"), v("t"), v("n"), v("late"))
+                format!("{} {} {} {} {} {}", v("h"), v("d"), v("t"), v("n"), v("late"), v("after"))
             })
             .collect();
         rows.sort();
@@ -269,10 +271,54 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     write(&lake, "a.parquet", &["a", "b", "c", "f"], "UTC", &utc);
     let alone = got(&lake);
     assert_eq!(alone, model(&utc));
-    assert!(alone.contains(&"9 2026-11-01 2026-11-01T09:00:00-05:00 1 0".to_string()), "{alone:?}");
+    assert!(alone.contains(&"9 2026-11-01 2026-11-01T09:00:00-05:00 1 0 0".to_string()), "{alone:?}");
     write(&lake, "b.parquet", &["d", "e"], "+01:00", &paris);
     let both: Vec<&str> = utc.iter().chain(&paris).copied().collect();
     let joined = got(&lake);
     assert_eq!(joined, model(&both));
     assert!(alone.iter().all(|r| joined.contains(r)), "{alone:?} {joined:?}");
+
+    // A lookup table's timestamps too: a shift starting 2026-11-01T15:00Z begins at 10:00 in
+    // New York, and the row at 15:05Z (10:05 there) falls in it.
+    let shifts = lake.dir.path().join("shifts");
+    std::fs::create_dir_all(&shifts).unwrap();
+    let start = TimestampMicrosecondArray::from(vec![at("2026-11-01T15:00:00Z")]).with_timezone("UTC");
+    write_parquet(
+        &shifts.join("s.parquet"),
+        &RecordBatch::try_from_iter([("start", Arc::new(start) as ArrayRef)]).unwrap(),
+    );
+    let toml = format!(
+        "[job]\nname = \"t\"\nkind = \"aggregate\"\ntimezone = \"America/New_York\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n\
+         {identity}\n\n[aggregate]\nsql = \"SELECT extract(hour FROM s.start) AS h, count(*) AS n FROM events JOIN shifts s \
+         ON events.ts >= s.start AND events.ts < s.start + INTERVAL '1 hour' GROUP BY extract(hour FROM s.start)\"\n\n\
+         [[aggregate.tables]]\nname = \"shifts\"\nurl = \"{}\"\nformat = \"parquet\"\n\n[output]\nurl = \"{}\"\n",
+        lake.input().display(),
+        shifts.display(),
+        lake.output().display()
+    );
+    let cfg = lake.dir.path().join("shifts.toml");
+    std::fs::write(&cfg, toml).unwrap();
+    let _ = std::fs::remove_dir_all(lake.output());
+    let out = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!((b.num_rows(), v("h"), v("n")), (1, "10".to_string(), "1".to_string()));
+
+    // A wall-clock literal the clocks skip is refused before anything runs; one they repeat
+    // is the earlier time (01:30 EDT, 05:30Z: two of the rows are at or after it, and 06:20Z).
+    let out = job(
+        &lake,
+        "parquet",
+        "",
+        identity,
+        "SELECT count(*) AS n FROM events WHERE ts >= TIMESTAMP '2026-03-08 02:30:00'",
+        "2026-11-01",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("'2026-03-08 02:30:00' does not exist in America/New_York"), "{}", text(&out));
+    let out = job(&lake, "parquet", "", identity, "SELECT count(*) AS n FROM events WHERE ts >= TIMESTAMP '2026-11-01 01:30:00' AND ts < TIMESTAMP '2026-11-01T07:00:00Z'", "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "1");
 }

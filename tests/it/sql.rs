@@ -543,3 +543,47 @@ fn sums_never_wrap() {
         assert_eq!(got, [format!("k0 {k0} {k0} 2"), format!("k1 {} {} 1", fits[1], fits[1])], "{schema}");
     }
 }
+
+/// Risk: integer arithmetic wraps (`x * y` per row, `max(x) * 2`), or the wide sums break a
+/// grouping-sets query. Arithmetic on integers is checked like sums (exit 3 past int64), and
+/// `ROLLUP` with an integer sum gives its totals (a plain model).
+#[test]
+fn integer_arithmetic_is_checked_and_rollups_sum() {
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.csv"), "g,id,v,x,y\nx,1,1,10,3\nx,2,1,20,4\ny,3,1,70,5\n").unwrap();
+    let job = |sql: &str| {
+        let toml = format!(
+            "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n\n\
+             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[aggregate]\nsql = \"{sql}\"\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let cfg = lake.dir.path().join("job.toml");
+        std::fs::write(&cfg, toml).unwrap();
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.dir.path().join("_lakeswap"));
+        run(&lake, &cfg, &["--date", "2026-11-01"])
+    };
+    let o = job("SELECT g, sum(x) AS s, sum(x * y) AS p, count(*) * 2 AS c FROM events GROUP BY ROLLUP(g)");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = lakeswap_rows(&lake.partition_file("2026-11-01"));
+    let want = [
+        serde_json::json!({"g": null, "s": 100, "p": 460, "c": 6}),
+        serde_json::json!({"g": "x", "s": 30, "p": 110, "c": 4}),
+        serde_json::json!({"g": "y", "s": 70, "p": 350, "c": 2}),
+    ];
+    let mut got = rows.clone();
+    got.sort_by_key(|r| r.to_string());
+    let mut want = want.to_vec();
+    want.sort_by_key(|r| r.to_string());
+    assert_eq!(got, want);
+    for sql in
+        ["SELECT max(x * 922337203685477580) AS m FROM events", "SELECT max(x) * 922337203685477580 AS m FROM events"]
+    {
+        let o = job(sql);
+        assert_eq!(o.status.code(), Some(3), "{sql}: {}", text(&o));
+        assert!(text(&o).contains("out of range Int64"), "{sql}: {}", text(&o));
+    }
+}
