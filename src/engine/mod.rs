@@ -18,7 +18,7 @@
 //! type they cannot overflow (decimal(76) for decimals, decimal(38) for integers) and then
 //! narrowed exactly to the documented type, or fail naming the measure; the user's own sums
 //! are added in a type they cannot leave where theirs could wrap, and checked on the way back
-//! ([`sums`]).
+//! (`engine/sums.rs`), and timestamp literals read in the job's zone (`engine/zones.rs`).
 
 mod sums;
 mod zones;

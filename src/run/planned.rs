@@ -61,6 +61,25 @@ impl Planned {
                         schema::differences(t, o).join("; ")
                     )));
                 }
+                // The stored keys of a merge table are found by their bytes, which follow the
+                // key's type: a retyped key would not find its stored row, and be held twice.
+                if job.kind.reads_stored_state() {
+                    for k in &cfg.identity.key {
+                        if let (Ok(a), Ok(b)) = (t.field_with_name(k), o.field_with_name(k)) {
+                            if a.data_type() != b.data_type() {
+                                return Err(Error::Usage(format!(
+                                    "this run reads the key column `{k}` as {} where the table {} holds {}; a merge \
+                                     table's key keeps its type, even by --schema-change rebuild (stored keys would \
+                                     not be found, and a key could be held under two dates). Nothing was done. Declare \
+                                     its type in [input.schema] as the table holds it",
+                                    b.data_type(),
+                                    job.output.url,
+                                    a.data_type()
+                                )));
+                            }
+                        }
+                    }
+                }
                 let committed = schema::committed_dates(&job.output, &cfg.partition.column).await?;
                 if job.kind.reads_stored_state() && opts.dates.is_none() {
                     // A table that is its own history is rebuilt from its stored state: every

@@ -671,3 +671,47 @@ async fn tombstones_older_than_the_retention_are_dropped() {
     let e = run::run(&merge_job_with(&b, "b5", with), &RunOptions::default()).await.unwrap_err().to_string();
     assert!(e.contains("merge.tombstone_retention") && e.contains("date or a timestamp"), "{e}");
 }
+
+/// Risk: a merge batch whose key reads as another type than the table's (int32 beside int64)
+/// is let through by `--schema-change rebuild`; its keys then miss their stored rows, and one
+/// key is held under two dates with exit 0. Refused before anything is done (exit 2).
+#[test]
+fn a_merge_tables_key_keeps_its_type() {
+    use arrow::array::{ArrayRef, Date32Array, Int32Array, Int64Array, RecordBatch};
+    use std::sync::Arc;
+    let lake = Lake::new();
+    let batch = |name: &str, k: ArrayRef, v: i64, day: i32| {
+        let n = k.len();
+        let dir = lake.dir.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let b = RecordBatch::try_from_iter([
+            ("k", k),
+            ("v", Arc::new(Int64Array::from(vec![v; n])) as ArrayRef),
+            ("event_date", Arc::new(Date32Array::from(vec![day; n])) as ArrayRef),
+        ])
+        .unwrap();
+        write_parquet(&dir.join("p.parquet"), &b);
+        let toml = format!(
+            "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n\
+             [identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"{}\"\n",
+            dir.display(),
+            lake.output().display()
+        );
+        let cfg = lake.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&cfg, toml).unwrap();
+        cfg
+    };
+    let b1 = batch("b1", Arc::new(Int64Array::from(vec![1001, 1002])), 1, 20_758);
+    let o = cli(&["run", "--config", b1.to_str().unwrap()], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let before = lake.snapshot();
+    let b2 = batch("b2", Arc::new(Int32Array::from(vec![1001])), 2, 20_759);
+    let o = cli(&["run", "--config", b2.to_str().unwrap(), "--schema-change", "rebuild"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("key column `k` as Int32 where the table") && text(&o).contains("holds Int64"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(lake.snapshot(), before, "nothing was done");
+}
