@@ -6,7 +6,8 @@
 //! back to the query's own type with a checked cast: a total that does not fit fails the date
 //! (exit 3) instead of being written. A query's output types do not change.
 //!
-//! Integer `+`, `-` and `*` wrap in DataFusion too (`x * y`, `sum(x) + sum(y)`): they are
+//! Window sums (`sum(x) OVER …`) are widened the same way. Integer `+`, `-`, `*` and
+//! negation wrap in DataFusion too (`x * y`, `sum(x) + sum(y)`): they are
 //! computed in decimal(38,0), which holds any product or sum of two int64, and cast back
 //! checked.
 //!
@@ -20,7 +21,10 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema, Result};
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{cast, Aggregate, BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator, Projection};
+use datafusion::logical_expr::{
+    cast, Aggregate, BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator, Projection, Window,
+    WindowFunctionDefinition,
+};
 use datafusion::optimizer::AnalyzerRule;
 
 use arrow::datatypes::DataType;
@@ -33,10 +37,8 @@ impl AnalyzerRule for ExactSums {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|p| {
             let p = checked_arithmetic(p)?;
-            match p.data {
-                LogicalPlan::Aggregate(a) => rewrite(a),
-                other => Ok(Transformed::new_transformed(other, p.transformed)),
-            }
+            let done = p.transformed;
+            rewrite(p.data).map(|t| Transformed::new_transformed(t.data, t.transformed || done))
         })
         .map(|t| t.data)
     }
@@ -69,54 +71,75 @@ fn is_cast_integer(arg: &Expr, input: &DFSchema) -> bool {
     }
 }
 
-/// An aggregate whose wrapping sums add in a wide type, under a projection that casts them
-/// back (checked) to the types and names the plan above expects.
-fn rewrite(a: Aggregate) -> Result<Transformed<LogicalPlan>> {
-    let input = a.input.schema().clone();
-    // The group columns, with the grouping id of ROLLUP, CUBE and GROUPING SETS.
-    let groups = a.schema.fields().len() - a.aggr_expr.len();
-    let mut changed = vec![false; a.aggr_expr.len()];
-    let mut aggr = Vec::with_capacity(a.aggr_expr.len());
-    for (i, e) in a.aggr_expr.iter().enumerate() {
-        let (inner, name) = match e {
-            Expr::Alias(al) => (al.expr.as_ref(), al.name.clone()),
-            other => (other, a.schema.field(groups + i).name().clone()),
+/// An aggregate (or a window) whose wrapping sums add in a wide type, under a projection that
+/// casts them back (checked) to the types and names the plan above expects.
+fn rewrite(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    // The functions, their input, and the place of the first one's column in the output:
+    // after the group columns (with the grouping id of ROLLUP, CUBE and GROUPING SETS), or
+    // after the input's columns.
+    let (exprs, input, first) = match &p {
+        LogicalPlan::Aggregate(a) => (&a.aggr_expr, a.input.clone(), a.schema.fields().len() - a.aggr_expr.len()),
+        LogicalPlan::Window(w) => (&w.window_expr, w.input.clone(), w.input.schema().fields().len()),
+        _ => return Ok(Transformed::no(p)),
+    };
+    let schema = p.schema().clone();
+    let mut changed = vec![false; exprs.len()];
+    let mut wide_exprs = Vec::with_capacity(exprs.len());
+    for (i, e) in exprs.iter().enumerate() {
+        let inner = match e {
+            Expr::Alias(al) => al.expr.as_ref(),
+            other => other,
         };
-        let widened = match inner {
-            Expr::AggregateFunction(f) if f.params.args.len() == 1 => {
-                match wide(f.func.name(), &f.params.args[0], &input)? {
-                    Some(t) => {
-                        let mut params = f.params.clone();
-                        params.args = vec![cast(params.args[0].clone(), t)];
-                        Some(Expr::AggregateFunction(AggregateFunction { func: f.func.clone(), params }).alias(name))
-                    }
-                    None => None,
-                }
-            }
-            _ => None,
-        };
+        let widened = widened(inner, input.schema())?.map(|w| w.alias(schema.field(first + i).name()));
         changed[i] = widened.is_some();
-        aggr.push(widened.unwrap_or_else(|| e.clone()));
+        wide_exprs.push(widened.unwrap_or_else(|| e.clone()));
     }
     if !changed.contains(&true) {
-        return Ok(Transformed::no(LogicalPlan::Aggregate(a)));
+        return Ok(Transformed::no(p));
     }
-    let wide = Aggregate::try_new(a.input.clone(), a.group_expr.clone(), aggr)?;
-    let back: Vec<Expr> = a
-        .schema
+    let wide = match &p {
+        LogicalPlan::Aggregate(a) => {
+            LogicalPlan::Aggregate(Aggregate::try_new(input, a.group_expr.clone(), wide_exprs)?)
+        }
+        _ => LogicalPlan::Window(Window::try_new(wide_exprs, input)?),
+    };
+    let back: Vec<Expr> = schema
         .iter()
-        .zip(wide.schema.iter())
+        .zip(wide.schema().iter())
         .enumerate()
         .map(|(i, ((q, f), (wq, wf)))| {
             let column = Expr::Column(Column::from((wq, wf)));
-            match i >= groups && changed[i - groups] {
+            match i >= first && changed[i - first] {
                 true => cast(column, f.data_type().clone()).alias_qualified(q.cloned(), f.name()),
                 false => column,
             }
         })
         .collect();
-    let projection = Projection::try_new_with_schema(back, Arc::new(LogicalPlan::Aggregate(wide)), a.schema.clone())?;
+    let projection = Projection::try_new_with_schema(back, Arc::new(wide), schema)?;
     Ok(Transformed::yes(LogicalPlan::Projection(projection)))
+}
+
+/// `e` adding in a type it cannot leave, if it is a `sum` or `avg` (an aggregate, or over a
+/// window) that could wrap in its own.
+fn widened(e: &Expr, input: &DFSchema) -> Result<Option<Expr>> {
+    Ok(match e {
+        Expr::AggregateFunction(f) if f.params.args.len() == 1 => {
+            wide(f.func.name(), &f.params.args[0], input)?.map(|t| {
+                let mut params = f.params.clone();
+                params.args = vec![cast(params.args[0].clone(), t)];
+                Expr::AggregateFunction(AggregateFunction { func: f.func.clone(), params })
+            })
+        }
+        Expr::WindowFunction(w) if w.params.args.len() == 1 => match &w.fun {
+            WindowFunctionDefinition::AggregateUDF(u) => wide(u.name(), &w.params.args[0], input)?.map(|t| {
+                let mut w = w.as_ref().clone();
+                w.params.args = vec![cast(w.params.args[0].clone(), t)];
+                Expr::WindowFunction(Box::new(w))
+            }),
+            _ => None,
+        },
+        _ => None,
+    })
 }
 
 /// A plan node whose integer `+`, `-`, `*` are computed in decimal(38,0) and cast back
@@ -131,17 +154,22 @@ fn checked_arithmetic(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     p.map_expressions(|e| {
         let name = names.save(&e);
         e.transform_up(|e| {
-            let Expr::BinaryExpr(b) = &e else { return Ok(Transformed::no(e)) };
-            if !matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply) {
-                return Ok(Transformed::no(e));
-            }
-            let Ok(t) = e.get_type(&schema) else { return Ok(Transformed::no(e)) };
-            if !t.is_integer() {
-                return Ok(Transformed::no(e));
-            }
+            let integer = |e: &Expr| e.get_type(&schema).is_ok_and(|t| t.is_integer());
             let wide = DataType::Decimal128(38, 0);
-            let (l, r) = (cast(b.left.as_ref().clone(), wide.clone()), cast(b.right.as_ref().clone(), wide));
-            let op = Expr::BinaryExpr(BinaryExpr::new(Box::new(l), b.op, Box::new(r)));
+            let Ok(t) = e.get_type(&schema) else { return Ok(Transformed::no(e)) };
+            let op = match &e {
+                // Integers on both sides (`date - date` is an integer too, of dates).
+                Expr::BinaryExpr(b)
+                    if matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply)
+                        && integer(&b.left)
+                        && integer(&b.right) =>
+                {
+                    let (l, r) = (cast(b.left.as_ref().clone(), wide.clone()), cast(b.right.as_ref().clone(), wide));
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(l), b.op, Box::new(r)))
+                }
+                Expr::Negative(x) if integer(x) => Expr::Negative(Box::new(cast(x.as_ref().clone(), wide))),
+                _ => return Ok(Transformed::no(e)),
+            };
             Ok(Transformed::yes(cast(op, t)))
         })
         .map(|t| t.update_data(|e| name.restore(e)))

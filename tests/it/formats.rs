@@ -221,12 +221,20 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     let sql =
         "SELECT extract(hour FROM ts) AS h, CAST(ts AS DATE) AS d, CAST(date_trunc('hour', ts) AS VARCHAR) AS t, \
                count(*) AS n, count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01 10:00:00') AS late, \
-               count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01T15:00:00Z') AS after \
+               count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01T15:00:00Z') AS after, \
+               count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01 16:00:00 UTC') AS named, \
+               count(*) FILTER (WHERE ts < DATE '2026-11-02') AS today \
                FROM events GROUP BY extract(hour FROM ts), CAST(ts AS DATE), date_trunc('hour', ts)";
     // Instants (µs since the epoch) around the end of daylight saving time in New York
     // (2026-11-01 02:00 EDT becomes 01:00 EST): 03:30Z is still 10-31 23:30 there.
     let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros();
-    let utc = ["2026-11-01T03:30:00Z", "2026-11-01T05:20:00Z", "2026-11-01T06:20:00Z", "2026-11-01T14:10:00Z"];
+    let utc = [
+        "2026-11-01T03:30:00Z",
+        "2026-11-01T05:20:00Z",
+        "2026-11-01T06:20:00Z",
+        "2026-11-01T14:10:00Z",
+        "2026-11-02T02:00:00Z",
+    ];
     let paris = ["2026-11-01T16:45:00Z", "2026-11-01T15:05:00Z"];
     let write = |lake: &Lake, name: &str, ids: &[&str], zone: &str, list: &[&str]| {
         let ts = TimestampMicrosecondArray::from(list.iter().map(|s| at(s)).collect::<Vec<_>>()).with_timezone(zone);
@@ -246,7 +254,9 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
                     l - chrono::Duration::minutes(l.minute().into()) - chrono::Duration::seconds(l.second().into());
                 let late = (l.naive_local() >= "2026-11-01T10:00:00".parse().unwrap()) as i64;
                 let after = (l.timestamp() >= at("2026-11-01T15:00:00Z") / 1_000_000) as i64;
-                format!("{} {} {} 1 {late} {after}", l.hour(), l.date_naive(), hour.to_rfc3339())
+                let named = (l.timestamp() >= at("2026-11-01T16:00:00Z") / 1_000_000) as i64;
+                // Every row of the date is before the next local midnight (05:00Z).
+                format!("{} {} {} 1 {late} {after} {named} 1", l.hour(), l.date_naive(), hour.to_rfc3339())
             })
             .collect();
         rows.sort();
@@ -259,7 +269,8 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
         let mut rows: Vec<String> = (0..b.num_rows())
             .map(|i| {
                 let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), i).unwrap();
-                format!("{} {} {} {} {} {}", v("h"), v("d"), v("t"), v("n"), v("late"), v("after"))
+                let cols = ["h", "d", "t", "n", "late", "after", "named", "today"];
+                cols.map(v).join(" ")
             })
             .collect();
         rows.sort();
@@ -268,10 +279,10 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     // Objects in UTC alone, then joined by one written in Paris's zone (the date's zones
     // then unify to UTC): each row keeps its New York clock.
     let lake = Lake::new();
-    write(&lake, "a.parquet", &["a", "b", "c", "f"], "UTC", &utc);
+    write(&lake, "a.parquet", &["a", "b", "c", "f", "g"], "UTC", &utc);
     let alone = got(&lake);
     assert_eq!(alone, model(&utc));
-    assert!(alone.contains(&"9 2026-11-01 2026-11-01T09:00:00-05:00 1 0 0".to_string()), "{alone:?}");
+    assert!(alone.contains(&"9 2026-11-01 2026-11-01T09:00:00-05:00 1 0 0 0 1".to_string()), "{alone:?}");
     write(&lake, "b.parquet", &["d", "e"], "+01:00", &paris);
     let both: Vec<&str> = utc.iter().chain(&paris).copied().collect();
     let joined = got(&lake);

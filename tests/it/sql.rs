@@ -579,9 +579,16 @@ fn integer_arithmetic_is_checked_and_rollups_sum() {
     let mut want = want.to_vec();
     want.sort_by_key(|r| r.to_string());
     assert_eq!(got, want);
-    for sql in
-        ["SELECT max(x * 922337203685477580) AS m FROM events", "SELECT max(x) * 922337203685477580 AS m FROM events"]
-    {
+    // Dates subtract to days; not integers to widen.
+    let o = job("SELECT max(event_date - DATE '2026-10-01') AS d FROM events");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(lakeswap_rows(&lake.partition_file("2026-11-01")), [serde_json::json!({"d": 31})]);
+    for sql in [
+        "SELECT max(x * 922337203685477580) AS m FROM events",
+        "SELECT max(x) * 922337203685477580 AS m FROM events",
+        // Each term fits; their sum over the window does not.
+        "SELECT g, sum(x + 9223372036854775000) OVER () AS w FROM events",
+    ] {
         let o = job(sql);
         assert_eq!(o.status.code(), Some(3), "{sql}: {}", text(&o));
         assert!(text(&o).contains("out of range Int64"), "{sql}: {}", text(&o));
