@@ -133,6 +133,10 @@ pub struct Leases {
     wait: bool,
     process: Option<Process>,
     held: Mutex<BTreeMap<String, Held>>,
+    /// A renewal pass holds it exclusively, a release shared: a lease released while a pass
+    /// is renewing it is deleted after that pass's write, never before it (a local folder's
+    /// renewal is a read then a plain put, which would otherwise bring a released lease back).
+    renewing: tokio::sync::RwLock<()>,
 }
 
 /// The lease object of a partition folder.
@@ -170,6 +174,7 @@ impl Leases {
             wait,
             process: Process::current(),
             held: Mutex::new(BTreeMap::new()),
+            renewing: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -275,6 +280,7 @@ impl Leases {
 
     /// Renews every lease held; marks those found taken as lost.
     pub async fn renew_all(&self) {
+        let _pass = self.renewing.write().await;
         let dirs: Vec<(String, Held)> =
             self.held().iter().filter(|(_, h)| !h.lost).map(|(d, h)| (d.clone(), h.clone())).collect();
         for (dir, h) in dirs {
@@ -316,6 +322,9 @@ impl Leases {
         if h.lost {
             return;
         }
+        // Removed from `held` first, so a pass that starts now leaves it alone; one under way
+        // finishes its write before this reads.
+        let _no_pass = self.renewing.read().await;
         let path = lease_path(&self.state, dir);
         if let Ok(Some((Some(b), _))) = read(&self.state, &path).await {
             if b.run_id == self.run_id {
@@ -344,5 +353,33 @@ pub struct Renewer(tokio::task::JoinHandle<()>);
 impl Drop for Renewer {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease released while a renewal pass is writing it stays released: on a local folder
+    /// a renewal is a read and then a plain put, which used to bring the lease back after the
+    /// release had deleted it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_during_a_renewal_leaves_no_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = dir.path().display().to_string();
+        let state = crate::store::open(&url, &BTreeMap::new(), "output.state_url", true).unwrap();
+        let leases = Arc::new(Leases::new(state.clone(), "run-a", Duration::from_secs(30), false));
+        let stop = crate::stop::Stop::default();
+        let path = lease_path(&state, "event_date=2026-11-10");
+        for _ in 0..300 {
+            leases.acquire("event_date=2026-11-10", &stop).await.unwrap();
+            let renewing = tokio::spawn({
+                let leases = leases.clone();
+                async move { leases.renew_all().await }
+            });
+            leases.release("event_date=2026-11-10").await;
+            renewing.await.unwrap();
+            assert!(read(&state, &path).await.unwrap().is_none(), "a released lease came back");
+        }
     }
 }
