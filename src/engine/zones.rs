@@ -1,6 +1,7 @@
 //! Timestamp literals in the job's zone. The query sees zoned timestamps in the job's zone
 //! ([`super::in_job_zone`]); DataFusion reads `TIMESTAMP '…'` (and `CAST('…' AS TIMESTAMP)`,
-//! `to_timestamp('…')`) as a zone-less value, and where such a value meets a zoned one it is
+//! `to_timestamp('…')`) as a zone-less value (a bare string compared with a zoned timestamp
+//! is cast straight to it, cut to its unit), and where such a value meets a zoned one it is
 //! taken as wall-clock time in that zone. That is right for `TIMESTAMP '2026-11-01 10:00:00'`
 //! but shifts a literal that names its own offset (`'…T06:30:00Z'` became 06:30 in New
 //! York), and fails on a wall-clock time that happens twice or never (a daylight-saving change).
@@ -42,7 +43,8 @@ impl AnalyzerRule for ZonedLiterals {
     }
 }
 
-/// The text of a zone-less timestamp made from a string literal, if `e` is one.
+/// The text of a timestamp made from a string literal, if `e` is one: a string, or a
+/// zone-less timestamp made of one.
 fn literal_text(e: &Expr) -> Option<&str> {
     fn text(e: &Expr) -> Option<&str> {
         match e {
@@ -56,7 +58,7 @@ fn literal_text(e: &Expr) -> Option<&str> {
     match e {
         Expr::Cast(c) if matches!(c.field.data_type(), DataType::Timestamp(_, None)) => text(&c.expr),
         Expr::ScalarFunction(f) if f.name().starts_with("to_timestamp") && f.args.len() == 1 => text(&f.args[0]),
-        _ => None,
+        other => text(other),
     }
 }
 
@@ -67,7 +69,70 @@ fn has_offset(s: &str) -> bool {
     tail.contains(['+', '-']) || tail.chars().any(|c| c.is_ascii_alphabetic())
 }
 
+/// Nanoseconds per `unit`.
+fn per(unit: &TimeUnit) -> i64 {
+    match unit {
+        TimeUnit::Second => 1_000_000_000,
+        TimeUnit::Millisecond => 1_000_000,
+        TimeUnit::Microsecond => 1_000,
+        TimeUnit::Nanosecond => 1,
+    }
+}
+
+/// The unit of a timestamp column read in a finer one, if `e` is such a cast.
+fn coarser_unit(e: &Expr, schema: &DFSchema) -> Option<TimeUnit> {
+    let Expr::Cast(c) = e else { return None };
+    let DataType::Timestamp(to, _) = c.field.data_type() else { return None };
+    match c.expr.get_type(schema) {
+        Ok(DataType::Timestamp(from, _)) if per(&from) > per(to) => Some(from),
+        _ => None,
+    }
+}
+
+/// A timestamp literal's value in nanoseconds (wall-clock ones as if in UTC), if `e` is one.
+fn literal_nanos(e: &Expr) -> Option<i64> {
+    if let Some(s) = literal_text(e) {
+        return arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s).ok();
+    }
+    match e {
+        Expr::Literal(ScalarValue::TimestampSecond(Some(v), _), _) => v.checked_mul(1_000_000_000),
+        Expr::Literal(ScalarValue::TimestampMillisecond(Some(v), _), _) => v.checked_mul(1_000_000),
+        Expr::Literal(ScalarValue::TimestampMicrosecond(Some(v), _), _) => v.checked_mul(1_000),
+        Expr::Literal(ScalarValue::TimestampNanosecond(Some(v), _), _) => Some(*v),
+        _ => None,
+    }
+}
+
+/// Refuses a comparison of a timestamp column with a literal finer than the column's unit.
+/// Type coercion reads the column in the literal's unit, which is exact, but DataFusion's
+/// optimizer then moves the cast onto the literal, cutting it: `ts < '…10:00:00.0005Z'` on
+/// milliseconds dropped the row at 10:00:00.000.
+fn refuse_finer_literals(e: &Expr, schema: &DFSchema) -> Result<()> {
+    let pairs: Vec<(&Expr, &Expr)> = match e {
+        Expr::BinaryExpr(b) if b.op.supports_propagation() => {
+            vec![(b.left.as_ref(), b.right.as_ref()), (b.right.as_ref(), b.left.as_ref())]
+        }
+        Expr::Between(b) => vec![(b.expr.as_ref(), b.low.as_ref()), (b.expr.as_ref(), b.high.as_ref())],
+        Expr::InList(l) => l.list.iter().map(|v| (l.expr.as_ref(), v)).collect(),
+        _ => return Ok(()),
+    };
+    for (column, value) in pairs {
+        let (Some(unit), Some(nanos)) = (coarser_unit(column, schema), literal_nanos(value)) else { continue };
+        if nanos % per(&unit) != 0 {
+            let time = literal_text(value).map(str::to_string).unwrap_or_else(|| {
+                chrono::DateTime::from_timestamp_nanos(nanos).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            });
+            return plan_err!(
+                "the time '{time}' is finer than the {unit:?}s it is compared with, and would be cut to them; write \
+                 it to the {unit:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
 fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    refuse_finer_literals(&e, schema)?;
     let Expr::Cast(c) = &e else { return Ok(Transformed::no(e)) };
     // A zoned timestamp made zone-less (DataFusion compares a date, or a wall-clock value,
     // with it that way) is its wall-clock time in its zone, not in UTC as arrow's cast has it.
@@ -105,13 +170,7 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             }
         }
     };
-    let per = match unit {
-        TimeUnit::Second => 1_000_000_000,
-        TimeUnit::Millisecond => 1_000_000,
-        TimeUnit::Microsecond => 1_000,
-        TimeUnit::Nanosecond => 1,
-    };
-    if instant % per != 0 {
+    if instant % per(unit) != 0 {
         return plan_err!(
             "the time '{s}' is finer than the {unit:?}s it is compared with, and would be cut to them; write it to \
              the {unit:?}"

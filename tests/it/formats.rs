@@ -332,4 +332,24 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     assert!(out.status.success(), "{}", text(&out));
     let b = read_batch(&lake.partition_file("2026-11-01"));
     assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "1");
+    // Bare strings compared with the column mean the same instants (DataFusion casts them
+    // straight to the column's type, which took a repeated time as an error and cut a time
+    // finer than the column's unit).
+    let out = job(
+        &lake,
+        "parquet",
+        "",
+        identity,
+        "SELECT count(*) AS n FROM events WHERE ts >= '2026-11-01 01:30:00' AND ts < '2026-11-01T07:00:00Z'",
+        "2026-11-01",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "1");
+    for finer in ["ts < '2026-11-01T14:10:00.0000005Z'", "ts < TIMESTAMP '2026-11-01T14:10:00.0000005Z'"] {
+        let sql = format!("SELECT count(*) AS n FROM events WHERE {finer}");
+        let out = job(&lake, "parquet", "", identity, &sql, "2026-11-01");
+        assert_eq!(out.status.code(), Some(2), "{finer}: {}", text(&out));
+        assert!(text(&out).contains("is finer than the Microseconds"), "{finer}: {}", text(&out));
+    }
 }
