@@ -239,7 +239,7 @@ pub async fn plan(
              in the input, or use a lookup table"
         ));
     }
-    let schema = Arc::new(df.schema().as_arrow().clone());
+    let schema = output_schema(&ctx, &df).map_err(|e| reason(&e, &query.sql))?;
     let mut seen = std::collections::HashSet::new();
     // Names compared as case-insensitive readers (DuckDB, Spark, Hive) compare them: to them,
     // `Event_Date` beside the path's `event_date` is one column, and one of the two is lost.
@@ -261,6 +261,22 @@ pub async fn plan(
     let shaped = shape_schema(query, &schema);
     let text = df.logical_plan().display_indent().to_string();
     Ok((shaped, text))
+}
+
+/// The schema of a query's results: the planner's names, nullability and metadata, with the
+/// types the analyzer gives (type coercion can change them: DataFusion types `uint64 - 5` as
+/// decimal(20,0) before coercion and computes it as decimal(21,0)).
+fn output_schema(ctx: &SessionContext, df: &datafusion::dataframe::DataFrame) -> Result<SchemaRef, DataFusionError> {
+    let state = ctx.state();
+    let analyzed = state.analyzer().execute_and_check(df.logical_plan().clone(), state.config_options(), |_, _| {})?;
+    let fields: Vec<Field> = df
+        .schema()
+        .fields()
+        .iter()
+        .zip(analyzed.schema().fields())
+        .map(|(f, a)| f.as_ref().clone().with_data_type(a.data_type().clone()))
+        .collect();
+    Ok(Arc::new(Schema::new_with_metadata(fields, df.schema().as_arrow().metadata().clone())))
 }
 
 /// The output schema after the shorthand's narrowing.
@@ -429,7 +445,7 @@ async fn execute_with(
         register(&ctx, &l.name, l.schema.clone(), l.batches.clone()).map_err(fail)?;
     }
     let mut df = ctx.sql_with_options(&query.sql, options()).await.map_err(fail)?;
-    let schema = Arc::new(df.schema().as_arrow().clone());
+    let schema = output_schema(&ctx, &df).map_err(fail)?;
     if !query.ordered && !orders_output(df.logical_plan()) {
         let halves = in_memory.and_then(|(chunks, keep)| {
             let masks = split(df.logical_plan(), &ctx.state(), &chunks, &keep, split_min_rows)?;
@@ -473,7 +489,7 @@ async fn execute_with(
             .collect();
         df = df.sort(by).map_err(fail)?;
     }
-    let schema = Arc::new(df.schema().as_arrow().clone());
+    let schema = output_schema(&ctx, &df).map_err(fail)?;
     // A task of its own: the dates in flight are polled by one task, and their queries would
     // otherwise take turns on one thread.
     let out = joined(Owned(tokio::spawn(df.collect()))).await?.map_err(fail)?;

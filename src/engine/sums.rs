@@ -6,10 +6,11 @@
 //! back to the query's own type with a checked cast: a total that does not fit fails the date
 //! (exit 3) instead of being written. A query's output types do not change.
 //!
-//! Window sums (`sum(x) OVER …`) are widened the same way. Integer `+`, `-`, `*` and
-//! negation wrap in DataFusion too (`x * y`, `sum(x) + sum(y)`): they are
+//! Window sums (`sum(x) OVER …`) are widened the same way. Integer `+`, `-`, `*`, `<<` and
+//! negation wrap in DataFusion too (`x * y`, `sum(x) + sum(y)`, `1 << 63`): they are
 //! computed in decimal(38,0), which holds any product or sum of two int64, and cast back
-//! checked.
+//! checked. A shift's count must be a constant within the integer's bits (DataFusion takes
+//! it modulo the bits: `1 << 64` is 1).
 //!
 //! A partition holds fewer than 2^31 rows, so a sum of integers stays below 2^95 < 10^38 and
 //! a sum of decimal(28) values below 10^38 (128 bits hold 1.7·10^38): those need nothing.
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, DFSchema, Result};
+use datafusion::common::{plan_err, Column, DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
@@ -154,10 +155,39 @@ fn checked_arithmetic(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     p.map_expressions(|e| {
         let name = names.save(&e);
         e.transform_up(|e| {
-            let integer = |e: &Expr| e.get_type(&schema).is_ok_and(|t| t.is_integer());
+            // An integer, or one type coercion made a decimal (uint64 beside int64 becomes
+            // decimal(20,0), whose difference DataFusion types as (20,0) but computes as (21,0)).
+            let integer = |e: &Expr| {
+                e.get_type(&schema).is_ok_and(|t| t.is_integer())
+                    || matches!(e, Expr::Cast(c) if matches!(c.field.data_type(), DataType::Decimal128(_, 0))
+                        && c.expr.get_type(&schema).is_ok_and(|t| t.is_integer()))
+            };
             let wide = DataType::Decimal128(38, 0);
             let Ok(t) = e.get_type(&schema) else { return Ok(Transformed::no(e)) };
             let op = match &e {
+                Expr::BinaryExpr(b)
+                    if matches!(b.op, Operator::BitwiseShiftLeft | Operator::BitwiseShiftRight) && integer(&b.left) =>
+                {
+                    let bits = t.primitive_width().map_or(64, |w| 8 * w as i64);
+                    let Some(n) = shift_count(&b.right).filter(|n| (0..bits).contains(n)) else {
+                        return plan_err!(
+                            "`{e}`: DataFusion shifts by the count modulo the integer's {bits} bits (1 << {bits} is \
+                             1), so a shift is taken only by a constant from 0 to {}; multiply or divide by a power \
+                             of two instead",
+                            bits - 1
+                        );
+                    };
+                    if b.op == Operator::BitwiseShiftRight {
+                        return Ok(Transformed::no(e));
+                    }
+                    // `x << n` is x · 2^n, computed wide and cast back checked.
+                    let factor = Expr::Literal(ScalarValue::Decimal128(Some(1i128 << n), 38, 0), None);
+                    Expr::BinaryExpr(BinaryExpr::new(
+                        Box::new(cast(b.left.as_ref().clone(), wide.clone())),
+                        Operator::Multiply,
+                        Box::new(factor),
+                    ))
+                }
                 // Integers on both sides (`date - date` is an integer too, of dates).
                 Expr::BinaryExpr(b)
                     if matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply)
@@ -174,4 +204,16 @@ fn checked_arithmetic(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         })
         .map(|t| t.update_data(|e| name.restore(e)))
     })
+}
+
+/// A shift's count, when it is a constant integer.
+fn shift_count(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Cast(c) => shift_count(&c.expr),
+        Expr::Literal(v, _) if v.data_type().is_integer() => match v.cast_to(&DataType::Int64).ok()? {
+            ScalarValue::Int64(n) => n,
+            _ => None,
+        },
+        _ => None,
+    }
 }

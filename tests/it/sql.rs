@@ -588,9 +588,33 @@ fn integer_arithmetic_is_checked_and_rollups_sum() {
         "SELECT max(x) * 922337203685477580 AS m FROM events",
         // Each term fits; their sum over the window does not.
         "SELECT g, sum(x + 9223372036854775000) OVER () AS w FROM events",
+        // 70 · 2^60 is past int64.
+        "SELECT max(x << 60) AS m FROM events",
     ] {
         let o = job(sql);
         assert_eq!(o.status.code(), Some(3), "{sql}: {}", text(&o));
         assert!(text(&o).contains("out of range Int64"), "{sql}: {}", text(&o));
     }
+    // Shifts by a constant within the bits; DataFusion takes any other count modulo 64.
+    let o = job("SELECT max(x << 2) AS a, max(x >> 1) AS b, min(x << 0) AS c FROM events");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(lakeswap_rows(&lake.partition_file("2026-11-01")), [serde_json::json!({"a": 280, "b": 35, "c": 10})]);
+    for sql in [
+        "SELECT max(x << 64) AS m FROM events",
+        "SELECT max(x << id) AS m FROM events",
+        "SELECT max(x >> -1) AS m FROM events",
+    ] {
+        let o = job(sql);
+        assert_eq!(o.status.code(), Some(2), "{sql}: {}", text(&o));
+        assert!(text(&o).contains("shifts by the count modulo the integer's 64 bits"), "{sql}: {}", text(&o));
+    }
+    // An unsigned integer beside a signed one is a decimal in DataFusion: typed (20,0) by the
+    // planner and computed as (21,0) after coercion; the result has the computed type.
+    let o =
+        job("SELECT min(CAST(x AS BIGINT UNSIGNED) - 25) AS m, max(CAST(x AS BIGINT UNSIGNED) * 2) AS n FROM events");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let file = lake.partition_file("2026-11-01");
+    let b = read_batch(&file);
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!((v("m"), v("n")), ("-15".to_string(), "140".to_string()));
 }
