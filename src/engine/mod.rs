@@ -26,7 +26,7 @@ mod zones;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::MemTable;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::DataFusionError;
@@ -279,7 +279,9 @@ fn output_schema(ctx: &SessionContext, df: &datafusion::dataframe::DataFrame) ->
     Ok(Arc::new(Schema::new_with_metadata(fields, df.schema().as_arrow().metadata().clone())))
 }
 
-/// The output schema after the shorthand's narrowing.
+/// The output schema after the shorthand's narrowing. Times in seconds are written in
+/// milliseconds: Parquet has no unit of seconds, and a `Timestamp(Second)` or `Time32(Second)`
+/// column was stored as a bare integer, which other readers take for a number.
 fn shape_schema(query: &Query, schema: &SchemaRef) -> SchemaRef {
     let fields: Vec<Field> = schema
         .fields()
@@ -287,10 +289,41 @@ fn shape_schema(query: &Query, schema: &SchemaRef) -> SchemaRef {
         .map(|f| {
             let ty = query.narrow.iter().find(|(n, _)| n == f.name()).map(|(_, t)| t.clone());
             let nullable = f.is_nullable() && !query.not_null.contains(f.name());
-            Field::new(f.name(), ty.unwrap_or_else(|| f.data_type().clone()), nullable)
+            let ty = match ty.unwrap_or_else(|| f.data_type().clone()) {
+                DataType::Timestamp(TimeUnit::Second, tz) => DataType::Timestamp(TimeUnit::Millisecond, tz),
+                DataType::Time32(TimeUnit::Second) => DataType::Time32(TimeUnit::Millisecond),
+                other => other,
+            };
+            Field::new(f.name(), ty, nullable)
         })
         .collect();
     Arc::new(Schema::new(fields))
+}
+
+/// Fails on a decimal value with more digits than its column's precision: DataFusion types
+/// a sum of two decimal(38) as decimal(38) and does not check it, and such a value makes a
+/// file other readers refuse.
+fn check_precision(batch: &RecordBatch) -> Result<(), PartitionError> {
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        let checked = match f.data_type() {
+            DataType::Decimal128(p, _) => {
+                c.as_primitive::<arrow::datatypes::Decimal128Type>().validate_decimal_precision(*p)
+            }
+            DataType::Decimal256(p, _) => {
+                c.as_primitive::<arrow::datatypes::Decimal256Type>().validate_decimal_precision(*p)
+            }
+            _ => Ok(()),
+        };
+        checked.map_err(|e| PartitionError::Query {
+            message: format!(
+                "the column `{}` has a value that does not fit its type {} ({e}); widen it in the query, e.g. \
+                 CAST(x AS DECIMAL(38, 0)) before adding, or round it",
+                f.name(),
+                f.data_type()
+            ),
+        })?;
+    }
+    Ok(())
 }
 
 /// One date's rows for the query: the prepared table's chunks, which rows of each are kept
@@ -887,12 +920,16 @@ fn shape(query: &Query, batch: RecordBatch) -> Result<RecordBatch, PartitionErro
                 Arc::new(arrow::array::Int64Array::from(out)) as ArrayRef
             }
             _ => {
-                arrow::compute::cast(c, f.data_type()).map_err(|e| PartitionError::Query { message: e.to_string() })?
+                let exact = arrow::compute::CastOptions { safe: false, ..Default::default() };
+                arrow::compute::cast_with_options(c, f.data_type(), &exact)
+                    .map_err(|e| PartitionError::Query { message: format!("the column `{}`: {e}", f.name()) })?
             }
         };
         columns.push(narrowed);
     }
-    RecordBatch::try_new(schema, columns).map_err(|e| PartitionError::Query { message: e.to_string() })
+    let batch = RecordBatch::try_new(schema, columns).map_err(|e| PartitionError::Query { message: e.to_string() })?;
+    check_precision(&batch)?;
+    Ok(batch)
 }
 
 /// `"name"`, quoted for SQL.

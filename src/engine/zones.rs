@@ -12,6 +12,10 @@
 //! a time that does not exist is refused, and so is a literal finer than the column's unit
 //! (it would be cut). A date meeting a zoned timestamp is midnight in its zone, and a zoned
 //! timestamp made zone-less (to meet a date or a wall-clock value) is its wall-clock time there.
+//! A zone-less timestamp made at run time from an epoch or from text meeting a zoned one is the
+//! instant it names ([`meant`]).
+
+use std::sync::Arc;
 
 use chrono::{LocalResult, TimeZone};
 use datafusion::common::config::ConfigOptions;
@@ -62,6 +66,32 @@ fn literal_text(e: &Expr) -> Option<&str> {
     }
 }
 
+/// A zone-less timestamp made at run time from text or from an epoch, as the zoned timestamp
+/// of type `to` it means — DataFusion would take it as wall-clock time in `to`'s zone. Text
+/// (`to_timestamp(s)`, `CAST(s AS TIMESTAMP)`) is read as arrow reads text into a zoned type:
+/// the instant its offset gives, or without one wall-clock time there. An epoch
+/// (`to_timestamp(n)`, `from_unixtime(n)`, `CAST(n AS TIMESTAMP)`) is the instant it counts to.
+fn meant(e: &Expr, to: &DataType, schema: &DFSchema) -> Option<Expr> {
+    let DataType::Timestamp(_, Some(zone)) = to else { return None };
+    let arg = match e {
+        Expr::Cast(c) => c.expr.as_ref(),
+        Expr::ScalarFunction(f)
+            if f.args.len() == 1 && (f.name().starts_with("to_timestamp") || f.name() == "from_unixtime") =>
+        {
+            &f.args[0]
+        }
+        _ => return None,
+    };
+    let Ok(DataType::Timestamp(unit, None)) = e.get_type(schema) else { return None };
+    match arg.get_type(schema).ok()? {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            Some(cast(arg.clone(), DataType::Timestamp(unit, Some(zone.clone()))))
+        }
+        t if t.is_numeric() => Some(cast(e.clone(), DataType::Timestamp(unit, Some("UTC".into())))),
+        _ => None,
+    }
+}
+
 /// Whether a timestamp text names its offset or zone (`Z`, `+01:00`, `-0500`, `UTC`,
 /// `Europe/Paris` after the date and its `T`).
 fn has_offset(s: &str) -> bool {
@@ -103,6 +133,18 @@ fn literal_nanos(e: &Expr) -> Option<i64> {
     }
 }
 
+/// The value of a timestamp computed from constants alone (`to_timestamp_micros(…)`,
+/// `TIMESTAMP '…' + INTERVAL '…'`), folded as the optimizer will fold it.
+fn constant_nanos(e: &Expr, schema: &DFSchema) -> Option<i64> {
+    if !e.column_refs().is_empty() || !matches!(e.get_type(schema), Ok(DataType::Timestamp(..))) {
+        return None;
+    }
+    let context =
+        datafusion::logical_expr::simplify::SimplifyContext::builder().with_schema(Arc::new(schema.clone())).build();
+    let folded = datafusion::optimizer::simplify_expressions::ExprSimplifier::new(context).simplify(e.clone()).ok()?;
+    literal_nanos(&folded)
+}
+
 /// Refuses a comparison of a timestamp column with a literal finer than the column's unit.
 /// Type coercion reads the column in the literal's unit, which is exact, but DataFusion's
 /// optimizer then moves the cast onto the literal, cutting it: `ts < '…10:00:00.0005Z'` on
@@ -117,7 +159,8 @@ fn refuse_finer_literals(e: &Expr, schema: &DFSchema) -> Result<()> {
         _ => return Ok(()),
     };
     for (column, value) in pairs {
-        let (Some(unit), Some(nanos)) = (coarser_unit(column, schema), literal_nanos(value)) else { continue };
+        let Some(unit) = coarser_unit(column, schema) else { continue };
+        let Some(nanos) = literal_nanos(value).or_else(|| constant_nanos(value, schema)) else { continue };
         if nanos % per(&unit) != 0 {
             let time = literal_text(value).map(str::to_string).unwrap_or_else(|| {
                 chrono::DateTime::from_timestamp_nanos(nanos).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
@@ -148,6 +191,11 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     if c.expr.get_type(schema).is_ok_and(|t| matches!(t, DataType::Date32 | DataType::Date64)) {
         let wall = cast(c.expr.as_ref().clone(), DataType::Timestamp(*unit, None));
         return Ok(Transformed::yes(cast(wall, c.field.data_type().clone())));
+    }
+    if literal_text(&c.expr).is_none() {
+        if let Some(m) = meant(&c.expr, c.field.data_type(), schema) {
+            return Ok(Transformed::yes(cast(m, c.field.data_type().clone())));
+        }
     }
     let Some(s) = literal_text(&c.expr) else { return Ok(Transformed::no(e)) };
     let Ok(tz) = zone.parse::<chrono_tz::Tz>() else { return Ok(Transformed::no(e)) };

@@ -346,10 +346,72 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     assert!(out.status.success(), "{}", text(&out));
     let b = read_batch(&lake.partition_file("2026-11-01"));
     assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "1");
-    for finer in ["ts < '2026-11-01T14:10:00.0000005Z'", "ts < TIMESTAMP '2026-11-01T14:10:00.0000005Z'"] {
+    for finer in [
+        "ts < '2026-11-01T14:10:00.0000005Z'",
+        "ts < TIMESTAMP '2026-11-01T14:10:00.0000005Z'",
+        // Constants the optimizer folds, and then cut.
+        "ts < to_timestamp_nanos(1793542200000000500)",
+        "ts < TIMESTAMP '2026-11-01T14:10:00Z' + INTERVAL '500 nanoseconds'",
+    ] {
         let sql = format!("SELECT count(*) AS n FROM events WHERE {finer}");
         let out = job(&lake, "parquet", "", identity, &sql, "2026-11-01");
         assert_eq!(out.status.code(), Some(2), "{finer}: {}", text(&out));
         assert!(text(&out).contains("is finer than the Microseconds"), "{finer}: {}", text(&out));
     }
+}
+
+/// Risks: a zone-less timestamp the query makes at run time from an epoch or from text with an
+/// offset taken as wall-clock time in the job's zone (shifted by the zone's offset); a time
+/// in seconds written as a bare integer (Parquet has no unit of seconds); a decimal(38) result
+/// of 39 digits written into a file other readers refuse.
+#[test]
+fn epochs_and_text_are_instants_times_in_seconds_stay_times_decimals_fit() {
+    use arrow::array::{ArrayRef, Decimal128Array, Int64Array, StringArray, TimestampMicrosecondArray};
+    let identity = "[identity]\nkey = [\"id\"]\nimmutable = true\n\n[partition]\nfrom_timestamp = \"ts\"";
+    let lake = Lake::new();
+    // 10:30Z and 15:00Z on 2026-11-01: 05:30 and 10:00 in New York.
+    let secs = [1_793_529_000i64, 1_793_545_200];
+    let ts =
+        TimestampMicrosecondArray::from(secs.iter().map(|s| s * 1_000_000).collect::<Vec<_>>()).with_timezone("UTC");
+    let batch = RecordBatch::try_from_iter([
+        ("id", Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef),
+        ("ts", Arc::new(ts) as ArrayRef),
+        ("ep", Arc::new(Int64Array::from(secs.to_vec())) as ArrayRef),
+        ("sz", Arc::new(StringArray::from(vec!["2026-11-01T10:30:00Z", "2026-11-01T15:00:00+00:00"])) as ArrayRef),
+        (
+            "big",
+            Arc::new(Decimal128Array::from(vec![6 * 10i128.pow(37); 2]).with_precision_and_scale(38, 0).unwrap())
+                as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    write_parquet(&lake.input().join("a.parquet"), &batch);
+    let sql = "SELECT count(*) FILTER (WHERE ts = to_timestamp(ep)) AS a, count(*) FILTER (WHERE ts = from_unixtime(ep)) AS b, \
+               count(*) FILTER (WHERE ts = to_timestamp_millis(ep * 1000)) AS c, count(*) FILTER (WHERE ts = CAST(sz AS TIMESTAMP)) AS d, \
+               count(*) FILTER (WHERE ts = to_timestamp(sz)) AS e, count(*) FILTER (WHERE ts >= to_timestamp(1793545200)) AS f, \
+               max(to_timestamp_seconds(ep)) AS last FROM events";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let file = lake.partition_file("2026-11-01");
+    let b = read_batch(&file);
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["a", "b", "c", "d", "e", "f"].map(v), ["2", "2", "2", "2", "2", "1"]);
+    // The time in seconds is written in milliseconds, a Parquet timestamp every reader knows.
+    assert_eq!(
+        b.schema().field_with_name("last").unwrap().data_type(),
+        &arrow::datatypes::DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond, None)
+    );
+    let reader = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&file).unwrap()).unwrap();
+    let meta = parquet::file::reader::FileReader::metadata(&reader);
+    let logical = meta.file_metadata().schema_descr().column(6).logical_type_ref().cloned();
+    assert!(matches!(logical, Some(parquet::basic::LogicalType::Timestamp { .. })), "{logical:?}");
+    assert_eq!(v("last"), "2026-11-01T15:00:00");
+    // 6·10^37 + 6·10^37 has 39 digits: no decimal(38) holds it.
+    let out = job(&lake, "parquet", "", identity, "SELECT big + big AS x FROM events", "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains("the column `x` has a value that does not fit its type Decimal128(38, 0)"),
+        "{}",
+        text(&out)
+    );
 }
