@@ -95,6 +95,8 @@ pub struct Query {
     pub narrow: Vec<(String, DataType)>,
     /// Shorthand measures that are never null (`count`, `sum` over no rows is 0).
     pub not_null: Vec<String>,
+    /// The job's zone: a timestamp the query makes from an epoch is an instant in it.
+    pub zone: Option<String>,
 }
 
 /// Parses SQL text (syntax only), as the config is loaded.
@@ -127,20 +129,32 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
     msg
 }
 
-/// A session for one query: one partition (deterministic results), no information schema.
-fn session() -> SessionContext {
-    with_rules(SessionContext::new_with_config(config()))
+/// A session for one query: one partition (deterministic results), no information schema;
+/// epochs are instants in the job's zone (`zone`).
+fn session(zone: Option<&str>) -> SessionContext {
+    with_rules(SessionContext::new_with_config(config()), zone)
 }
 
-fn with_rules(ctx: SessionContext) -> SessionContext {
-    ctx.add_analyzer_rule(Arc::new(zones::ZonedLiterals));
-    ctx.add_analyzer_rule(Arc::new(sums::ExactSums));
-    ctx
+/// The session with lakeswap's analyzer rules: [`zones::EpochInstants`] before type coercion
+/// (it changes types), the others after it.
+fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
+    let state = ctx.state();
+    let mut rules = state.analyzer().rules.clone();
+    if let Some(zone) = zone {
+        let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
+        rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
+    }
+    rules.push(Arc::new(zones::ZonedLiterals));
+    rules.push(Arc::new(sums::ExactSums));
+    let state = datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
+        .with_analyzer_rules(rules)
+        .build();
+    SessionContext::new_with_state(state)
 }
 
 /// A session whose operators hold at most `memory.0` bytes, spilling to files in `memory.1`
 /// beyond that (an aggregation with many groups, the final sort).
-fn session_within(memory: &Memory) -> Result<SessionContext, DataFusionError> {
+fn session_within(memory: &Memory, zone: Option<&str>) -> Result<SessionContext, DataFusionError> {
     use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
     let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(datafusion::execution::memory_pool::FairSpillPool::new(memory.bytes)))
@@ -148,7 +162,7 @@ fn session_within(memory: &Memory) -> Result<SessionContext, DataFusionError> {
             DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![memory.spill_dir.clone()])),
         )
         .build_arc()?;
-    Ok(with_rules(SessionContext::new_with_config_rt(config(), runtime)))
+    Ok(with_rules(SessionContext::new_with_config_rt(config(), runtime), zone))
 }
 
 /// What the engine may hold while running one query, and where it spills beyond that.
@@ -224,7 +238,7 @@ pub async fn plan(
     lookups: &[Lookup],
     partition_column: &str,
 ) -> Result<(SchemaRef, String), String> {
-    let ctx = session();
+    let ctx = session(query.zone.as_deref());
     register(&ctx, EVENTS, events.clone(), Vec::new()).map_err(|e| reason(&e, &query.sql))?;
     for l in lookups {
         register(&ctx, &l.name, l.schema.clone(), Vec::new()).map_err(|e| reason(&e, &query.sql))?;
@@ -464,8 +478,8 @@ async fn execute_with(
 ) -> Result<RecordBatch, PartitionError> {
     let fail = |e: DataFusionError| failure(e, query);
     let ctx = match memory {
-        Some(m) => session_within(m).map_err(fail)?,
-        None => session(),
+        Some(m) => session_within(m, query.zone.as_deref()).map_err(fail)?,
+        None => session(query.zone.as_deref()),
     };
     // An unbounded in-memory date may be split; a bounded one keeps its one memory pool.
     let in_memory = match (&rows.source, memory) {
@@ -491,9 +505,9 @@ async fn execute_with(
                 .map(|keep| {
                     let rows =
                         Rows { source: Source::Chunks { chunks: chunks.clone(), keep }, date, events: events.clone() };
-                    let (sql, lookups) = (query.sql.clone(), lookups.to_vec());
+                    let (sql, lookups, zone) = (query.sql.clone(), lookups.to_vec(), query.zone.clone());
                     Owned(tokio::spawn(async move {
-                        let ctx = session();
+                        let ctx = session(zone.as_deref());
                         register_events(&ctx, rows).await?;
                         for l in &lookups {
                             register(&ctx, &l.name, l.schema.clone(), l.batches.clone())?;
@@ -510,7 +524,7 @@ async fn execute_with(
             }
             // The two halves' groups, sorted as one: the same operator as below, over the
             // same rows.
-            let ctx = session();
+            let ctx = session(query.zone.as_deref());
             register(&ctx, "__lakeswap_out", schema.clone(), out).map_err(fail)?;
             df = ctx.table("__lakeswap_out").await.map_err(fail)?;
         }
@@ -1087,13 +1101,19 @@ pub fn compile(agg: &AggregateSection, record: &Schema, tz: chrono_tz::Tz) -> Re
         let order: Vec<String> = g.iter().map(|g| format!("{g} ASC NULLS FIRST")).collect();
         sql += &format!(" GROUP BY {} ORDER BY {}", g.join(", "), order.join(", "));
     }
-    Ok(Query { sql, ordered: true, narrow, not_null })
+    Ok(Query { sql, ordered: true, narrow, not_null, zone: Some(tz.name().to_string()) })
 }
 
 /// The job's query: its SQL, or the shorthand compiled.
 pub fn query_of(agg: &AggregateSection, record: &Schema, tz: chrono_tz::Tz) -> Result<Query, (String, String)> {
     match &agg.sql {
-        Some(sql) => Ok(Query { sql: sql.clone(), ordered: false, narrow: Vec::new(), not_null: Vec::new() }),
+        Some(sql) => Ok(Query {
+            sql: sql.clone(),
+            ordered: false,
+            narrow: Vec::new(),
+            not_null: Vec::new(),
+            zone: Some(tz.name().to_string()),
+        }),
         None => compile(agg, record, tz),
     }
 }
@@ -1150,12 +1170,12 @@ mod tests {
     }
 
     fn query(sql: &str) -> Query {
-        Query { sql: sql.into(), ordered: false, narrow: Vec::new(), not_null: Vec::new() }
+        Query { sql: sql.into(), ordered: false, narrow: Vec::new(), not_null: Vec::new(), zone: None }
     }
 
     /// The plan [`execute`] sees: `events` registered as it registers it.
     async fn logical(sql: &str, chunks: &[RecordBatch], keep: &[BooleanArray]) -> LogicalPlan {
-        let ctx = session();
+        let ctx = session(None);
         register_events(&ctx, rows(chunks, keep)).await.unwrap();
         register(&ctx, "fx", chunks[0].schema(), Vec::new()).unwrap();
         ctx.sql(sql).await.unwrap().logical_plan().clone()
@@ -1190,7 +1210,7 @@ mod tests {
             "SELECT sum(x) AS s, count(DISTINCT k) AS d FROM events e GROUP BY e.g",
         ] {
             let plan = logical(sql, &chunks, &keep).await;
-            let halves = split(&plan, &session().state(), &chunks, &keep, 0).expect(sql);
+            let halves = split(&plan, &session(None).state(), &chunks, &keep, 0).expect(sql);
             let kept: usize = keep.iter().map(|k| k.true_count()).sum();
             let sizes: Vec<usize> = halves.iter().map(|h| h.iter().map(|k| k.true_count()).sum()).collect();
             assert_eq!(sizes[0] + sizes[1], kept, "{sql}");
@@ -1231,7 +1251,7 @@ mod tests {
             "SELECT g, sum(x) / count(*) AS m FROM events GROUP BY g",
         ] {
             let plan = logical(sql, &chunks, &keep).await;
-            assert!(split(&plan, &session().state(), &chunks, &keep, 0).is_none(), "split: {sql}");
+            assert!(split(&plan, &session(None).state(), &chunks, &keep, 0).is_none(), "split: {sql}");
         }
         // One group, or too few rows: nothing to share.
         let plan = logical("SELECT g, sum(x) AS s FROM events WHERE g = 'a' GROUP BY g", &chunks, &keep).await;
@@ -1243,8 +1263,8 @@ mod tests {
                 BooleanArray::from_iter((0..c.num_rows()).map(|i| Some(k.value(i) && g.value(i) == "a")))
             })
             .collect();
-        assert!(split(&plan, &session().state(), &chunks, &only_a, 0).is_none());
-        assert!(split(&plan, &session().state(), &chunks, &keep, usize::MAX).is_none());
+        assert!(split(&plan, &session(None).state(), &chunks, &only_a, 0).is_none());
+        assert!(split(&plan, &session(None).state(), &chunks, &keep, usize::MAX).is_none());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

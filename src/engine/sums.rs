@@ -9,7 +9,8 @@
 //! Window sums (`sum(x) OVER …`) are widened the same way. Integer `+`, `-`, `*`, `<<` and
 //! negation wrap in DataFusion too (`x * y`, `sum(x) + sum(y)`, `1 << 63`): they are
 //! computed in decimal(38,0), which holds any product or sum of two int64, and cast back
-//! checked. A shift's count must be a constant within the integer's bits (DataFusion takes
+//! checked. Decimal `+`, `-`, `*` whose result DataFusion caps at decimal(38) are computed in
+//! decimal(76) and cast back checked. A shift's count must be a constant within the integer's bits (DataFusion takes
 //! it modulo the bits: `1 << 64` is 1).
 //!
 //! A partition holds fewer than 2^31 rows, so a sum of integers stays below 2^95 < 10^38 and
@@ -198,6 +199,31 @@ fn checked_arithmetic(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
                     Expr::BinaryExpr(BinaryExpr::new(Box::new(l), b.op, Box::new(r)))
                 }
                 Expr::Negative(x) if integer(x) => Expr::Negative(Box::new(cast(x.as_ref().clone(), wide))),
+                // `round(d, n)` of a decimal: DataFusion types it by whether `n` is a literal,
+                // and after type coercion it is a cast of one, so the plan's type and the
+                // result's differ (every date failed). Cast to the plan's type.
+                Expr::ScalarFunction(f)
+                    if f.name() == "round"
+                        && f.args.len() == 2
+                        && matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) =>
+                {
+                    e.clone()
+                }
+                // Decimals whose result DataFusion caps at 38 digits without checking it (two
+                // decimal(38) added): computed in 76 digits, cast back checked.
+                Expr::BinaryExpr(b)
+                    if matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply)
+                        && matches!(t, DataType::Decimal128(38, _)) =>
+                {
+                    let widen = |x: &Expr| match x.get_type(&schema) {
+                        Ok(DataType::Decimal128(_, s)) => Some(cast(x.clone(), DataType::Decimal256(76, s))),
+                        _ => None,
+                    };
+                    let (Some(l), Some(r)) = (widen(&b.left), widen(&b.right)) else {
+                        return Ok(Transformed::no(e));
+                    };
+                    Expr::BinaryExpr(BinaryExpr::new(Box::new(l), b.op, Box::new(r)))
+                }
                 _ => return Ok(Transformed::no(e)),
             };
             Ok(Transformed::yes(cast(op, t)))

@@ -37,13 +37,76 @@ impl AnalyzerRule for ZonedLiterals {
             for input in p.inputs() {
                 schema.merge(input.schema());
             }
-            p.map_expressions(|e| e.transform_up(|e| rewrite(e, &schema)))
+            p.map_expressions(|e| {
+                let t = e.transform_up(|e| rewrite(e, &schema))?;
+                refuse_offsets_made_zone_less(&t.data)?;
+                Ok(t)
+            })
         })
         .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
         "lakeswap_zoned_literals"
+    }
+}
+
+/// An analyzer rule run before type coercion: a timestamp made from an epoch
+/// (`to_timestamp(n)` and its `_seconds` … `_nanos` forms, `from_unixtime(n)`,
+/// `CAST(n AS TIMESTAMP)`) is the instant it counts to, in the job's zone like every instant
+/// the query sees. DataFusion makes it a zone-less value (UTC's wall-clock time), which a
+/// zoned timestamp then reads as wall-clock time in its own zone, shifted by the offset,
+/// wherever the two meet (`CASE`, `COALESCE`, a subquery, an aggregate).
+#[derive(Debug)]
+pub struct EpochInstants {
+    pub zone: Arc<str>,
+}
+
+impl AnalyzerRule for EpochInstants {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|p| {
+            let mut schema = DFSchema::empty();
+            for input in p.inputs() {
+                schema.merge(input.schema());
+            }
+            // Names kept, so the nodes above still find the expressions they refer to.
+            let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
+            let t = p.map_expressions(|e| {
+                let name = names.save(&e);
+                Ok(e.transform_up(|e| self.instant(e, &schema))?.update_data(|e| name.restore(e)))
+            })?;
+            // The node's own schema follows its expressions' new types.
+            match t.transformed {
+                true => Ok(Transformed::yes(t.data.recompute_schema()?)),
+                false => Ok(t),
+            }
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_epoch_instants"
+    }
+}
+
+impl EpochInstants {
+    fn instant(&self, e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+        let epoch = match &e {
+            Expr::ScalarFunction(f) if f.name().starts_with("to_timestamp") || f.name() == "from_unixtime" => {
+                f.args.len() == 1 && f.args[0].get_type(schema).is_ok_and(|t| t.is_numeric())
+            }
+            Expr::Cast(c) => {
+                matches!(c.field.data_type(), DataType::Timestamp(_, None))
+                    && c.expr.get_type(schema).is_ok_and(|t| t.is_numeric())
+            }
+            _ => false,
+        };
+        if !epoch {
+            return Ok(Transformed::no(e));
+        }
+        let Ok(DataType::Timestamp(unit, None)) = e.get_type(schema) else { return Ok(Transformed::no(e)) };
+        let utc = cast(e, DataType::Timestamp(unit, Some("UTC".into())));
+        Ok(Transformed::yes(cast(utc, DataType::Timestamp(unit, Some(self.zone.clone())))))
     }
 }
 
@@ -74,7 +137,18 @@ fn literal_text(e: &Expr) -> Option<&str> {
 fn meant(e: &Expr, to: &DataType, schema: &DFSchema) -> Option<Expr> {
     let DataType::Timestamp(_, Some(zone)) = to else { return None };
     let arg = match e {
-        Expr::Cast(c) => c.expr.as_ref(),
+        // Through casts between zone-less types (`CAST(n AS TIMESTAMP)` is planned as a cast
+        // to seconds, then to nanoseconds).
+        Expr::Cast(c) => {
+            let mut arg = c.expr.as_ref();
+            while let Expr::Cast(inner) = arg {
+                match inner.field.data_type() {
+                    DataType::Timestamp(_, None) => arg = inner.expr.as_ref(),
+                    _ => break,
+                }
+            }
+            arg
+        }
         Expr::ScalarFunction(f)
             if f.args.len() == 1 && (f.name().starts_with("to_timestamp") || f.name() == "from_unixtime") =>
         {
@@ -90,6 +164,70 @@ fn meant(e: &Expr, to: &DataType, schema: &DFSchema) -> Option<Expr> {
         t if t.is_numeric() => Some(cast(e.clone(), DataType::Timestamp(unit, Some("UTC".into())))),
         _ => None,
     }
+}
+
+/// A zone-less constant computed from literals that name their offsets (`TIMESTAMP
+/// '…T09:00:00Z' + INTERVAL '1 hour'`), as the instant it means: DataFusion holds UTC's
+/// wall-clock time in it, which is read as such (a zone-less literal among them is refused).
+fn constant_from_offsets(e: &Expr, schema: &DFSchema) -> Result<Option<Expr>> {
+    let Ok(DataType::Timestamp(unit, None)) = e.get_type(schema) else { return Ok(None) };
+    if !e.column_refs().is_empty() {
+        return Ok(None);
+    }
+    let (mut with, mut without) = (false, None);
+    e.apply(|x| {
+        if let (Expr::Cast(_), Some(s)) = (x, literal_text(x).filter(|_| matches!(x, Expr::Cast(_)))) {
+            match has_offset(s) {
+                true => with = true,
+                false => without = Some(s.to_string()),
+            }
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    match (with, without) {
+        (false, _) => Ok(None),
+        (true, Some(s)) => {
+            plan_err!("the time '{s}' has no offset beside times that have one in one expression; give it its offset")
+        }
+        (true, None) => {
+            // The literals as the zone-less values DataFusion makes of them (UTC's clock), so
+            // they are not taken for zone-less literals left over.
+            let utc = e.clone().transform_up(|x| {
+                let Expr::Cast(c) = &x else { return Ok(Transformed::no(x)) };
+                let (Some(s), DataType::Timestamp(u, None)) = (literal_text(&x), c.field.data_type()) else {
+                    return Ok(Transformed::no(x));
+                };
+                let Ok(nanos) = arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s) else {
+                    return Ok(Transformed::no(x));
+                };
+                let value = Expr::Literal(ScalarValue::TimestampNanosecond(Some(nanos), None), None);
+                Ok(Transformed::yes(cast(value, DataType::Timestamp(*u, None))))
+            })?;
+            Ok(Some(cast(utc.data, DataType::Timestamp(unit, Some("UTC".into())))))
+        }
+    }
+}
+
+/// Refuses a literal naming an offset or zone made a zone-less timestamp where it does not
+/// meet a zoned one (`TIMESTAMP '…T09:00:00Z' + INTERVAL '1 hour'`, `extract(hour FROM
+/// TIMESTAMP '…-05:00')`): DataFusion keeps it as UTC's wall-clock time, which a zoned
+/// timestamp then reads as wall-clock time in the job's zone.
+fn refuse_offsets_made_zone_less(e: &Expr) -> Result<()> {
+    e.apply(|x| {
+        if let Expr::Cast(c) = x {
+            if matches!(c.field.data_type(), DataType::Timestamp(_, None)) {
+                if let Some(s) = literal_text(x).filter(|s| has_offset(s)) {
+                    return plan_err!(
+                        "the time '{s}' names an offset or zone, but here it is a zone-less TIMESTAMP, which \
+                         would hold UTC's wall-clock time rather than the instant; compare it with a zoned \
+                         timestamp, or write it without an offset, as wall-clock time in the job's zone"
+                    );
+                }
+            }
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })
+    .map(|_| ())
 }
 
 /// Whether a timestamp text names its offset or zone (`Z`, `+01:00`, `-0500`, `UTC`,
@@ -194,6 +332,9 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     }
     if literal_text(&c.expr).is_none() {
         if let Some(m) = meant(&c.expr, c.field.data_type(), schema) {
+            return Ok(Transformed::yes(cast(m, c.field.data_type().clone())));
+        }
+        if let Some(m) = constant_from_offsets(&c.expr, schema)? {
             return Ok(Transformed::yes(cast(m, c.field.data_type().clone())));
         }
     }

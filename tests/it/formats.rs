@@ -389,29 +389,64 @@ fn epochs_and_text_are_instants_times_in_seconds_stay_times_decimals_fit() {
     let sql = "SELECT count(*) FILTER (WHERE ts = to_timestamp(ep)) AS a, count(*) FILTER (WHERE ts = from_unixtime(ep)) AS b, \
                count(*) FILTER (WHERE ts = to_timestamp_millis(ep * 1000)) AS c, count(*) FILTER (WHERE ts = CAST(sz AS TIMESTAMP)) AS d, \
                count(*) FILTER (WHERE ts = to_timestamp(sz)) AS e, count(*) FILTER (WHERE ts >= to_timestamp(1793545200)) AS f, \
+               count(*) FILTER (WHERE ts = CAST(ep AS TIMESTAMP)) AS g, \
+               count(*) FILTER (WHERE ts = COALESCE(to_timestamp(ep), to_timestamp(0))) AS h, \
+               count(*) FILTER (WHERE ts = CASE WHEN id <> '' THEN from_unixtime(ep) END) AS i, \
+               count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01T14:00:00Z' + INTERVAL '1 hour') AS j, \
+               max(extract(hour FROM to_timestamp(ep))) AS hour, max(ts) = max(to_timestamp(ep)) AS same, \
                max(to_timestamp_seconds(ep)) AS last FROM events";
     let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
     assert!(out.status.success(), "{}", text(&out));
     let file = lake.partition_file("2026-11-01");
     let b = read_batch(&file);
     let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
-    assert_eq!(["a", "b", "c", "d", "e", "f"].map(v), ["2", "2", "2", "2", "2", "1"]);
+    assert_eq!(
+        ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"].map(v),
+        ["2", "2", "2", "2", "2", "1", "2", "2", "2", "1"]
+    );
+    // An epoch is an instant in the job's zone: 15:00Z is 10:00 in New York.
+    assert_eq!((v("hour"), v("same")), ("10".to_string(), "true".to_string()));
     // The time in seconds is written in milliseconds, a Parquet timestamp every reader knows.
     assert_eq!(
         b.schema().field_with_name("last").unwrap().data_type(),
-        &arrow::datatypes::DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond, None)
+        &arrow::datatypes::DataType::Timestamp(
+            arrow::datatypes::TimeUnit::Millisecond,
+            Some("America/New_York".into())
+        )
     );
     let reader = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&file).unwrap()).unwrap();
     let meta = parquet::file::reader::FileReader::metadata(&reader);
-    let logical = meta.file_metadata().schema_descr().column(6).logical_type_ref().cloned();
+    let descr = meta.file_metadata().schema_descr();
+    let logical = descr.columns().iter().find(|c| c.name() == "last").unwrap().logical_type_ref().cloned();
     assert!(matches!(logical, Some(parquet::basic::LogicalType::Timestamp { .. })), "{logical:?}");
-    assert_eq!(v("last"), "2026-11-01T15:00:00");
-    // 6·10^37 + 6·10^37 has 39 digits: no decimal(38) holds it.
-    let out = job(&lake, "parquet", "", identity, "SELECT big + big AS x FROM events", "2026-11-01");
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(
-        text(&out).contains("the column `x` has a value that does not fit its type Decimal128(38, 0)"),
-        "{}",
-        text(&out)
+    assert_eq!(v("last"), "2026-11-01T10:00:00-05:00");
+    // A literal with an offset left a zone-less TIMESTAMP would hold UTC's wall-clock time.
+    let sql = "SELECT max(extract(hour FROM TIMESTAMP '2026-11-01T14:00:00-05:00')) AS h FROM events";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("'2026-11-01T14:00:00-05:00' names an offset or zone"), "{}", text(&out));
+    // 6·10^37 + 6·10^37 has 39 digits: no decimal(38) holds it, in the output or on the way
+    // to it (made text, it lost a digit).
+    for sql in ["SELECT big + big AS x FROM events", "SELECT max(CAST(big + big AS VARCHAR)) AS x FROM events"] {
+        let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+        assert_eq!(out.status.code(), Some(3), "{sql}: {}", text(&out));
+        assert!(text(&out).contains("is too large to store in a Decimal128 of precision 38"), "{sql}: {}", text(&out));
+    }
+    // `round(d, n)` of a decimal: typed by DataFusion as if `n` were not a literal, computed
+    // as if it were (every date failed).
+    let out = job(
+        &lake,
+        "parquet",
+        "",
+        identity,
+        "SELECT max(round(CAST(ep AS DECIMAL(12, 2)) / 7, 1)) AS r FROM events",
+        "2026-11-01",
     );
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "256220742.900000");
+    // A cast to fewer digits is checked as well.
+    let out = job(&lake, "parquet", "", identity, "SELECT CAST(big AS DECIMAL(37, 0)) AS x FROM events", "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("precision 37"), "{}", text(&out));
 }
