@@ -129,6 +129,15 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
     msg
 }
 
+/// The columns a plan node's expressions can refer to: its inputs' schemas merged.
+fn input_schema(p: &datafusion::logical_expr::LogicalPlan) -> datafusion::common::DFSchema {
+    let mut schema = datafusion::common::DFSchema::empty();
+    for input in p.inputs() {
+        schema.merge(input.schema());
+    }
+    schema
+}
+
 /// A session for one query: one partition (deterministic results), no information schema;
 /// epochs are instants in the job's zone (`zone`).
 fn session(zone: Option<&str>) -> SessionContext {

@@ -148,10 +148,7 @@ fn widened(e: &Expr, input: &DFSchema) -> Result<Option<Expr>> {
 /// checked. Expressions whose types cannot be told (a schema the node's inputs do not join
 /// into) are left as they are.
 fn checked_arithmetic(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
-    let mut schema = DFSchema::empty();
-    for input in p.inputs() {
-        schema.merge(input.schema());
-    }
+    let schema = super::input_schema(&p);
     let names = NamePreserver::new(&p);
     p.map_expressions(|e| {
         let name = names.save(&e);

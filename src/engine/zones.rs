@@ -12,8 +12,8 @@
 //! a time that does not exist is refused, and so is a literal finer than the column's unit
 //! (it would be cut). A date meeting a zoned timestamp is midnight in its zone, and a zoned
 //! timestamp made zone-less (to meet a date or a wall-clock value) is its wall-clock time there.
-//! A zone-less timestamp made at run time from an epoch or from text meeting a zoned one is the
-//! instant it names ([`meant`]).
+//! A zone-less timestamp made at run time from text meeting a zoned one is the instant it
+//! names ([`meant`]); one made from an epoch is an instant from the start ([`EpochInstants`]).
 
 use std::sync::Arc;
 
@@ -33,10 +33,7 @@ pub struct ZonedLiterals;
 impl AnalyzerRule for ZonedLiterals {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|p| {
-            let mut schema = DFSchema::empty();
-            for input in p.inputs() {
-                schema.merge(input.schema());
-            }
+            let schema = super::input_schema(&p);
             p.map_expressions(|e| {
                 let t = e.transform_up(|e| rewrite(e, &schema))?;
                 refuse_offsets_made_zone_less(&t.data)?;
@@ -65,10 +62,7 @@ pub struct EpochInstants {
 impl AnalyzerRule for EpochInstants {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|p| {
-            let mut schema = DFSchema::empty();
-            for input in p.inputs() {
-                schema.merge(input.schema());
-            }
+            let schema = super::input_schema(&p);
             // Names kept, so the nodes above still find the expressions they refer to.
             let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
             let t = p.map_expressions(|e| {
@@ -129,31 +123,16 @@ fn literal_text(e: &Expr) -> Option<&str> {
     }
 }
 
-/// A zone-less timestamp made at run time from text or from an epoch, as the zoned timestamp
-/// of type `to` it means — DataFusion would take it as wall-clock time in `to`'s zone. Text
-/// (`to_timestamp(s)`, `CAST(s AS TIMESTAMP)`) is read as arrow reads text into a zoned type:
-/// the instant its offset gives, or without one wall-clock time there. An epoch
-/// (`to_timestamp(n)`, `from_unixtime(n)`, `CAST(n AS TIMESTAMP)`) is the instant it counts to.
+/// A zone-less timestamp made at run time from text (`to_timestamp(s)`, `CAST(s AS
+/// TIMESTAMP)`), as the zoned timestamp of type `to` it means — DataFusion would take it as
+/// wall-clock time in `to`'s zone: read as arrow reads text into a zoned type, the instant its
+/// offset gives, or without one wall-clock time there. (Epochs are instants already:
+/// [`EpochInstants`].)
 fn meant(e: &Expr, to: &DataType, schema: &DFSchema) -> Option<Expr> {
     let DataType::Timestamp(_, Some(zone)) = to else { return None };
     let arg = match e {
-        // Through casts between zone-less types (`CAST(n AS TIMESTAMP)` is planned as a cast
-        // to seconds, then to nanoseconds).
-        Expr::Cast(c) => {
-            let mut arg = c.expr.as_ref();
-            while let Expr::Cast(inner) = arg {
-                match inner.field.data_type() {
-                    DataType::Timestamp(_, None) => arg = inner.expr.as_ref(),
-                    _ => break,
-                }
-            }
-            arg
-        }
-        Expr::ScalarFunction(f)
-            if f.args.len() == 1 && (f.name().starts_with("to_timestamp") || f.name() == "from_unixtime") =>
-        {
-            &f.args[0]
-        }
+        Expr::Cast(c) => c.expr.as_ref(),
+        Expr::ScalarFunction(f) if f.args.len() == 1 && f.name().starts_with("to_timestamp") => &f.args[0],
         _ => return None,
     };
     let Ok(DataType::Timestamp(unit, None)) = e.get_type(schema) else { return None };
@@ -161,7 +140,6 @@ fn meant(e: &Expr, to: &DataType, schema: &DFSchema) -> Option<Expr> {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
             Some(cast(arg.clone(), DataType::Timestamp(unit, Some(zone.clone()))))
         }
-        t if t.is_numeric() => Some(cast(e.clone(), DataType::Timestamp(unit, Some("UTC".into())))),
         _ => None,
     }
 }
@@ -176,7 +154,8 @@ fn constant_from_offsets(e: &Expr, schema: &DFSchema) -> Result<Option<Expr>> {
     }
     let (mut with, mut without) = (false, None);
     e.apply(|x| {
-        if let (Expr::Cast(_), Some(s)) = (x, literal_text(x).filter(|_| matches!(x, Expr::Cast(_)))) {
+        // Literals made zone-less timestamps (`literal_text` also takes a bare string).
+        if let Some(s) = literal_text(x).filter(|_| matches!(x, Expr::Cast(_))) {
             match has_offset(s) {
                 true => with = true,
                 false => without = Some(s.to_string()),

@@ -132,6 +132,14 @@ fn job(lake: &Lake, format: &str, input: &str, identity: &str, sql: &str, date: 
     cli(&["run", "--config", cfg.to_str().unwrap(), "--date", date], lake.input().parent().unwrap())
 }
 
+/// The first value of the first column the parquet job writes for 2026-11-01 (it must succeed).
+fn first_value(lake: &Lake, identity: &str, sql: &str) -> String {
+    let out = job(lake, "parquet", "", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{sql}: {}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    arrow::util::display::array_value_to_string(b.column(0), 0).unwrap()
+}
+
 /// Risk: an integer a double cannot hold (a 20-digit id) read as a double, so that distinct
 /// ids round to one key and orders are dropped as superseded. Read as text, in CSV and NDJSON.
 #[test]
@@ -335,17 +343,8 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     // Bare strings compared with the column mean the same instants (DataFusion casts them
     // straight to the column's type, which took a repeated time as an error and cut a time
     // finer than the column's unit).
-    let out = job(
-        &lake,
-        "parquet",
-        "",
-        identity,
-        "SELECT count(*) AS n FROM events WHERE ts >= '2026-11-01 01:30:00' AND ts < '2026-11-01T07:00:00Z'",
-        "2026-11-01",
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let b = read_batch(&lake.partition_file("2026-11-01"));
-    assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "1");
+    let sql = "SELECT count(*) AS n FROM events WHERE ts >= '2026-11-01 01:30:00' AND ts < '2026-11-01T07:00:00Z'";
+    assert_eq!(first_value(&lake, identity, sql), "1");
     for finer in [
         "ts < '2026-11-01T14:10:00.0000005Z'",
         "ts < TIMESTAMP '2026-11-01T14:10:00.0000005Z'",
@@ -434,17 +433,8 @@ fn epochs_and_text_are_instants_times_in_seconds_stay_times_decimals_fit() {
     }
     // `round(d, n)` of a decimal: typed by DataFusion as if `n` were not a literal, computed
     // as if it were (every date failed).
-    let out = job(
-        &lake,
-        "parquet",
-        "",
-        identity,
-        "SELECT max(round(CAST(ep AS DECIMAL(12, 2)) / 7, 1)) AS r FROM events",
-        "2026-11-01",
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let b = read_batch(&lake.partition_file("2026-11-01"));
-    assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "256220742.900000");
+    let sql = "SELECT max(round(CAST(ep AS DECIMAL(12, 2)) / 7, 1)) AS r FROM events";
+    assert_eq!(first_value(&lake, identity, sql), "256220742.900000");
     // A cast to fewer digits is checked as well.
     let out = job(&lake, "parquet", "", identity, "SELECT CAST(big AS DECIMAL(37, 0)) AS x FROM events", "2026-11-01");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
