@@ -157,8 +157,8 @@ pub async fn plan(
         required: Vec::new(),
     };
     let lookups = Arc::new(read_lookups(cfg).await?);
-    let (record_schema, output_schema, query_plan) = match first {
-        None => (None, None, None),
+    let (record_schema, output_schema, query_plan, used) = match first {
+        None => (None, None, None, Vec::new()),
         Some(first) => {
             let name = input.display(&first.location);
             let schema = reference_schema(&decoder, input, &first).await?;
@@ -182,14 +182,19 @@ pub async fn plan(
             // The date source's column has the type it will have once read.
             let schema = decoder_schema(&decoder, schema);
             check_columns(cfg, &schema, &name)?;
-            let (output, query_plan) = kind
+            let (output, query_plan, used) = kind
                 .output_schema(cfg, &schema, &lookups)
                 .await
                 .map_err(|(key, m)| config_err(cfg, &key, format!("{m} (the input read from {name})")))?;
-            (Some(schema), Some(output), query_plan)
+            (Some(schema), Some(output), query_plan, used)
         }
     };
     decoder.required = required_columns(cfg, kind, &decoder.date_source);
+    for c in used {
+        if !decoder.required.contains(&c) {
+            decoder.required.push(c);
+        }
+    }
 
     // A flat layout: each date's objects are those whose rows may hold it.
     let mut object_dates = Vec::new();
@@ -284,7 +289,7 @@ fn decoder_schema(decoder: &Decoder, raw: SchemaRef) -> SchemaRef {
                 }
                 _ => read::unify::base(f.data_type()).clone(),
             };
-            arrow::datatypes::Field::new(f.name(), t, true)
+            arrow::datatypes::Field::new(f.name(), read::unify::parquet_native(&t), true)
         })
         .collect();
     Arc::new(arrow::datatypes::Schema::new(fields))

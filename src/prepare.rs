@@ -12,6 +12,7 @@
 //! its object, row and column.
 
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray};
 use arrow::buffer::ScalarBuffer;
@@ -197,8 +198,35 @@ pub(crate) fn key_bytes(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String
     }
     let conv = RowConverter::new(first.iter().map(|c| SortField::new(c.data_type().clone())).collect())
         .map_err(|e| e.to_string())?;
-    let rows = chunks.iter().map(|cols| conv.convert_columns(cols)).collect::<Result<Vec<_>, _>>();
+    let rows = chunks
+        .iter()
+        .map(|cols| conv.convert_columns(&cols.iter().map(one_zero_one_nan).collect::<Vec<_>>()))
+        .collect::<Result<Vec<_>, _>>();
     rows.map(|r| KeyBytes::Rows(Chunked(r))).map_err(|e| e.to_string())
+}
+
+/// A float column with one zero and one NaN: the row format keeps the sign of zero and a NaN's
+/// bits apart, and `0.0` and `-0.0` are one key, as they are equal in SQL. Other columns as
+/// they are.
+pub(crate) fn one_zero_one_nan(c: &ArrayRef) -> ArrayRef {
+    use arrow::datatypes::{Float32Type, Float64Type};
+    match c.data_type() {
+        DataType::Float64 => Arc::new(c.as_primitive::<Float64Type>().unary::<_, Float64Type>(|v| {
+            if v.is_nan() {
+                f64::NAN
+            } else {
+                v + 0.0
+            }
+        })),
+        DataType::Float32 => Arc::new(c.as_primitive::<Float32Type>().unary::<_, Float32Type>(|v| {
+            if v.is_nan() {
+                f32::NAN
+            } else {
+                v + 0.0
+            }
+        })),
+        _ => c.clone(),
+    }
 }
 
 /// Versions as `i64`: integers, dates and timestamps order as their integer value.

@@ -169,11 +169,16 @@ pub fn running_json() -> String {
         .unwrap_or_default()
 }
 
-/// The rows set aside in `quarantine/` by this run: those of the partitions it wrote.
+/// The rows set aside in `quarantine/` by this run: those of the partitions it wrote, and of a
+/// merge's partitions it found unchanged or left untouched (a merge writes them whenever it sets
+/// rows aside).
 pub fn quarantined_now(s: &RunSummary) -> u64 {
     s.partitions
         .iter()
-        .filter(|p| matches!(p.action, Action::Created | Action::Replaced))
+        .filter(|p| {
+            matches!(p.action, Action::Created | Action::Replaced)
+                || (p.merge.is_some() && matches!(p.action, Action::Unchanged | Action::Untouched))
+        })
         .map(|p| p.counts.quarantined_rows)
         .sum()
 }

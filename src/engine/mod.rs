@@ -21,12 +21,13 @@
 //! (`engine/sums.rs`), and timestamp literals read in the job's zone (`engine/zones.rs`).
 
 mod sums;
+mod unlike;
 mod zones;
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::MemTable;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::DataFusionError;
@@ -149,11 +150,14 @@ fn session(zone: Option<&str>) -> SessionContext {
 fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     let state = ctx.state();
     let mut rules = state.analyzer().rules.clone();
+    let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
+    rules.insert(at, Arc::new(unlike::WholeDecimals));
     if let Some(zone) = zone {
         let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
     }
     rules.push(Arc::new(zones::ZonedLiterals));
+    rules.push(Arc::new(unlike::UnlikeSql));
     rules.push(Arc::new(sums::ExactSums));
     let state = datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
         .with_analyzer_rules(rules)
@@ -188,6 +192,9 @@ fn config() -> SessionConfig {
         .with_batch_size(8192)
         // Spans in the engine's errors: their line and column.
         .set_bool("datafusion.sql_parser.collect_spans", true)
+        // `1.15` is an exact number, as in SQL: a decimal, not a double (`amount * 1.15` on a
+        // decimal column was computed in binary floating point, a cent off).
+        .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
 }
 
 fn options() -> SQLOptions {
@@ -239,14 +246,14 @@ fn non_deterministic(plan: &LogicalPlan) -> Option<String> {
     found
 }
 
-/// Plans `query` against the schema of `events` and the lookups: its output schema and its
-/// plan as text (for `--dry-run`), or why it is refused.
+/// Plans `query` against the schema of `events` and the lookups: its output schema, its plan
+/// as text (for `--dry-run`) and the columns of `events` it reads; or why it is refused.
 pub async fn plan(
     query: &Query,
     events: &SchemaRef,
     lookups: &[Lookup],
     partition_column: &str,
-) -> Result<(SchemaRef, String), String> {
+) -> Result<(SchemaRef, String, Vec<String>), String> {
     let ctx = session(query.zone.as_deref());
     register(&ctx, EVENTS, events.clone(), Vec::new()).map_err(|e| reason(&e, &query.sql))?;
     for l in lookups {
@@ -282,8 +289,62 @@ pub async fn plan(
         }
     }
     let shaped = shape_schema(query, &schema);
+    if let Some(why) = unwritable(&shaped) {
+        return Err(why);
+    }
     let text = df.logical_plan().display_indent().to_string();
-    Ok((shaped, text))
+    let used = events_read(&df.into_optimized_plan().map_err(|e| reason(&e, &query.sql))?);
+    Ok((shaped, text, used))
+}
+
+/// The columns of `events` an optimized plan reads (its scans' projections).
+fn events_read(plan: &LogicalPlan) -> Vec<String> {
+    let mut used = Vec::new();
+    let _ = plan.apply_with_subqueries(|p| {
+        if let LogicalPlan::TableScan(s) = p {
+            if s.table_name.table() == EVENTS {
+                let schema = s.source.schema();
+                let all: Vec<usize> = (0..schema.fields().len()).collect();
+                for &i in s.projection.as_ref().unwrap_or(&all) {
+                    let name = schema.field(i).name();
+                    if !used.contains(name) {
+                        used.push(name.clone());
+                    }
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    used
+}
+
+/// Why a column of the output cannot be written as what it is, if one cannot: Parquet has no
+/// type for an interval or a duration (at any depth). Arrow's writer fails on an interval and
+/// writes a duration as a bare integer, which readers other than Arrow take for a number in
+/// no stated unit.
+fn unwritable(schema: &Schema) -> Option<String> {
+    fn timespan(t: &DataType) -> bool {
+        match t {
+            DataType::Interval(_) | DataType::Duration(_) => true,
+            DataType::List(f)
+            | DataType::LargeList(f)
+            | DataType::ListView(f)
+            | DataType::LargeListView(f)
+            | DataType::FixedSizeList(f, _)
+            | DataType::Map(f, _) => timespan(f.data_type()),
+            DataType::Struct(fs) => fs.iter().any(|f| timespan(f.data_type())),
+            DataType::Dictionary(_, v) => timespan(v),
+            _ => false,
+        }
+    }
+    let f = schema.fields().iter().find(|f| timespan(f.data_type()))?;
+    Some(format!(
+        "the column `{}` is {}: Parquet has no type for an interval or a duration, and other readers would \
+         see a bare number in no stated unit. Write it as a number in a unit its name says, e.g. \
+         date_part('epoch', max(ts) - min(ts)) AS span_seconds",
+        f.name(),
+        f.data_type()
+    ))
 }
 
 /// The schema of a query's results: the planner's names, nullability and metadata, with the
@@ -302,9 +363,8 @@ fn output_schema(ctx: &SessionContext, df: &datafusion::dataframe::DataFrame) ->
     Ok(Arc::new(Schema::new_with_metadata(fields, df.schema().as_arrow().metadata().clone())))
 }
 
-/// The output schema after the shorthand's narrowing. Times in seconds are written in
-/// milliseconds: Parquet has no unit of seconds, and a `Timestamp(Second)` or `Time32(Second)`
-/// column was stored as a bare integer, which other readers take for a number.
+/// The output schema after the shorthand's narrowing, in types Parquet holds as themselves
+/// ([`crate::read::unify::parquet_native`]: times in seconds in milliseconds).
 fn shape_schema(query: &Query, schema: &SchemaRef) -> SchemaRef {
     let fields: Vec<Field> = schema
         .fields()
@@ -312,11 +372,7 @@ fn shape_schema(query: &Query, schema: &SchemaRef) -> SchemaRef {
         .map(|f| {
             let ty = query.narrow.iter().find(|(n, _)| n == f.name()).map(|(_, t)| t.clone());
             let nullable = f.is_nullable() && !query.not_null.contains(f.name());
-            let ty = match ty.unwrap_or_else(|| f.data_type().clone()) {
-                DataType::Timestamp(TimeUnit::Second, tz) => DataType::Timestamp(TimeUnit::Millisecond, tz),
-                DataType::Time32(TimeUnit::Second) => DataType::Time32(TimeUnit::Millisecond),
-                other => other,
-            };
+            let ty = crate::read::unify::parquet_native(&ty.unwrap_or_else(|| f.data_type().clone()));
             Field::new(f.name(), ty, nullable)
         })
         .collect();
@@ -359,6 +415,7 @@ pub struct Rows {
 }
 
 /// Where a date's rows come from.
+#[derive(Debug)]
 pub enum Source {
     /// The prepared table's chunks in memory, and which rows of each are kept.
     Chunks { chunks: Vec<RecordBatch>, keep: Vec<arrow::array::BooleanArray> },
@@ -367,78 +424,159 @@ pub enum Source {
     Spilled { record: SchemaRef, files: Vec<std::path::PathBuf> },
 }
 
-/// A spilled partition's winners as a table's only partition: every scan (a query may read
-/// `events` more than once) merges the files again.
+/// The kept rows of a date as a table: every scan reads the columns the query uses of the kept
+/// rows only, in input order, in batches of exactly [`KEPT_BATCH`] rows (the last one less).
+/// The batches' edges then depend on the rows alone, not on where the input was cut (its row
+/// groups, or the spilled files' parts): an aggregate that adds a batch at a time (a `sum` of
+/// doubles without `GROUP BY`, an approximate percentile) gives the same bytes in memory and
+/// spilled.
 #[derive(Debug)]
-struct Spilled {
-    schema: SchemaRef,
+struct KeptRows {
     record: SchemaRef,
-    files: Vec<std::path::PathBuf>,
+    source: Arc<Source>,
 }
 
-impl datafusion::physical_plan::streaming::PartitionStream for Spilled {
+/// Rows in each batch of the kept rows.
+const KEPT_BATCH: usize = 8192;
+
+#[async_trait::async_trait]
+impl datafusion::catalog::TableProvider for KeptRows {
+    fn schema(&self) -> SchemaRef {
+        self.record.clone()
+    }
+
+    fn table_type(&self) -> datafusion::logical_expr::TableType {
+        datafusion::logical_expr::TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _: &dyn datafusion::catalog::Session,
+        projection: Option<&Vec<usize>>,
+        _: &[Expr],
+        _: Option<usize>,
+    ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>, DataFusionError> {
+        let columns: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.record.fields().len()).collect(),
+        };
+        let schema = Arc::new(self.record.project(&columns)?);
+        let stream =
+            KeptStream { schema: schema.clone(), record: self.record.clone(), columns, source: self.source.clone() };
+        let exec = datafusion::physical_plan::streaming::StreamingTableExec::try_new(
+            schema,
+            vec![Arc::new(stream)],
+            None,
+            Vec::new(),
+            false,
+            None,
+        )?;
+        Ok(Arc::new(exec))
+    }
+}
+
+/// One scan of [`KeptRows`]: `columns` of the record.
+#[derive(Debug)]
+struct KeptStream {
+    schema: SchemaRef,
+    record: SchemaRef,
+    columns: Vec<usize>,
+    source: Arc<Source>,
+}
+
+impl datafusion::physical_plan::streaming::PartitionStream for KeptStream {
     fn schema(&self) -> &SchemaRef {
         &self.schema
     }
 
     fn execute(&self, _: Arc<datafusion::execution::TaskContext>) -> datafusion::execution::SendableRecordBatchStream {
         use futures::StreamExt;
-        let schema = self.schema.clone();
-        let stream = crate::spill::merged(self.files.clone(), self.record.clone()).map(move |b| {
-            let b = b.map_err(|e| DataFusionError::External(Box::new(e)))?;
-            let mut cols = b.columns().to_vec();
-            cols.push(Arc::new(arrow::array::BooleanArray::from(vec![true; b.num_rows()])));
-            RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
+        let (schema, columns) = (self.schema.clone(), self.columns.clone());
+        // Pieces of the kept rows, each with the rows of it to keep (`None`: all).
+        type Piece = Result<(RecordBatch, Option<arrow::array::BooleanArray>), DataFusionError>;
+        let pieces: futures::stream::BoxStream<'static, Piece> = match self.source.as_ref() {
+            Source::Chunks { chunks, keep } => {
+                let pieces: Vec<Piece> =
+                    chunks.iter().zip(keep).map(|(c, k)| Ok((c.clone(), Some(k.clone())))).collect();
+                futures::stream::iter(pieces).boxed()
+            }
+            Source::Spilled { files, .. } => crate::spill::merged(files.clone(), self.record.clone())
+                .map(|b| b.map(|b| (b, None)).map_err(|e| DataFusionError::External(Box::new(e))))
+                .boxed(),
+        };
+        let coalescer = arrow::compute::BatchCoalescer::new(schema.clone(), KEPT_BATCH);
+        let stream = futures::stream::unfold((pieces, Some(coalescer)), move |(mut pieces, coalescer)| {
+            let columns = columns.clone();
+            async move {
+                let mut c = coalescer?;
+                loop {
+                    if let Some(b) = c.next_completed_batch() {
+                        return Some((one_zero_one_nan(b), (pieces, Some(c))));
+                    }
+                    let pushed = match pieces.next().await {
+                        Some(Ok((batch, keep))) => {
+                            batch.project(&columns).map_err(DataFusionError::from).and_then(|b| {
+                                match keep {
+                                    Some(k) => c.push_batch_with_filter(b, &k),
+                                    None => c.push_batch(b),
+                                }
+                                .map_err(DataFusionError::from)
+                            })
+                        }
+                        Some(Err(e)) => Err(e),
+                        None => {
+                            if let Err(e) = c.finish_buffered_batch() {
+                                return Some((Err(e.into()), (pieces, None)));
+                            }
+                            return c.next_completed_batch().map(|b| (one_zero_one_nan(b), (pieces, None)));
+                        }
+                    };
+                    if let Err(e) = pushed {
+                        return Some((Err(e), (pieces, None)));
+                    }
+                }
+            }
         });
         Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(self.schema.clone(), stream))
     }
 }
 
-/// The hidden column of the kept rows.
-const KEEP: &str = "__lakeswap_keep";
+/// A batch of kept rows with one zero and one NaN in its float columns: `0.0` and `-0.0` are
+/// equal in SQL, and so are NaNs, but the engine's hash tables and orders keep their bits apart
+/// (`count(DISTINCT f)` counted both zeros, a NaN with its sign bit set made a second group
+/// and was the `min`).
+fn one_zero_one_nan(b: RecordBatch) -> Result<RecordBatch, DataFusionError> {
+    if !b.schema().fields().iter().any(|f| f.data_type().is_floating()) {
+        return Ok(b);
+    }
+    let columns = b.columns().iter().map(crate::prepare::one_zero_one_nan).collect();
+    Ok(RecordBatch::try_new(b.schema(), columns)?)
+}
 
-/// The table of a date's chunks, of which `events` is a view.
+/// The table of a date's kept rows, of which `events` is a view.
 const ROWS: &str = "__lakeswap_rows";
 
-/// Registers `events` as a view over the chunks: the kept rows, the columns of `events`. The
-/// engine filters and projects as it scans, one chunk at a time, only the columns the query
-/// uses — no copy of the whole date.
+/// Registers `events` as a view over the kept rows ([`KeptRows`]): the columns of `events`,
+/// the engine reading only those the query uses — no copy of the whole date.
 async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFusionError> {
     let Rows { source, date, events } = rows;
-    let with_keep = |record: &Schema| {
-        let mut fields: Vec<Field> = record.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-        fields.push(Field::new(KEEP, DataType::Boolean, false));
+    let nullable = |record: &Schema| {
+        let fields: Vec<Field> = record.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
         Arc::new(Schema::new(fields))
     };
-    let record = match source {
-        Source::Chunks { chunks, keep } => {
+    let record = match &source {
+        Source::Chunks { chunks, .. } => {
             let record = chunks.first().map(|c| c.schema());
-            let record = record.unwrap_or_else(|| {
+            record.unwrap_or_else(|| {
                 Arc::new(Schema::new(
                     events.fields().iter().filter(|f| f.data_type() != &DataType::Null).cloned().collect::<Vec<_>>(),
                 ))
-            });
-            let schema = with_keep(&record);
-            let batches: Vec<RecordBatch> = chunks
-                .into_iter()
-                .zip(keep)
-                .map(|(c, k)| {
-                    let mut cols = c.columns().to_vec();
-                    cols.push(Arc::new(k));
-                    RecordBatch::try_new(schema.clone(), cols).map_err(DataFusionError::from)
-                })
-                .collect::<Result<_, _>>()?;
-            register(ctx, ROWS, schema, batches)?;
-            record
+            })
         }
-        Source::Spilled { record, files } => {
-            let schema = with_keep(&record);
-            let spilled = Spilled { schema: schema.clone(), record: record.clone(), files };
-            let table = datafusion::catalog::streaming::StreamingTable::try_new(schema, vec![Arc::new(spilled)])?;
-            ctx.register_table(ROWS, Arc::new(table))?;
-            record
-        }
+        Source::Spilled { record, .. } => record.clone(),
     };
+    let table = KeptRows { record: nullable(&record), source: Arc::new(source) };
+    ctx.register_table(ROWS, Arc::new(table))?;
     let col = |n: &str| Expr::Column(datafusion::common::Column::new_unqualified(n));
     let select: Vec<Expr> = events
         .fields()
@@ -455,7 +593,7 @@ async fn register_events(ctx: &SessionContext, rows: Rows) -> Result<(), DataFus
             }
         })
         .collect();
-    let view = ctx.table(ROWS).await?.filter(col(KEEP))?.select(select)?;
+    let view = ctx.table(ROWS).await?.select(select)?;
     ctx.register_table(EVENTS, view.into_view())?;
     Ok(())
 }
@@ -790,10 +928,8 @@ fn group_columns(plan: &LogicalPlan, record: &Schema) -> Option<Vec<String>> {
     // `events` as [`register_events`] defines it: the kept rows, their columns and the date.
     fn kept_rows(plan: &LogicalPlan) -> bool {
         let LogicalPlan::Projection(p) = plan else { return false };
-        let LogicalPlan::Filter(f) = p.input.as_ref() else { return false };
-        let LogicalPlan::TableScan(t) = f.input.as_ref() else { return false };
+        let LogicalPlan::TableScan(t) = p.input.as_ref() else { return false };
         p.expr.iter().all(|e| matches!(e.clone().unalias(), Expr::Column(_) | Expr::Literal(..)))
-            && matches!(&f.predicate, Expr::Column(c) if c.name == KEEP)
             && t.table_name.table() == ROWS
             && t.filters.is_empty()
             && t.fetch.is_none()
@@ -899,6 +1035,9 @@ impl<T> std::future::Future for Owned<T> {
 /// measures; a sum that does not fit fails naming the measure.
 fn shape(query: &Query, batch: RecordBatch) -> Result<RecordBatch, PartitionError> {
     let schema = shape_schema(query, &batch.schema());
+    if let Some(why) = unwritable(&schema) {
+        return Err(PartitionError::Query { message: why });
+    }
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
     for (f, c) in schema.fields().iter().zip(batch.columns()) {
         if c.data_type() == f.data_type() {
@@ -1010,6 +1149,8 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
                     }
                     n.to_string()
                 }
+                // In the column's own type: `0.1` for a float32 column is float32's 0.1.
+                DataType::Float32 => format!("CAST({} AS REAL)", quoted(&text)),
                 _ => format!("CAST({} AS DOUBLE)", quoted(&text)),
             }
         }
@@ -1212,7 +1353,7 @@ mod tests {
         assert_ne!(xs.iter().sum::<f64>().to_bits(), xs.iter().rev().sum::<f64>().to_bits());
         for sql in [
             "SELECT g, sum(x) AS s, avg(x) AS a, count(DISTINCT k) AS d, min(x) AS lo, max(x) AS hi, \
-             sum(x) FILTER (WHERE h < 500) AS s2, count(*) AS n FROM events WHERE x < 1e8 GROUP BY g HAVING count(*) > 10",
+             sum(x) FILTER (WHERE h < 500) AS s2, count(*) AS n FROM events WHERE x < 100000000 GROUP BY g HAVING count(*) > 10",
             // Past 4,096 groups: halves by the hash's top bit.
             "SELECT h, g, sum(x) AS s, avg(x) AS a FROM events GROUP BY h, g",
             // No group column in the output.

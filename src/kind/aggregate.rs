@@ -100,10 +100,12 @@ impl Kind for Aggregate {
         Box::pin(async move {
             let events = events_schema(record, &cfg.partition.column, cfg.timezone());
             let query = engine::query_of(&self.section, &events, cfg.timezone())?;
-            let (schema, text) = engine::plan(&query, &events, lookups, &cfg.partition.column)
+            let (schema, text, used) = engine::plan(&query, &events, lookups, &cfg.partition.column)
                 .await
                 .map_err(|m| (self.key().to_string(), m))?;
-            Ok((schema, Some(text)))
+            // The input columns the query reads (not the partition column a folder gives).
+            let used = used.into_iter().filter(|c| record.field_with_name(c).is_ok()).collect();
+            Ok((schema, Some(text), used))
         })
     }
 

@@ -11,10 +11,12 @@
 //!    searched for the batch's keys — no partition's rows are read unless it holds a candidate.
 //!    A key stored under another date *moves* when the batch's version is newer (the new date
 //!    gains the row, the old one loses it), is ignored when older, and is a conflict when equal;
-//!    with `[merge] on_date_change = "fail"` a move fails the batch's date instead (exit 3);
+//!    with `[merge] on_date_change = "fail"` a move fails the batch's date instead (exit 3).
+//!    A date of the batch that has failed writes nothing, but its stored rows still guard the
+//!    others: a date holding a key stored under it fails too;
 //! 4. each touched partition is merged and encoded, with its tombstones and key index as objects
 //!    its footer names. Partitions that move keys between them commit together or not at all:
-//!    if one fails, all of them fail.
+//!    if one fails — before or while it is merged — all of them fail.
 //!
 //! Runs of one merged table never overlap (the table lease); the commit stage records the swaps
 //! of a run that moves keys before the first one, so a crash in between is completed by the
@@ -80,7 +82,7 @@ impl Kind for Merge {
         record: &'a SchemaRef,
         _lookups: &'a [crate::engine::Lookup],
     ) -> BoxFuture<'a, Planned> {
-        Box::pin(async move { self.output(cfg, record).map(|s| (s, None)) })
+        Box::pin(async move { self.output(cfg, record).map(|s| (s, None, Vec::new())) })
     }
 
     fn needs_dates(&self) -> bool {
@@ -181,12 +183,12 @@ impl Merge {
             self.against_table(cx, &mut slots, &mut moves).await;
         }
         // Partitions that move keys between them commit together or not at all.
-        abort_broken_moves(&mut slots, &mut moves);
+        abort_broken_moves(&mut slots.iter_mut().map(|s| (s.plan.date, &mut s.state)).collect::<Vec<_>>(), &mut moves);
         for slot in &mut slots {
             slot.moved_in = moves.iter().filter(|m| m.to == slot.plan.date).count() as u64;
         }
         // 4. Merge and encode each.
-        let outcomes: Vec<Outcome> = futures::stream::iter(slots)
+        let mut outcomes: Vec<Outcome> = futures::stream::iter(slots)
             .map(|slot| async move {
                 let date = slot.plan.date;
                 let outcome = match cx.opts.stop.check() {
@@ -202,6 +204,12 @@ impl Merge {
             .buffered(cx.opts.concurrency.max(1))
             .collect()
             .await;
+        // A partition can also fail while it is merged (a conflict with its own stored rows, a
+        // stop, an unreadable tombstone object): the partitions it moves keys with fail with it.
+        abort_broken_moves(
+            &mut outcomes.iter_mut().map(|o| (o.plan.date, &mut o.result)).collect::<Vec<_>>(),
+            &mut moves,
+        );
         Computed { outcomes, moves }
     }
 
@@ -308,12 +316,14 @@ impl Merge {
         wanted.sort_unstable();
         let held: BTreeMap<NaiveDate, usize> = slots.iter().enumerate().map(|(i, s)| (s.plan.date, i)).collect();
         for date in committed {
-            let index = match held.get(&date) {
+            // A date of the batch that has failed is searched too (its index from the committed
+            // footer): its stored rows stay, and guard the other dates.
+            let (index, failed) = match held.get(&date) {
                 Some(&i) => match &slots[i].state {
-                    Ok(Some(d)) => d.stored.clone(),
-                    _ => continue,
+                    Ok(Some(d)) => (d.stored.clone(), false),
+                    _ => (None, true),
                 },
-                None => None,
+                None => (None, false),
             };
             let dir = commit::partition_dir(column, date);
             let hashes = match partition_index(cx, &dir, index.as_ref()).await {
@@ -331,6 +341,10 @@ impl Merge {
                 .map(|&(_, s, i)| (s, i))
                 .collect();
             if candidates.is_empty() {
+                continue;
+            }
+            if failed {
+                fail_beside(slots, &candidates, date);
                 continue;
             }
             // The partition that holds them: held already, or leased now.
@@ -373,6 +387,12 @@ impl Merge {
         candidates: &[(usize, usize)],
         moves: &mut Vec<Move>,
     ) {
+        if slots[p].state.is_err() {
+            // It failed: its keys cannot be decided against it.
+            let from = slots[p].plan.date;
+            fail_beside(slots, candidates, from);
+            return;
+        }
         let stored_bytes = match &slots[p].state {
             Ok(Some(d)) => d.stored.clone(),
             Ok(None) => slots[p].stored.clone(),
@@ -520,10 +540,15 @@ impl Merge {
             let (rows, tombs, mut stats, counts, quarantine) = match dated {
                 Some(mut d) => {
                     let mut quarantined = std::mem::take(&mut d.quarantined);
+                    quarantined.sort_unstable();
+                    quarantined.dedup();
                     d.prepared.winners.retain(|r| !d.dropped.contains(r));
                     let m = engine::merge(&d.prepared, &d.id, &schema, &tomb_schema, read)?;
                     let mut stats = m.stats;
                     stats.ignored_older += d.older;
+                    // Conflicts with a row under another date (stored, or of the batch) count
+                    // like those with this date's stored rows.
+                    stats.conflicts += quarantined.len() as u64;
                     quarantined.extend(&d.prepared.quarantined);
                     quarantined.extend(&m.quarantined);
                     quarantined.sort_unstable();
@@ -533,7 +558,9 @@ impl Merge {
                     } else {
                         Some(d.prepared.table.take(&quarantined).map_err(|e| PartitionError::Other(e.to_string()))?)
                     };
-                    (m.rows, m.tombstones, stats, d.prepared.stats, quarantine)
+                    // The rows the quarantine file holds, whichever step set them aside.
+                    let counts = PrepareStats { quarantined_rows: quarantined.len() as u64, ..d.prepared.stats };
+                    (m.rows, m.tombstones, stats, counts, quarantine)
                 }
                 None => {
                     let (rows, tombs) = read.unwrap_or_else(|| {
@@ -735,14 +762,28 @@ async fn lease_extra(cx: &Context<'_>, dir: &str, date: NaiveDate) -> Result<Slo
     Ok(Slot { plan, started: Instant::now(), state: Ok(None), removals: HashSet::new(), stored, moved_in: 0 })
 }
 
+/// Fails the dates of the batch holding `candidates`, keys stored under `from`, a date of the
+/// batch that failed: it writes nothing, so they cannot be merged beside it — an older version
+/// would be let in beside the stored newer one (one key under two dates), a newer one would move
+/// the key out of a partition that is not rewritten.
+fn fail_beside(slots: &mut [Slot], candidates: &[(usize, usize)], from: NaiveDate) {
+    for &(s, _) in candidates {
+        slots[s].fail(PartitionError::Other(format!(
+            "keys of this date are stored under {from}, which failed: they cannot be checked against it, \
+             nothing is written for either"
+        )));
+    }
+}
+
 /// A merge that moves keys between partitions is all or nothing: when one of them fails, every
-/// partition connected to it by moves fails too, and those moves are dropped.
-fn abort_broken_moves(slots: &mut [Slot], moves: &mut Vec<Move>) {
+/// partition connected to it by moves fails too, and those moves are dropped. `parts`: each
+/// partition's date and result (its prepared state, or its computed file).
+fn abort_broken_moves<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], moves: &mut Vec<Move>) {
     if moves.is_empty() {
         return;
     }
-    let index: BTreeMap<NaiveDate, usize> = slots.iter().enumerate().map(|(i, s)| (s.plan.date, i)).collect();
-    let mut parent: Vec<usize> = (0..slots.len()).collect();
+    let index: BTreeMap<NaiveDate, usize> = parts.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
+    let mut parent: Vec<usize> = (0..parts.len()).collect();
     fn find(p: &mut [usize], x: usize) -> usize {
         let mut r = x;
         while p[r] != r {
@@ -757,21 +798,21 @@ fn abort_broken_moves(slots: &mut [Slot], moves: &mut Vec<Move>) {
             parent[ra] = rb;
         }
     }
-    let broken: BTreeMap<usize, NaiveDate> = (0..slots.len())
-        .filter(|&i| slots[i].state.is_err())
-        .map(|i| (find(&mut parent, i), slots[i].plan.date))
-        .collect();
+    let broken: BTreeMap<usize, NaiveDate> =
+        (0..parts.len()).filter(|&i| parts[i].1.is_err()).map(|i| (find(&mut parent, i), parts[i].0)).collect();
     if broken.is_empty() {
         return;
     }
-    for (i, slot) in slots.iter_mut().enumerate() {
+    for (i, (_, result)) in parts.iter_mut().enumerate() {
         if let Some(&failed) = broken.get(&find(&mut parent, i)) {
-            slot.fail(PartitionError::Other(format!(
-                "keys move between this date and {failed}, which failed: nothing is written for either"
-            )));
+            if result.is_ok() {
+                **result = Err(PartitionError::Other(format!(
+                    "keys move between this date and {failed}, which failed: nothing is written for either"
+                )));
+            }
         }
     }
-    moves.retain(|m| index.get(&m.from).is_some_and(|&i| slots[i].state.is_ok()));
+    moves.retain(|m| index.get(&m.from).is_some_and(|&i| parts[i].1.is_ok()));
 }
 
 /// The bytes of an object under the output.

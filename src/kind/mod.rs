@@ -26,9 +26,10 @@ use crate::sidecar::Sidecar;
 pub mod aggregate;
 pub mod merge;
 
-/// What planning a kind gives: the output schema and the query plan when there is one; or
-/// the config key at fault and the reason.
-pub type Planned = Result<(SchemaRef, Option<String>), (String, String)>;
+/// What planning a kind gives: the output schema, the query plan when there is one, and the
+/// input columns its computation reads beyond those of the identity (every object must hold
+/// them); or the config key at fault and the reason.
+pub type Planned = Result<(SchemaRef, Option<String>, Vec<String>), (String, String)>;
 
 /// What a job computes. See the module documentation.
 pub trait Kind: std::fmt::Debug + Send + Sync {

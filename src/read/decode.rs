@@ -415,6 +415,7 @@ impl Decoder {
             .map_err(|e| malformed(e.to_string()))?;
         let batches: Vec<RecordBatch> =
             reader.collect::<Result<_, _>>().map_err(|e: arrow::error::ArrowError| malformed(e.to_string()))?;
+        self.one_json_type(object, bytes, &inferred)?;
         let typed: Vec<(String, DataType)> = numbers
             .into_iter()
             .map(|name| {
@@ -436,6 +437,36 @@ impl Decoder {
             row += n as u64;
         }
         Ok(out)
+    }
+
+    /// Refuses a field that is text on some lines and another JSON value (a number, `true`) on
+    /// others: the inference makes it text, and `1` and `"1"` would be one key. The same lines
+    /// split between two objects are refused as types that cannot be unified.
+    fn one_json_type(&self, object: &str, bytes: &Bytes, inferred: &Schema) -> Result<(), InputError> {
+        let text: Vec<Field> = inferred
+            .fields()
+            .iter()
+            .filter(|f| f.data_type() == &DataType::Utf8)
+            .filter(|f| self.declared(f.name()).is_none() && self.implied_text(f.name()).is_none())
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let strict = |fields: Vec<Field>| {
+            arrow::json::ReaderBuilder::new(Arc::new(Schema::new(fields)))
+                .with_batch_size(65_536)
+                .with_coerce_primitive(false)
+                .build(Cursor::new(bytes))
+                .and_then(|r| r.collect::<Result<Vec<_>, _>>())
+        };
+        if text.is_empty() || strict(text.clone()).is_ok() {
+            return Ok(());
+        }
+        let field = text.iter().find(|f| strict(vec![(*f).clone()]).is_err()).map(|f| f.name().clone());
+        Err(InputError::bad(
+            at(object, None, None, field.as_deref()),
+            "this field holds text on some lines and other JSON values (numbers, booleans) on others, so 1 and \"1\" \
+             would read alike; fix the writer, or declare the field's type in [input.schema] (utf8 reads every \
+             value as text)",
+        ))
     }
 
     /// The partition date of every row, as days since the epoch (`None`: the path gives it).

@@ -374,6 +374,10 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
     let mut all_num = true;
     let mut all_bool = true;
     let mut any = false;
+    // A whole number a double cannot hold exactly (past 2^53) keeps the column text unless
+    // every value is an integer: as doubles, the 20-digit ids 18446744073709551610 and …611,
+    // or 9007199254740993 beside a 0.5, would be one key.
+    let mut inexact = false;
     for c in columns {
         for i in 0..c.len() {
             if c.is_null(i) {
@@ -388,14 +392,12 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
                     && (digits == "0" || !digits.starts_with('0'))
                     && v.parse::<i64>().is_ok();
             }
+            let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
+            let whole = !unsigned.is_empty() && unsigned.bytes().all(|b| b.is_ascii_digit());
+            inexact |= whole && !v.parse::<i64>().is_ok_and(|x| x.unsigned_abs() <= 1 << 53);
             if all_num && !all_int {
-                let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
                 let int_part = unsigned.split(['.', 'e', 'E']).next().unwrap_or("");
-                // A whole number a double cannot hold exactly (past 2^53) keeps the column
-                // text: as doubles, the 20-digit ids 18446744073709551610 and …611 would be one key.
-                let whole = !unsigned.is_empty() && unsigned.bytes().all(|b| b.is_ascii_digit());
-                let exact = !whole || v.parse::<i64>().is_ok_and(|x| x.unsigned_abs() <= 1 << 53);
-                all_num = exact
+                all_num = !inexact
                     && v.parse::<f64>().is_ok_and(f64::is_finite)
                     && v.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
                     && !(int_part.len() > 1 && int_part.starts_with('0'));
@@ -411,7 +413,7 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
     match (any, all_int, all_num, all_bool) {
         (false, ..) => DataType::Null,
         (_, true, ..) => DataType::Int64,
-        (_, _, true, _) => DataType::Float64,
+        (_, _, true, _) if !inexact => DataType::Float64,
         (_, _, _, true) => DataType::Boolean,
         _ => DataType::Utf8,
     }
@@ -623,6 +625,8 @@ mod tests {
         assert_eq!(infer(&[&a(&["1.5", "-9223372036854775809"])]), DataType::Utf8);
         assert_eq!(infer(&[&a(&["1.5", "9007199254740993"])]), DataType::Utf8, "2^53 + 1 is no double");
         assert_eq!(infer(&[&a(&["2.5", "1", "-9007199254740992"])]), DataType::Float64);
+        assert_eq!(infer(&[&a(&["9007199254740993", "0.5"])]), DataType::Utf8, "the integer came first");
+        assert_eq!(infer(&[&a(&["9007199254740993"]), &a(&["-0.25"])]), DataType::Utf8);
         assert_eq!(infer(&[&a(&["9223372036854775807", "-9223372036854775808"])]), DataType::Int64);
         assert_eq!(infer(&[&a(&["true", "False"])]), DataType::Boolean);
         assert_eq!(infer(&[&a(&["2026-11-01"])]), DataType::Utf8);

@@ -153,8 +153,34 @@ pub fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
     }
 }
 
+/// `t` as Parquet holds it, at any depth (in lists, structs and maps): times in seconds in
+/// milliseconds, and `date64` as `date32`. Parquet has no unit of seconds and no date in
+/// milliseconds: arrow writes a `Timestamp(Second)`, `Time32(Second)` or `Date64` column as a
+/// bare integer that other readers take for a number. The values convert exactly (a `date64`
+/// that is not a midnight is refused where it is conformed).
+pub fn parquet_native(t: &DataType) -> DataType {
+    use DataType::*;
+    let field =
+        |f: &arrow::datatypes::FieldRef| Arc::new(f.as_ref().clone().with_data_type(parquet_native(f.data_type())));
+    match t {
+        Timestamp(TimeUnit::Second, tz) => Timestamp(TimeUnit::Millisecond, tz.clone()),
+        Time32(TimeUnit::Second) => Time32(TimeUnit::Millisecond),
+        Date64 => Date32,
+        List(f) => List(field(f)),
+        LargeList(f) => LargeList(field(f)),
+        ListView(f) => ListView(field(f)),
+        LargeListView(f) => LargeListView(field(f)),
+        FixedSizeList(f, n) => FixedSizeList(field(f), *n),
+        Struct(fs) => Struct(fs.iter().map(field).collect()),
+        Map(f, sorted) => Map(field(f), *sorted),
+        Dictionary(k, v) => Dictionary(k.clone(), Box::new(parquet_native(v))),
+        other => other.clone(),
+    }
+}
+
 /// The record schema of some objects: every column of any of them, in order of first
-/// appearance, each of its unified type (or its declared type).
+/// appearance, each of its unified type (or its declared type) as Parquet holds it
+/// ([`parquet_native`]).
 pub fn unify(objects: &[(&str, &Schema)], declared: &dyn Fn(&str) -> Option<DataType>) -> Result<SchemaRef, Clash> {
     let mut fields: Vec<(String, DataType, String)> = Vec::new();
     for (object, schema) in objects {
@@ -178,7 +204,7 @@ pub fn unify(objects: &[(&str, &Schema)], declared: &dyn Fn(&str) -> Option<Data
     Ok(Arc::new(Schema::new(
         fields
             .into_iter()
-            .map(|(n, t, _)| Field::new(n, if t == DataType::Null { DataType::Utf8 } else { t }, true))
+            .map(|(n, t, _)| Field::new(n, if t == DataType::Null { DataType::Utf8 } else { parquet_native(&t) }, true))
             .collect::<Vec<_>>(),
     )))
 }

@@ -11,6 +11,11 @@
 //! losing them — so a crash in between leaves a record the next run of the table completes
 //! ([`roll_forward`]). Between two of those swaps a reader can see a moved key under both
 //! dates.
+//!
+//! Rows a merge sets aside (`on_conflict = "quarantine"`) are written whenever it sets them
+//! aside, also when its partition is unchanged or untouched: a merged file depends on the
+//! resulting state only, so unchanged bytes do not mean they were written before (they do for
+//! an aggregate, whose file names its input).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -67,7 +72,9 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                         Err(e) => report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e)),
                         Ok(f) => {
                             let res = match leases.check(&o.plan.dir).and_then(|_| opts.stop.check()) {
-                                Ok(()) if f.skip => Ok(Action::Untouched),
+                                Ok(()) if f.skip => {
+                                    set_aside(job, run_id, &o.plan.dir, &f).await.map(|()| Action::Untouched)
+                                }
                                 Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f).await,
                                 Err(e) => Err(e),
                             };
@@ -134,12 +141,18 @@ async fn foreign(job: &Job, dir: &str) -> std::result::Result<Vec<object_store::
     })
 }
 
+/// Writes a partition's quarantined rows, when it has any.
+async fn set_aside(job: &Job, run_id: &str, dir: &str, f: &PartitionFile) -> std::result::Result<(), PartitionError> {
+    if let Some(q) = &f.quarantine {
+        commit::upload(&job.state, &commit::quarantine_path(&job.state, run_id, dir), q.clone()).await?;
+    }
+    Ok(())
+}
+
 /// Writes what goes before a partition file: its quarantined rows and the objects it names.
 async fn before(job: &Job, run_id: &str, dir: &str, f: &PartitionFile) -> std::result::Result<(), PartitionError> {
     let state = &job.state;
-    if let Some(q) = &f.quarantine {
-        commit::upload(state, &commit::quarantine_path(state, run_id, dir), q.clone()).await?;
-    }
+    set_aside(job, run_id, dir, f).await?;
     for s in &f.sidecars {
         let path = state.child(&[&s.reference.object]);
         // Content-addressed: an object of that name holds these bytes already.
@@ -171,10 +184,15 @@ async fn commit_one(
 ) -> std::result::Result<Action, PartitionError> {
     let foreign = foreign(job, dir).await?;
     let out = &job.output;
-    // Staged first: a partition whose bytes are already committed writes nothing at all (its
-    // quarantined rows and sidecars were written with it).
+    // Staged first: a partition whose bytes are already committed writes nothing else (its
+    // sidecars were written with it, and an aggregate's quarantined rows too; a merge's are
+    // this batch's: see the module documentation).
     let bytes = f.body.load().await?;
     let action = match commit::stage(out, &job.state, run_id, dir, &bytes, &f.schema, f.rows, seen).await? {
+        Staged::Unchanged if f.merge.is_some() => {
+            set_aside(job, run_id, dir, f).await?;
+            Action::Unchanged
+        }
         Staged::Unchanged => Action::Unchanged,
         Staged::Ready(staged) => {
             if let Err(e) = before(job, run_id, dir, f).await {
@@ -210,7 +228,11 @@ async fn commit_together(
         let date = o.plan.date;
         match o.result {
             Err(e) => reports.push(report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e))),
-            Ok(f) if f.skip => reports.push(finished(date, Ok(Action::Untouched), &f, o.seconds)),
+            Ok(f) if f.skip => {
+                // Nothing to swap, and no moves: only its quarantined rows, if any.
+                let res = set_aside(job, run_id, &o.plan.dir, &f).await.map(|()| Action::Untouched);
+                reports.push(finished(date, res, &f, o.seconds))
+            }
             Ok(f) => {
                 let step = async {
                     leases.check(&o.plan.dir)?;
@@ -218,11 +240,15 @@ async fn commit_together(
                     let bytes = f.body.load().await?;
                     let s =
                         commit::stage(out, state, run_id, &o.plan.dir, &bytes, &f.schema, f.rows, &o.plan.seen).await?;
-                    if let Staged::Ready(staged) = &s {
-                        if let Err(e) = before(job, run_id, &o.plan.dir, &f).await {
-                            let _ = state.store.delete(staged).await;
-                            return Err(e);
+                    match &s {
+                        Staged::Ready(staged) => {
+                            if let Err(e) = before(job, run_id, &o.plan.dir, &f).await {
+                                let _ = state.store.delete(staged).await;
+                                return Err(e);
+                            }
                         }
+                        // A merge's file: see the module documentation.
+                        Staged::Unchanged => set_aside(job, run_id, &o.plan.dir, &f).await?,
                     }
                     Ok::<_, PartitionError>((s, foreign))
                 };

@@ -440,3 +440,198 @@ fn epochs_and_text_are_instants_times_in_seconds_stay_times_decimals_fit() {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("precision 37"), "{}", text(&out));
 }
+
+/// Risk: SQL a user writes computed otherwise than SQL says, with exit 0: `1.15` taken for a
+/// double (a decimal amount times it a cent off), `0.0` and `-0.0` two keys, `SIMILAR TO` as an
+/// unanchored regular expression, a field of a duration counted as the whole duration, and a
+/// duration or an interval written as a bare integer. Each is computed as SQL says or refused.
+#[test]
+fn what_sql_says_is_computed_or_refused() {
+    use arrow::array::{ArrayRef, Decimal128Array, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let us = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros();
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Float64Array::from(vec![0.0, -0.0, 1.5, 2.5])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![1, 2, 1, 1])) as ArrayRef),
+        (
+            "amount",
+            Arc::new(Decimal128Array::from(vec![999, 110, 230, 435]).with_precision_and_scale(12, 2).unwrap())
+                as ArrayRef,
+        ),
+        ("sku", Arc::new(StringArray::from(vec!["abc", "abc", "abd", "xbz"])) as ArrayRef),
+        (
+            "ts",
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![
+                    us("2026-11-01T05:00:01Z"),
+                    us("2026-11-01T05:00:01Z"),
+                    us("2026-11-01T06:00:00Z"),
+                    us("2026-11-01T07:00:00Z"),
+                ])
+                .with_timezone("UTC"),
+            ) as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    write_parquet(&dir.join("a.parquet"), &batch);
+    // 0.0 and -0.0 are one key: version 2 (1.10) wins. 1.10, 2.30, 4.35 times 1.15 are 1.265,
+    // 2.645 and 5.0025, rounded to cents 1.27 + 2.65 + 5.00 (DuckDB, PostgreSQL).
+    let sql = "SELECT count(*) AS n, sum(CAST(amount * 1.15 AS DECIMAL(12,2))) AS gross, \
+               CAST(date_part('epoch', max(ts) - min(ts)) AS BIGINT) AS span_seconds FROM events";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["n", "gross", "span_seconds"].map(v), ["3", "8.92", "7199"]);
+    for (sql, says) in [
+        ("SELECT count(*) FILTER (WHERE sku SIMILAR TO 'a%') AS n FROM events", "SIMILAR TO"),
+        ("SELECT date_part('minute', max(ts) - min(ts)) AS m FROM events", "field of a duration"),
+        ("SELECT extract(second FROM max(ts) - min(ts)) AS m FROM events", "field of a duration"),
+        ("SELECT max(ts) - min(ts) AS span FROM events", "no type for an interval or a duration"),
+        ("SELECT array_agg(ts - ts) AS spans FROM events", "no type for an interval or a duration"),
+        ("SELECT INTERVAL '1 day' AS i FROM events", "no type for an interval or a duration"),
+    ] {
+        let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+        assert_eq!(out.status.code(), Some(2), "{sql}: {}", text(&out));
+        assert!(text(&out).contains(says), "{sql}: {}", text(&out));
+    }
+}
+
+/// Risk: a column the query reads missing from one object of a date, read there as NULL: a
+/// producer renamed `status`, and its rows silently dropped out of a filtered sum.
+#[test]
+fn a_column_the_query_reads_is_in_every_object() {
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let part = |k: [i64; 2], status: &str| {
+        RecordBatch::try_from_iter([
+            ("k", Arc::new(Int64Array::from(k.to_vec())) as ArrayRef),
+            ("v", Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef),
+            (status, Arc::new(StringArray::from(vec!["placed", "placed"])) as ArrayRef),
+            ("amount", Arc::new(Int64Array::from(vec![10, 20])) as ArrayRef),
+        ])
+        .unwrap()
+    };
+    write_parquet(&dir.join("a.parquet"), &part([1, 2], "status"));
+    write_parquet(&dir.join("b.parquet"), &part([3, 4], "state"));
+    let sql = "SELECT sum(amount) FILTER (WHERE status = 'placed') AS placed FROM events";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("b.parquet") && text(&out).contains("column `status`"), "{}", text(&out));
+    assert!(!lake.partition_file("2026-11-01").exists());
+}
+
+/// Risk: a time in seconds or a `date64` stored as a bare integer, which readers other than
+/// arrow take for a number: in a merged table (and its recorded schema) and a daily table.
+#[test]
+fn times_in_seconds_and_date64_are_written_as_parquet_types() {
+    use arrow::array::{ArrayRef, Date64Array, Int64Array, TimestampSecondArray};
+    use arrow::datatypes::{DataType, TimeUnit};
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef),
+        (
+            "ts",
+            Arc::new(TimestampSecondArray::from(vec![1_793_511_000, 1_793_545_207]).with_timezone("UTC")) as ArrayRef,
+        ),
+        ("day", Arc::new(Date64Array::from(vec![1_793_404_800_000, 1_793_491_200_000])) as ArrayRef),
+    ])
+    .unwrap();
+    write_parquet(&dir.join("a.parquet"), &batch);
+    let cfg = lake.input().parent().unwrap().join("merge.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        ),
+    )
+    .unwrap();
+    let out = cli(&["run", "--config", cfg.to_str().unwrap()], lake.input().parent().unwrap());
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let ty = |c: &str| b.schema().field_with_name(c).unwrap().data_type().clone();
+    assert_eq!(ty("ts"), DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())));
+    assert_eq!(ty("day"), DataType::Date32);
+    let ts = b.column_by_name("ts").unwrap().as_primitive::<arrow::datatypes::TimestampMillisecondType>();
+    assert_eq!(ts.values().to_vec(), [1_793_511_000_000, 1_793_545_207_000]);
+    let days = arrow::util::display::array_value_to_string(b.column_by_name("day").unwrap(), 0).unwrap();
+    assert_eq!(days, "2026-10-31");
+    // A date64 that is not a midnight is no date: refused, naming the row.
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+        ("day", Arc::new(Date64Array::from(vec![1_793_404_800_001])) as ArrayRef),
+    ])
+    .unwrap();
+    write_parquet(&dir.join("a.parquet"), &batch);
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let out = job(&lake, "parquet", "", identity, "SELECT max(day) AS d FROM events", "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("column `day`"), "{}", text(&out));
+}
+
+/// Risk: `0.0` and `-0.0`, or NaNs with and without their sign bit, counted as different
+/// values: `count(DISTINCT f)` gave 3 for {0.0, -0.0, 1.0} beside another aggregate, and a NaN
+/// with its sign bit set was the `min`. SQL (and DuckDB) count one zero and one NaN, and the
+/// least number is the min.
+#[test]
+fn one_zero_and_one_nan() {
+    use arrow::array::{ArrayRef, Float64Array, Int64Array};
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![1; 5])) as ArrayRef),
+        ("f", Arc::new(Float64Array::from(vec![0.0, -0.0, 1.0, f64::NAN, -f64::NAN])) as ArrayRef),
+    ])
+    .unwrap();
+    write_parquet(&dir.join("a.parquet"), &batch);
+    let sql = "SELECT count(DISTINCT f) AS d, count(*) AS n, min(f) AS lo, \
+               (SELECT count(*) FROM (SELECT f FROM events GROUP BY f)) AS groups FROM events";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["d", "n", "lo", "groups"].map(v), ["3", "5", "0.0", "3"]);
+}
+
+/// Risk: an NDJSON field holding `1` on one line and `"1"` on another read as text, so the two
+/// are one key (the same lines in two objects are refused as types that do not unify).
+#[test]
+fn an_ndjson_field_of_text_and_numbers_is_refused() {
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.json"), "{\"k\": 1, \"v\": 1, \"x\": 10}\n{\"k\": \"1\", \"v\": 2, \"x\": 20}\n")
+        .unwrap();
+    let out = job(&lake, "ndjson", "", identity, "SELECT count(*) AS n, sum(x) AS total FROM events", "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("column `k`") && text(&out).contains("a.json"), "{}", text(&out));
+    // Declared text, both are the key "1": version 2 wins.
+    let out = job(
+        &lake,
+        "ndjson",
+        "schema = { k = \"utf8\" }",
+        identity,
+        "SELECT count(*) AS n, sum(x) AS total FROM events",
+        "2026-11-01",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["n", "total"].map(v), ["1", "20"]);
+}

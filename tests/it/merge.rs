@@ -715,3 +715,150 @@ fn a_merge_tables_key_keeps_its_type() {
     );
     assert_eq!(lake.snapshot(), before, "nothing was done");
 }
+
+// ---------------------------------------------------------------------------------------
+// A date that fails keeps the table whole: one date per key, moves all or nothing, no row lost.
+
+fn action_of(s: &lakeswap::RunSummary, day: &str) -> Option<Action> {
+    s.partitions.iter().find(|p| p.date == d(day)).map(|p| p.action)
+}
+
+/// Risk: a date of the batch fails early — a conflict inside the batch, or with a stored row
+/// under another date — and the other dates skip the version guard against the keys stored
+/// under it: an older version (or a newer one, which would have to move the key out of the
+/// failed date) is committed beside the stored row, one key under two dates, with exit 3. A
+/// date holding a key stored under a failed date fails with it; an unrelated date commits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_date_still_guards_the_keys_stored_under_it() {
+    for (version, cause) in [(1, "in the batch"), (5, "in the batch"), (1, "stored"), (5, "stored")] {
+        let b = Backend::new(Kind::Local);
+        let seed = [order("k2", 3, "2026-11-03", "USD", 2, "placed"), order("k5", 1, "2026-11-01", "USD", 5, "placed")];
+        put_batch(&b, "b1", &seed).await;
+        assert_eq!(merge(&b, "b1", None).await.exit_code, ExitCode::Ok);
+        let before = b.partitions().await;
+        let mut rows = vec![
+            order("k2", version, "2026-11-02", "USD", 2, "placed"),
+            order("k9", 1, "2026-11-04", "USD", 9, "placed"),
+        ];
+        match cause {
+            // One version of k7 with two payloads, both under 11-03.
+            "in the batch" => rows.extend([
+                order("k7", 1, "2026-11-03", "USD", 1, "placed"),
+                order("k7", 1, "2026-11-03", "USD", 2, "placed"),
+            ]),
+            // The stored version of k5 (under 11-01), under 11-03.
+            _ => rows.push(order("k5", 1, "2026-11-03", "USD", 6, "placed")),
+        }
+        put_batch(&b, "b2", &rows).await;
+        let s = merge(&b, "b2", None).await;
+        let table = lakeswap::report::table(&s);
+        let case = format!("k2 v{version}, 11-03 failing {cause}");
+        assert_eq!(s.exit_code, ExitCode::DataContract, "{case}: {table}");
+        assert_eq!(action_of(&s, "2026-11-03"), Some(Action::Failed), "{case}: {table}");
+        assert_eq!(action_of(&s, "2026-11-02"), Some(Action::Failed), "{case}: {table}");
+        let e = s.partitions.iter().find(|p| p.date == d("2026-11-02")).unwrap().error.clone().unwrap();
+        assert!(e.contains("stored under 2026-11-03"), "{case}: {e}");
+        assert_eq!(action_of(&s, "2026-11-04"), Some(Action::Created), "{case}: an unrelated date commits: {table}");
+        let live = where_keys_live(&b).await;
+        assert_eq!(live["k2"], ["2026-11-03"], "{case}: {live:?}");
+        assert!(live.values().all(|d| d.len() == 1), "{case}: a key under two dates: {live:?}");
+        let mut after = b.partitions().await;
+        assert!(after.remove("event_date=2026-11-04/part-00000.parquet").is_some());
+        assert_eq!(after, before, "{case}: nothing else written, no 11-02 created");
+        // A later, clean batch finds the table whole.
+        put_batch(&b, "b3", &[order("k8", 1, "2026-11-05", "USD", 8, "placed")]).await;
+        assert_eq!(merge(&b, "b3", None).await.exit_code, ExitCode::Ok, "{case}");
+        assert_eq!(where_keys_live(&b).await["k2"], ["2026-11-03"], "{case}");
+    }
+}
+
+/// Risk: a key moving between two dates is half-applied when one side fails while it is merged
+/// (a conflict with its own stored rows, found after the moves were decided): the key is lost
+/// when the date it moves to fails, under both dates when the date it leaves fails. Both sides
+/// fail and keep their files; an unrelated date commits; the fixed batch then moves the key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_whose_other_side_fails_while_merged_writes_neither() {
+    for target_fails in [true, false] {
+        let case = if target_fails { "the date gaining the key fails" } else { "the date losing it fails" };
+        let b = Backend::new(Kind::Local);
+        let seed = [
+            order("k1", 1, "2026-11-01", "USD", 10, "placed"),
+            order("k2", 1, "2026-11-01", "USD", 20, "placed"),
+            order("k3", 1, "2026-11-02", "USD", 30, "placed"),
+        ];
+        put_batch(&b, "b1", &seed).await;
+        assert_eq!(merge(&b, "b1", None).await.exit_code, ExitCode::Ok);
+        let before = b.partitions().await;
+        let moving = order("k1", 2, "2026-11-02", "USD", 11, "shipped");
+        // The same version as a stored row, another payload: under 11-02, or under 11-01.
+        let conflict = if target_fails {
+            order("k3", 1, "2026-11-02", "USD", 99, "placed")
+        } else {
+            order("k2", 1, "2026-11-01", "USD", 99, "placed")
+        };
+        put_batch(&b, "b2", &[moving.clone(), conflict, order("k9", 1, "2026-11-04", "USD", 9, "placed")]).await;
+        let s = merge(&b, "b2", None).await;
+        let table = lakeswap::report::table(&s);
+        assert_eq!(s.exit_code, ExitCode::DataContract, "{case}: {table}");
+        assert_eq!(action_of(&s, "2026-11-01"), Some(Action::Failed), "{case}: {table}");
+        assert_eq!(action_of(&s, "2026-11-02"), Some(Action::Failed), "{case}: {table}");
+        assert_eq!(action_of(&s, "2026-11-04"), Some(Action::Created), "{case}: {table}");
+        let live = where_keys_live(&b).await;
+        assert_eq!(live["k1"], ["2026-11-01"], "{case}: the key stays where it was: {live:?}");
+        let mut after = b.partitions().await;
+        assert!(after.remove("event_date=2026-11-04/part-00000.parquet").is_some());
+        assert_eq!(after, before, "{case}: both sides untouched");
+        let journals = lakeswap::journal::read_all(&b.location(STATE)).await.unwrap();
+        assert!(journals.iter().all(|j| j.moves.is_empty() && j.pending.is_empty()), "{case}: no move recorded");
+        // Without the conflict, the key moves.
+        put_batch(&b, "b3", &[moving]).await;
+        let s = merge(&b, "b3", None).await;
+        assert_eq!(s.exit_code, ExitCode::Ok, "{case}: {}", lakeswap::report::table(&s));
+        let live = where_keys_live(&b).await;
+        assert_eq!(live["k1"], ["2026-11-02"], "{case}: {live:?}");
+        assert!(live.values().all(|d| d.len() == 1), "{case}: {live:?}");
+    }
+}
+
+/// Risk: with `on_conflict = "quarantine"`, a row conflicting with a stored row is neither kept
+/// nor set aside when its partition ends up unchanged (the stored row's date) or untouched
+/// (another date, where it creates nothing) — and under another date it is not even counted.
+/// The row is set aside and counted either way; the table does not change.
+#[tokio::test(flavor = "multi_thread")]
+async fn quarantine_sets_rows_aside_when_their_partition_does_not_change() {
+    use arrow::array::AsArray;
+    for (date, action) in [("2026-11-01", Action::Unchanged), ("2026-11-03", Action::Untouched)] {
+        let b = Backend::new(Kind::Local);
+        // Seeded by the same config: a partition whose rows stay is unchanged byte for byte.
+        let quarantine = "[prepare]\non_conflict = \"quarantine\"\n";
+        let seed = [order("a", 1, "2026-11-01", "USD", 100, "placed"), order("b", 1, "2026-11-01", "USD", 5, "placed")];
+        put_batch(&b, "b1", &seed).await;
+        run::run(&merge_job_with(&b, "b1", quarantine), &RunOptions::default()).await.unwrap();
+        let before = b.partitions().await;
+        // Key b, version 1, is stored under 11-01 with 5 cents.
+        put_batch(&b, "b2", &[order("b", 1, date, "USD", 6, "placed")]).await;
+        let job = merge_job_with(&b, "b2", quarantine);
+        let s = run::run(&job, &RunOptions::default()).await.unwrap();
+        let table = lakeswap::report::table(&s);
+        assert_eq!(s.exit_code, ExitCode::Ok, "{date}: {table}");
+        assert_eq!(b.partitions().await, before, "{date}: the stored row stays, nothing is created");
+        assert_eq!(actions(&s), [action], "{date}: {table}");
+        let p = &s.partitions[0];
+        assert_eq!((p.merge.unwrap().conflicts, p.counts.quarantined_rows), (1, 1), "{date}: {table}");
+        assert_eq!(lakeswap::report::quarantined_now(&s), 1, "{date}");
+        assert!(table.contains("1 conflicting row(s) set aside"), "{date}: {table}");
+        let q: Vec<(String, Vec<u8>)> =
+            b.objects(STATE).await.into_iter().filter(|(k, _)| k.starts_with("quarantine/")).collect();
+        let names: Vec<&String> = q.iter().map(|x| &x.0).collect();
+        assert_eq!(q.len(), 1, "{date}: the conflicting row is set aside: {names:?}");
+        assert!(q[0].0.ends_with(&format!("event_date={date}/part-00000.parquet")), "{}", q[0].0);
+        let file = bytes::Bytes::from(q[0].1.clone());
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+        let rows: Vec<arrow::array::RecordBatch> = r.map(|b| b.unwrap()).collect();
+        assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 1, "{date}");
+        let id = rows[0].column_by_name("order_id").unwrap().as_string::<i32>().value(0).to_string();
+        let amount = rows[0].column_by_name("amount").unwrap();
+        let cents = amount.as_primitive::<arrow::datatypes::Decimal128Type>().value(0);
+        assert_eq!((id.as_str(), cents), ("b", 6), "{date}: the incoming row, as it came");
+    }
+}

@@ -28,6 +28,7 @@ const GLOBAL: &str = r#"
 [aggregate]
 sql = """
 SELECT count(*) AS orders, sum(CAST(amount AS DOUBLE) / 7) AS float_sum, avg(CAST(amount AS DOUBLE)) AS float_avg,
+       approx_median(CAST(amount AS DOUBLE) / 7) AS approx,
        (SELECT count(DISTINCT customer_id) FROM events) AS customers
 FROM events
 """
