@@ -504,40 +504,90 @@ impl datafusion::physical_plan::streaming::PartitionStream for KeptStream {
                 .map(|b| b.map(|b| (b, None)).map_err(|e| DataFusionError::External(Box::new(e))))
                 .boxed(),
         };
-        let coalescer = arrow::compute::BatchCoalescer::new(schema.clone(), KEPT_BATCH);
-        let stream = futures::stream::unfold((pieces, Some(coalescer)), move |(mut pieces, coalescer)| {
-            let columns = columns.clone();
-            async move {
-                let mut c = coalescer?;
-                loop {
-                    if let Some(b) = c.next_completed_batch() {
-                        return Some((one_zero_one_nan(b), (pieces, Some(c))));
-                    }
-                    let pushed = match pieces.next().await {
-                        Some(Ok((batch, keep))) => {
-                            batch.project(&columns).map_err(DataFusionError::from).and_then(|b| {
-                                match keep {
-                                    Some(k) => c.push_batch_with_filter(b, &k),
-                                    None => c.push_batch(b),
-                                }
-                                .map_err(DataFusionError::from)
-                            })
+        let stream =
+            futures::stream::unfold((pieces, Some(Batches::new(schema.clone()))), move |(mut pieces, batches)| {
+                let columns = columns.clone();
+                async move {
+                    let mut out = batches?;
+                    loop {
+                        if let Some(b) = out.ready.pop_front() {
+                            return Some((one_zero_one_nan(b), (pieces, Some(out))));
                         }
-                        Some(Err(e)) => Err(e),
-                        None => {
-                            if let Err(e) = c.finish_buffered_batch() {
-                                return Some((Err(e.into()), (pieces, None)));
+                        let pushed = match pieces.next().await {
+                            Some(Ok((batch, keep))) => batch
+                                .project(&columns)
+                                .and_then(|b| match keep {
+                                    Some(k) => arrow::compute::filter_record_batch(&b, &k),
+                                    None => Ok(b),
+                                })
+                                .and_then(|b| out.push(b))
+                                .map_err(DataFusionError::from),
+                            Some(Err(e)) => Err(e),
+                            None => {
+                                return match out.finish() {
+                                    Err(e) => Some((Err(e.into()), (pieces, None))),
+                                    Ok(()) => out.ready.pop_front().map(|b| (one_zero_one_nan(b), (pieces, None))),
+                                };
                             }
-                            return c.next_completed_batch().map(|b| (one_zero_one_nan(b), (pieces, None)));
+                        };
+                        if let Err(e) = pushed {
+                            return Some((Err(e), (pieces, None)));
                         }
-                    };
-                    if let Err(e) = pushed {
-                        return Some((Err(e), (pieces, None)));
                     }
                 }
-            }
-        });
+            });
         Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+/// Rows cut into batches of exactly [`KEPT_BATCH`] rows (the last one less): whole batches
+/// are slices of what is pushed, and only one that spans two pushes is copied.
+struct Batches {
+    schema: SchemaRef,
+    /// Rows waiting for the rest of their batch, fewer than [`KEPT_BATCH`].
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    ready: std::collections::VecDeque<RecordBatch>,
+}
+
+impl Batches {
+    fn new(schema: SchemaRef) -> Self {
+        Batches { schema, pending: Vec::new(), pending_rows: 0, ready: Default::default() }
+    }
+
+    fn push(&mut self, b: RecordBatch) -> Result<(), arrow::error::ArrowError> {
+        let (n, mut at) = (b.num_rows(), 0);
+        if self.pending_rows > 0 {
+            let need = KEPT_BATCH - self.pending_rows;
+            if n < need {
+                self.pending_rows += n;
+                self.pending.push(b);
+                return Ok(());
+            }
+            self.pending.push(b.slice(0, need));
+            self.ready.push_back(arrow::compute::concat_batches(&self.schema, &self.pending)?);
+            self.pending.clear();
+            self.pending_rows = 0;
+            at = need;
+        }
+        while n - at >= KEPT_BATCH {
+            self.ready.push_back(b.slice(at, KEPT_BATCH));
+            at += KEPT_BATCH;
+        }
+        if at < n {
+            self.pending_rows = n - at;
+            self.pending.push(b.slice(at, n - at));
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), arrow::error::ArrowError> {
+        if self.pending_rows > 0 {
+            self.ready.push_back(arrow::compute::concat_batches(&self.schema, &self.pending)?);
+        }
+        self.pending.clear();
+        self.pending_rows = 0;
+        Ok(())
     }
 }
 
