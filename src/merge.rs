@@ -354,7 +354,11 @@ pub fn merge(
     let (inc_keys, stored_keys, tomb_keys) = (key_of(&inc)?, key_of(&stored_rows)?, key_of(&stored_tombs)?);
     let conv = RowConverter::new(inc_keys.iter().map(|c| SortField::new(c.data_type().clone())).collect())
         .map_err(|e| other(e.to_string()))?;
-    let conv_rows = |cols: &[ArrayRef]| conv.convert_columns(cols).map_err(|e| other(e.to_string()));
+    // One zero and one NaN, as prepare's keys.
+    let conv_rows = |cols: &[ArrayRef]| {
+        let cols: Vec<ArrayRef> = cols.iter().map(crate::prepare::one_zero_one_nan).collect();
+        conv.convert_columns(&cols).map_err(|e| other(e.to_string()))
+    };
     let (inc_k, stored_k, tomb_k) = (conv_rows(&inc_keys)?, conv_rows(&stored_keys)?, conv_rows(&tomb_keys)?);
     let inc_v = version_values(batch.column_by_name(version_col).ok_or_else(|| other("no version column".into()))?)
         .map_err(other)?;

@@ -236,7 +236,9 @@ pub fn buckets_of(cols: &[ArrayRef], n: usize) -> Result<Vec<u32>, String> {
     }
     let fields = cols.iter().map(|c| SortField::new(c.data_type().clone())).collect();
     let conv = RowConverter::new(fields).map_err(|e| e.to_string())?;
-    let rows = conv.convert_columns(cols).map_err(|e| e.to_string())?;
+    // One zero and one NaN, as prepare's keys: all versions of a key in one bucket.
+    let cols: Vec<ArrayRef> = cols.iter().map(crate::prepare::one_zero_one_nan).collect();
+    let rows = conv.convert_columns(&cols).map_err(|e| e.to_string())?;
     Ok((0..len).map(|i| of(state.hash_one(rows.row(i).as_ref()))).collect())
 }
 

@@ -152,6 +152,7 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     let mut rules = state.analyzer().rules.clone();
     let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
     rules.insert(at, Arc::new(unlike::WholeDecimals));
+    rules.insert(at + 1, Arc::new(unlike::DoubleQuotients));
     if let Some(zone) = zone {
         let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
@@ -1130,6 +1131,22 @@ fn shape(query: &Query, batch: RecordBatch) -> Result<RecordBatch, PartitionErro
                     out.push(Some(i64::try_from(wide.value(i)).map_err(|_| overflow("int64"))?));
                 }
                 Arc::new(arrow::array::Int64Array::from(out)) as ArrayRef
+            }
+            DataType::Date32 if c.data_type() == &DataType::Date64 => {
+                // A date64 that is not a midnight has no date32: cut, it would name another day.
+                let ms = c.as_primitive::<arrow::datatypes::Date64Type>();
+                if let Some(i) = (0..ms.len()).find(|&i| ms.is_valid(i) && ms.value(i).rem_euclid(86_400_000) != 0) {
+                    return Err(PartitionError::Query {
+                        message: format!(
+                            "the column `{}` holds {} ms, a date64 that is not a midnight; it is written as a \
+                             date: make it a timestamp (CAST(… AS TIMESTAMP)) or a date of its day",
+                            f.name(),
+                            ms.value(i)
+                        ),
+                    });
+                }
+                arrow::compute::cast(c, f.data_type())
+                    .map_err(|e| PartitionError::Query { message: format!("the column `{}`: {e}", f.name()) })?
             }
             _ => {
                 let exact = arrow::compute::CastOptions { safe: false, ..Default::default() };

@@ -105,3 +105,53 @@ impl AnalyzerRule for WholeDecimals {
         "lakeswap_whole_decimals"
     }
 }
+
+/// An analyzer rule run before type coercion: a division whose result would be a decimal (a
+/// decimal or an integer divided by a decimal, `count(*) / 1e6`, `100.0 * a / b`) is computed
+/// in double, as DuckDB computes it. DataFusion gives the quotient its dividend's scale plus 4 and cuts the
+/// rest (`count(*) / 1e9` was `0.0000`, `1 / 3.0` was `0.3333`).
+#[derive(Debug, Default)]
+pub struct DoubleQuotients;
+
+impl AnalyzerRule for DoubleQuotients {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        use datafusion::common::tree_node::Transformed;
+        use datafusion::logical_expr::{cast, BinaryExpr, Operator};
+        plan.transform_up_with_subqueries(|p| {
+            let schema = super::input_schema(&p);
+            let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
+            let t = p.map_expressions(|e| {
+                let name = names.save(&e);
+                let t = e.transform_up(|x| match &x {
+                    Expr::BinaryExpr(b) if b.op == Operator::Divide && decimal_quotient(b, &schema) => {
+                        let double = |e: &Expr| cast(e.clone(), DataType::Float64);
+                        Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                            Box::new(double(&b.left)),
+                            Operator::Divide,
+                            Box::new(double(&b.right)),
+                        ))))
+                    }
+                    _ => Ok(Transformed::no(x)),
+                })?;
+                Ok(t.update_data(|e| name.restore(e)))
+            })?;
+            match t.transformed {
+                true => Ok(Transformed::yes(t.data.recompute_schema()?)),
+                false => Ok(t),
+            }
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_double_quotients"
+    }
+}
+
+/// Whether a division's operands make its quotient a decimal: one is a decimal, and neither is
+/// a float (types as far as they can be told before type coercion).
+fn decimal_quotient(b: &datafusion::logical_expr::BinaryExpr, schema: &DFSchema) -> bool {
+    let (Ok(l), Ok(r)) = (b.left.get_type(schema), b.right.get_type(schema)) else { return false };
+    let decimal = |t: &DataType| matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..));
+    (decimal(&l) || decimal(&r)) && !l.is_floating() && !r.is_floating()
+}

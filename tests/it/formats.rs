@@ -431,10 +431,10 @@ fn epochs_and_text_are_instants_times_in_seconds_stay_times_decimals_fit() {
         assert_eq!(out.status.code(), Some(3), "{sql}: {}", text(&out));
         assert!(text(&out).contains("is too large to store in a Decimal128 of precision 38"), "{sql}: {}", text(&out));
     }
-    // `round(d, n)` of a decimal: typed by DataFusion as if `n` were not a literal, computed
-    // as if it were (every date failed).
-    let sql = "SELECT max(round(CAST(ep AS DECIMAL(12, 2)) / 7, 1)) AS r FROM events";
-    assert_eq!(first_value(&lake, identity, sql), "256220742.900000");
+    // `round(d, n)` of a decimal (1793545200 · 0.1234 = 221323477.68): typed by DataFusion as
+    // if `n` were not a literal, computed as if it were (every date failed).
+    let sql = "SELECT max(round(CAST(ep AS DECIMAL(12, 2)) * 0.1234, 1)) AS r FROM events";
+    assert_eq!(first_value(&lake, identity, sql), "221323477.700000");
     // A cast to fewer digits is checked as well.
     let out = job(&lake, "parquet", "", identity, "SELECT CAST(big AS DECIMAL(37, 0)) AS x FROM events", "2026-11-01");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
@@ -479,13 +479,16 @@ fn what_sql_says_is_computed_or_refused() {
     write_parquet(&dir.join("a.parquet"), &batch);
     // 0.0 and -0.0 are one key: version 2 (1.10) wins. 1.10, 2.30, 4.35 times 1.15 are 1.265,
     // 2.645 and 5.0025, rounded to cents 1.27 + 2.65 + 5.00 (DuckDB, PostgreSQL).
+    // A decimal quotient is a double, as DuckDB's: not cut four places past the dividend.
     let sql = "SELECT count(*) AS n, sum(CAST(amount * 1.15 AS DECIMAL(12,2))) AS gross, \
-               CAST(date_part('epoch', max(ts) - min(ts)) AS BIGINT) AS span_seconds FROM events";
+               CAST(date_part('epoch', max(ts) - min(ts)) AS BIGINT) AS span_seconds, \
+               count(*) / 1e9 AS per_billion, 1 / 3.0 AS third FROM events";
     let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
     assert!(out.status.success(), "{}", text(&out));
     let b = read_batch(&lake.partition_file("2026-11-01"));
     let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
-    assert_eq!(["n", "gross", "span_seconds"].map(v), ["3", "8.92", "7199"]);
+    assert_eq!(["n", "gross", "span_seconds", "per_billion"].map(v), ["3", "8.92", "7199", "3e-9"]);
+    assert_eq!(v("third").parse::<f64>().unwrap(), 1.0 / 3.0);
     for (sql, says) in [
         ("SELECT count(*) FILTER (WHERE sku SIMILAR TO 'a%') AS n FROM events", "SIMILAR TO"),
         ("SELECT date_part('minute', max(ts) - min(ts)) AS m FROM events", "field of a duration"),
