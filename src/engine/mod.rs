@@ -29,7 +29,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::MemTable;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::DataFusionError;
 use datafusion::execution::context::SQLOptions;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
@@ -137,6 +137,28 @@ fn input_schema(p: &datafusion::logical_expr::LogicalPlan) -> datafusion::common
         schema.merge(input.schema());
     }
     schema
+}
+
+/// `plan` with `f` applied bottom-up to every expression of every node (subqueries too), given
+/// the node's input schema. Names are kept, so the nodes above still find the expressions they
+/// refer to, and a changed node's schema follows its expressions' new types.
+fn rewrite_exprs(
+    plan: LogicalPlan,
+    f: impl Fn(Expr, &datafusion::common::DFSchema) -> datafusion::common::Result<Transformed<Expr>>,
+) -> datafusion::common::Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|p| {
+        let schema = input_schema(&p);
+        let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
+        let t = p.map_expressions(|e| {
+            let name = names.save(&e);
+            Ok(e.transform_up(|e| f(e, &schema))?.update_data(|e| name.restore(e)))
+        })?;
+        match t.transformed {
+            true => Ok(Transformed::yes(t.data.recompute_schema()?)),
+            false => Ok(t),
+        }
+    })
+    .map(|t| t.data)
 }
 
 /// A session for one query: one partition (deterministic results), no information schema;

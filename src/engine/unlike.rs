@@ -70,35 +70,22 @@ impl AnalyzerRule for WholeDecimals {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         use datafusion::common::tree_node::Transformed;
         use datafusion::common::ScalarValue;
-        plan.transform_up_with_subqueries(|p| {
-            let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
-            let t = p.map_expressions(|e| {
-                let name = names.save(&e);
-                let t = e.transform_up(|x| match x {
-                    Expr::Literal(ScalarValue::Decimal128(Some(v), p, s), m) if s < 0 => {
-                        let digits = p as i32 - s as i32;
-                        let whole = 10i128.checked_pow(-s as u32).and_then(|f| v.checked_mul(f));
-                        match whole {
-                            Some(w) if digits <= 38 => Ok(Transformed::yes(Expr::Literal(
-                                ScalarValue::Decimal128(Some(w), digits as u8, 0),
-                                m,
-                            ))),
-                            _ => plan_err!(
-                                "the number {v}e{} has more than 38 digits; write it as a double: CAST('…' AS DOUBLE)",
-                                -s
-                            ),
-                        }
+        super::rewrite_exprs(plan, |x, _| match x {
+            Expr::Literal(ScalarValue::Decimal128(Some(v), p, s), m) if s < 0 => {
+                let digits = p as i32 - s as i32;
+                let whole = 10i128.checked_pow(-s as u32).and_then(|f| v.checked_mul(f));
+                match whole {
+                    Some(w) if digits <= 38 => {
+                        Ok(Transformed::yes(Expr::Literal(ScalarValue::Decimal128(Some(w), digits as u8, 0), m)))
                     }
-                    x => Ok(Transformed::no(x)),
-                })?;
-                Ok(t.update_data(|e| name.restore(e)))
-            })?;
-            match t.transformed {
-                true => Ok(Transformed::yes(t.data.recompute_schema()?)),
-                false => Ok(t),
+                    _ => plan_err!(
+                        "the number {v}e{} has more than 38 digits; write it as a double: CAST('…' AS DOUBLE)",
+                        -s
+                    ),
+                }
             }
+            x => Ok(Transformed::no(x)),
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
@@ -117,30 +104,17 @@ impl AnalyzerRule for DoubleQuotients {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         use datafusion::common::tree_node::Transformed;
         use datafusion::logical_expr::{cast, BinaryExpr, Operator};
-        plan.transform_up_with_subqueries(|p| {
-            let schema = super::input_schema(&p);
-            let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
-            let t = p.map_expressions(|e| {
-                let name = names.save(&e);
-                let t = e.transform_up(|x| match &x {
-                    Expr::BinaryExpr(b) if b.op == Operator::Divide && decimal_quotient(b, &schema) => {
-                        let double = |e: &Expr| cast(e.clone(), DataType::Float64);
-                        Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
-                            Box::new(double(&b.left)),
-                            Operator::Divide,
-                            Box::new(double(&b.right)),
-                        ))))
-                    }
-                    _ => Ok(Transformed::no(x)),
-                })?;
-                Ok(t.update_data(|e| name.restore(e)))
-            })?;
-            match t.transformed {
-                true => Ok(Transformed::yes(t.data.recompute_schema()?)),
-                false => Ok(t),
+        super::rewrite_exprs(plan, |x, schema| match &x {
+            Expr::BinaryExpr(b) if b.op == Operator::Divide && decimal_quotient(b, schema) => {
+                let double = |e: &Expr| Box::new(cast(e.clone(), DataType::Float64));
+                Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                    double(&b.left),
+                    Operator::Divide,
+                    double(&b.right),
+                ))))
             }
+            _ => Ok(Transformed::no(x)),
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {

@@ -61,21 +61,7 @@ pub struct EpochInstants {
 
 impl AnalyzerRule for EpochInstants {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|p| {
-            let schema = super::input_schema(&p);
-            // Names kept, so the nodes above still find the expressions they refer to.
-            let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
-            let t = p.map_expressions(|e| {
-                let name = names.save(&e);
-                Ok(e.transform_up(|e| self.instant(e, &schema))?.update_data(|e| name.restore(e)))
-            })?;
-            // The node's own schema follows its expressions' new types.
-            match t.transformed {
-                true => Ok(Transformed::yes(t.data.recompute_schema()?)),
-                false => Ok(t),
-            }
-        })
-        .map(|t| t.data)
+        super::rewrite_exprs(plan, |e, schema| self.instant(e, schema))
     }
 
     fn name(&self) -> &str {
