@@ -5,8 +5,9 @@
 //! partitioned, every object otherwise. In a flat layout each date's inputs are the objects
 //! that can hold its rows: for Parquet, by the row-group statistics of the date column (read
 //! from the footers alone), so a date's lineage names only its own objects. A reference record
-//! schema is read from the first input object and every column the config names is checked
-//! against it (a config error, exit 2, still before anything runs). The committed state of
+//! schema is unified from every input object's (text: the first object with rows) and every
+//! column the config names is checked against it (a config error, exit 2, still before
+//! anything runs). The committed state of
 //! each target is read later, under the partition's lease, so the swap can be a
 //! compare-and-swap against it. `--dry-run` prints the plan and stops.
 
@@ -70,7 +71,8 @@ pub struct Plan {
     /// Flat Parquet input: the dates each object's row groups may hold (`None`: any date).
     pub object_dates: Vec<Vec<Option<(i32, i32)>>>,
     pub decoder: Decoder,
-    /// The record schema of the first input object, which the config is checked against.
+    /// The run's reference record schema (its objects' unified), which the config is checked
+    /// against.
     pub record_schema: Option<SchemaRef>,
     pub output_schema: Option<SchemaRef>,
     /// The lookup tables of the daily table's query, read once for the run.
@@ -133,14 +135,14 @@ pub async fn plan(
         Layout::Flat => objects = list::objects(input, &input.prefix).await?,
     }
 
-    // The reference record schema, from the first object of the run (or of the whole input).
-    let first = match objects.first() {
-        Some(o) => Some(o.clone()),
-        None if layout == Layout::Hive => match folders.values().flatten().next() {
-            Some(f) => list::objects(input, f).await?.into_iter().next(),
-            None => None,
+    // The reference record schema: the run's objects' (or, with none, a folder's of the input).
+    let sample = match objects.is_empty() {
+        false => objects.clone(),
+        true if layout == Layout::Hive => match folders.values().flatten().next() {
+            Some(f) => list::objects(input, f).await?,
+            None => Vec::new(),
         },
-        None => None,
+        true => Vec::new(),
     };
     let mut decoder = Decoder {
         format: cfg.input.format,
@@ -155,13 +157,12 @@ pub async fn plan(
             .filter_map(|(c, t)| read::parse_type(t).ok().map(|d| (c.clone(), d)))
             .collect(),
         required: Vec::new(),
+        run_types: Default::default(),
     };
     let lookups = Arc::new(read_lookups(cfg).await?);
-    let (record_schema, output_schema, query_plan, used) = match first {
+    let (record_schema, output_schema, query_plan, used) = match reference(&decoder, input, &sample).await? {
         None => (None, None, None, Vec::new()),
-        Some(first) => {
-            let name = input.display(&first.location);
-            let schema = reference_schema(&decoder, input, &first).await?;
+        Some((schema, name, run_types)) => {
             decoder.date_source = if let Some(ts) = &cfg.partition.from_timestamp {
                 DateSource::Timestamp(ts.clone())
             } else if schema.field_with_name(column).is_ok() {
@@ -179,6 +180,11 @@ pub async fn plan(
                     ),
                 ));
             };
+            let source = match &decoder.date_source {
+                DateSource::Column(c) | DateSource::Timestamp(c) => Some(c.as_str()),
+                DateSource::Path => None,
+            };
+            decoder.run_types = run_types.into_iter().filter(|(c, _)| Some(c.as_str()) != source).collect();
             // The date source's column has the type it will have once read.
             let schema = decoder_schema(&decoder, schema);
             check_columns(cfg, &schema, &name)?;
@@ -249,6 +255,63 @@ fn objects_for(objects: &[ObjectMeta], object_dates: &[Vec<Option<(i32, i32)>>],
         .filter(|(_, ranges)| ranges.iter().any(|r| r.is_none_or(|(lo, hi)| lo <= day && day <= hi)))
         .map(|(m, _)| m.clone())
         .collect()
+}
+
+/// The run's reference record schema, which the config is checked against and the query is
+/// planned on; the object it is named after; and the types of the columns its objects give
+/// differently. Parquet: every object's footer, unified by the written rule (a few ranged reads
+/// each), so no object's place in the listing decides the plan. When they do not unify, the
+/// first object's schema: a date whose objects clash fails on reading, naming them. Text: the
+/// first object that has rows (a header alone gives no types).
+async fn reference(
+    decoder: &Decoder,
+    input: &StoreLocation,
+    objects: &[ObjectMeta],
+) -> Result<Option<(SchemaRef, String, BTreeMap<String, DataType>)>> {
+    let Some(first) = objects.first() else { return Ok(None) };
+    let name = input.display(&first.location);
+    let schema = reference_schema(decoder, input, first).await?;
+    if decoder.format != Format::Parquet {
+        if schema.fields().is_empty() {
+            for m in &objects[1..] {
+                let s = reference_schema(decoder, input, m).await?;
+                if !s.fields().is_empty() {
+                    return Ok(Some((s, input.display(&m.location), BTreeMap::new())));
+                }
+            }
+        }
+        return Ok(Some((schema, name, BTreeMap::new())));
+    }
+    let footers: Vec<_> = objects[1..]
+        .iter()
+        .map(|m| {
+            let (store, m, name) = (input.store.clone(), m.clone(), input.display(&m.location));
+            async move {
+                let md = read::parquet_footer(store.as_ref(), &m).await.ok()?;
+                Some((name, read::footer_schema(&md).ok()?))
+            }
+        })
+        .collect();
+    let others: Vec<Option<(String, arrow::datatypes::Schema)>> =
+        futures::stream::iter(footers).buffered(8).collect().await;
+    let others: Vec<(String, arrow::datatypes::Schema)> = others.into_iter().flatten().collect();
+    let all: Vec<(&str, &arrow::datatypes::Schema)> =
+        std::iter::once((name.as_str(), schema.as_ref())).chain(others.iter().map(|(o, s)| (o.as_str(), s))).collect();
+    let Ok(unified) = read::unify::unify(&all, &|c| decoder.declared.get(c).map(|d| d.ty.clone())) else {
+        return Ok(Some((schema, name, BTreeMap::new())));
+    };
+    let differ = |c: &str, t: &DataType| {
+        all.iter().any(|(_, s)| {
+            s.field_with_name(c).is_ok_and(|f| read::unify::parquet_native(read::unify::base(f.data_type())) != *t)
+        })
+    };
+    let run_types = unified
+        .fields()
+        .iter()
+        .filter(|f| !decoder.declared.contains_key(f.name()) && differ(f.name(), f.data_type()))
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect();
+    Ok(Some((unified, name, run_types)))
 }
 
 /// The record schema of one object: a Parquet footer (a few ranged reads), or a whole text
@@ -371,6 +434,7 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
             tz: cfg.timezone(),
             declared: t.schema.iter().filter_map(|(c, ty)| read::parse_type(ty).ok().map(|d| (c.clone(), d))).collect(),
             required: Vec::new(),
+            run_types: Default::default(),
         };
         // Every row of a lookup belongs to it: read under one placeholder date.
         let day = NaiveDate::default();

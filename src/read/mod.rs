@@ -454,7 +454,7 @@ pub async fn read_date(
         }
         pieces.append(&mut d.pieces);
     }
-    Ok(assemble(pieces, &|c| decoder.declared.get(c).map(|d| d.ty.clone()), decoder.tz)?)
+    Ok(assemble(pieces, &|c| decoder.column_type(c), decoder.tz)?)
 }
 
 /// A flat input, read once for every wanted date: each object's rows split by date.
@@ -500,7 +500,7 @@ impl FlatInput {
             return Err(e.clone().into());
         }
         let pieces = self.by_date.get(&date).cloned().unwrap_or_default();
-        Ok(assemble(pieces, &|c| decoder.declared.get(c).map(|d| d.ty.clone()), decoder.tz)?)
+        Ok(assemble(pieces, &|c| decoder.column_type(c), decoder.tz)?)
     }
 }
 
