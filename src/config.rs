@@ -523,8 +523,24 @@ impl JobConfig {
         if id.deleted.is_some() && id.version.is_none() {
             return Err(bad("identity.deleted", "tombstones need a `version` column to order them".into()));
         }
-        if self.partition.column.trim().is_empty() {
+        let column = &self.partition.column;
+        if column.trim().is_empty() {
             return Err(bad("partition.column", "must not be empty".into()));
+        }
+        // It names the output's folders: `<column>=<date>/`.
+        if column.trim() != column
+            || column.starts_with(['_', '.'])
+            || column.contains(['/', '\\', '=', '%'])
+            || column.chars().any(char::is_control)
+        {
+            return Err(bad(
+                "partition.column",
+                format!(
+                    "`{column}` cannot name the partition folders `{column}=YYYY-MM-DD/`: a name with `/`, `\\`, `=` or \
+                     `%`, or starting with `_` or `.` (which readers skip as hidden), or with spaces around it, would \
+                     be read back as another column or none"
+                ),
+            ));
         }
         match (self.job.kind, &self.aggregate) {
             (JobKind::Aggregate, None) => {
@@ -683,6 +699,10 @@ impl JobConfig {
             timezone: &'a str,
             format: Format,
             schema: &'a BTreeMap<String, String>,
+            /// CSV's delimiter and header (absent for other formats, whose fingerprints these
+            /// options never changed).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            csv: Option<(&'a str, bool)>,
             identity: &'a IdentitySection,
             partition: &'a PartitionSection,
             prepare: &'a PrepareSection,
@@ -695,6 +715,7 @@ impl JobConfig {
             timezone: &self.job.timezone,
             format: self.input.format,
             schema: &self.input.schema,
+            csv: (self.input.format == Format::Csv).then_some((self.input.delimiter.as_str(), self.input.header)),
             identity: &self.identity,
             partition: &self.partition,
             prepare: &self.prepare,
@@ -812,5 +833,22 @@ url = "out"
         assert_eq!(a.fingerprint(), b.fingerprint());
         let c = JobConfig::parse(&BASE.replace("placed", "shipped"), "c").unwrap();
         assert_ne!(a.fingerprint(), c.fingerprint());
+        // CSV's options decide what is read: a changed delimiter or header is another output.
+        let csv = |extra: &str| {
+            let t = BASE.replace("format = \"parquet\"", &format!("format = \"csv\"\n{extra}"));
+            JobConfig::parse(&t, "csv").unwrap().fingerprint()
+        };
+        assert_ne!(csv(""), csv("delimiter = \";\""));
+        assert_ne!(csv(""), csv("header = false"));
+        assert_eq!(csv(""), csv("delimiter = \",\""));
+    }
+
+    #[test]
+    fn a_partition_column_is_a_plain_folder_name() {
+        for bad in ["date/time", "d=", "_date", ".d", " d"] {
+            let t = BASE.replace("[aggregate]", &format!("[partition]\ncolumn = \"{bad}\"\n[aggregate]"));
+            let e = JobConfig::parse(&t, "t.toml").unwrap_err().to_string();
+            assert!(e.contains("partition.column"), "{bad}: {e}");
+        }
     }
 }

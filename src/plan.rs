@@ -382,6 +382,10 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
             }
         }
     }
+    // A declared type for a column no object has is a misspelling, not a column to make up.
+    if let Some(c) = cfg.input.schema.keys().find(|c| !has(c) && **c != cfg.partition.column) {
+        return Err(missing("input.schema", c));
+    }
     if let Some(v) = &cfg.identity.version {
         let f = schema.field_with_name(v).map_err(|_| missing("identity.version", v))?;
         let arr = arrow::array::new_empty_array(f.data_type());
@@ -441,6 +445,14 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         let table = read::read_date(&store, &decoder, &objects, day, Some(day))
             .await
             .map_err(|e| config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name)))?;
+        if let Some(c) = t.schema.keys().find(|c| table.schema().field_with_name(c).is_err()) {
+            let has: Vec<&str> = table.schema().fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(config_err(
+                cfg,
+                &format!("aggregate.tables[{i}].schema"),
+                format!("the lookup table `{}` has no column `{c}` (it has: {})", t.name, has.join(", ")),
+            ));
+        }
         let (schema, batches) =
             crate::engine::lookup_in_job_zone(table.schema(), table.chunks().to_vec(), cfg.timezone())
                 .map_err(|e| config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name)))?;

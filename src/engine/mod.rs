@@ -106,7 +106,7 @@ pub fn parse(sql: &str) -> Result<(), String> {
     if statements.len() != 1 {
         return Err(format!("write one query (a SELECT over `{EVENTS}`), not {} statements", statements.len()));
     }
-    Ok(())
+    statements.iter().try_for_each(unlike::unlike_syntax)
 }
 
 /// The engine's reason, with the line and column it points at when it has them.
@@ -175,6 +175,7 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
     rules.insert(at, Arc::new(unlike::WholeDecimals));
     rules.insert(at + 1, Arc::new(unlike::DoubleQuotients));
+    rules.insert(at + 2, Arc::new(unlike::FloatsOverDecimals));
     if let Some(zone) = zone {
         let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
@@ -282,6 +283,8 @@ pub async fn plan(
     for l in lookups {
         register(&ctx, &l.name, l.schema.clone(), Vec::new()).map_err(|e| reason(&e, &query.sql))?;
     }
+    // The shorthand's SQL too: its `where` is the user's text.
+    parse(&query.sql)?;
     let df = ctx.sql_with_options(&query.sql, options()).await.map_err(|e| reason(&e, &query.sql))?;
     let plan = df.logical_plan().clone();
     // Planned through to execution (over no rows), so the analyzer's refusals come now.

@@ -8,6 +8,41 @@ use datafusion::common::{plan_err, DFSchema, Result};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
 
+/// What the parser reads otherwise than SQL means, refused from the query's text:
+/// - `^`, a power in PostgreSQL and DuckDB, is a bitwise exclusive or here (`3 ^ 2` is 1);
+/// - `a IS DISTINCT FROM b AND c` is parsed as `a IS DISTINCT FROM (b AND c)`.
+pub fn unlike_syntax(statement: &datafusion::sql::parser::Statement) -> Result<(), String> {
+    use datafusion::sql::sqlparser::ast::{visit_expressions, BinaryOperator, Expr as Sql};
+    use std::ops::ControlFlow;
+    let datafusion::sql::parser::Statement::Statement(statement) = statement else { return Ok(()) };
+    let found = visit_expressions(statement.as_ref(), |e| {
+        let why = match e {
+            Sql::BinaryOp { op: BinaryOperator::BitwiseXor | BinaryOperator::PGBitwiseXor, .. } => Some(format!(
+                "`{e}`: `^` is a bitwise exclusive or in this engine, not a power as in PostgreSQL and DuckDB \
+                 (`3 ^ 2` is 1); write power(a, b) for a power"
+            )),
+            Sql::IsDistinctFrom(_, b) | Sql::IsNotDistinctFrom(_, b)
+                if matches!(b.as_ref(), Sql::BinaryOp { op: BinaryOperator::And | BinaryOperator::Or, .. }) =>
+            {
+                Some(format!(
+                    "`{e}`: the parser takes everything after IS [NOT] DISTINCT FROM as its operand, AND and OR \
+                     included, where SQL ends the operand before them; put the operand in parentheses: \
+                     (a IS DISTINCT FROM b) AND …"
+                ))
+            }
+            _ => None,
+        };
+        match why {
+            Some(w) => ControlFlow::Break(w),
+            None => ControlFlow::Continue(()),
+        }
+    });
+    match found {
+        ControlFlow::Break(why) => Err(why),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
 /// The analyzer rule (see the module documentation); it runs after type coercion.
 #[derive(Debug, Default)]
 pub struct UnlikeSql;
@@ -128,4 +163,133 @@ fn decimal_quotient(b: &datafusion::logical_expr::BinaryExpr, schema: &DFSchema)
     let (Ok(l), Ok(r)) = (b.left.get_type(schema), b.right.get_type(schema)) else { return false };
     let decimal = |t: &DataType| matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..));
     (decimal(&l) || decimal(&r)) && !l.is_floating() && !r.is_floating()
+}
+
+/// An analyzer rule run before type coercion: a float beside a decimal (`f > 0.5`,
+/// `f IN (1.0, 2.5)`, `f BETWEEN 0.1 AND 0.2`, `coalesce(f, 0.0)`, `CASE … ELSE 0.0`, a double
+/// column times a decimal column) is computed in the float's type, as DuckDB computes it.
+/// DataFusion made the float a `decimal(30,15)`: digits past the 15th were cut
+/// (`1.0000000000000002 > 1.0` was false, `1e-20 > 0.0` was false), and a NaN or a value past
+/// 10^15 failed the date.
+#[derive(Debug, Default)]
+pub struct FloatsOverDecimals;
+
+impl AnalyzerRule for FloatsOverDecimals {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        use datafusion::common::tree_node::Transformed;
+        use datafusion::logical_expr::expr::{Between, Case, InList, ScalarFunction};
+        use datafusion::logical_expr::{cast, BinaryExpr, Operator::*};
+        super::rewrite_exprs(plan, |x, schema| {
+            let decimal =
+                |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Decimal128(..) | DataType::Decimal256(..)));
+            // The float type a group of operands is computed in, when they mix floats and decimals.
+            let float_of = |es: &[&Expr]| -> Option<DataType> {
+                if !es.iter().any(|e| decimal(e)) {
+                    return None;
+                }
+                es.iter().filter_map(|e| e.get_type(schema).ok().filter(DataType::is_floating)).fold(None, |acc, t| {
+                    Some(match (acc, t) {
+                        (Some(DataType::Float64), _) | (_, DataType::Float64) => DataType::Float64,
+                        _ => DataType::Float32,
+                    })
+                })
+            };
+            let to = |e: Expr, t: &DataType| if decimal(&e) { cast(e, t.clone()) } else { e };
+            let yes = |e: Expr| Ok(Transformed::yes(e));
+            match x {
+                Expr::BinaryExpr(b)
+                    if matches!(
+                        b.op,
+                        Plus | Minus
+                            | Multiply
+                            | Divide
+                            | Modulo
+                            | Eq
+                            | NotEq
+                            | Lt
+                            | LtEq
+                            | Gt
+                            | GtEq
+                            | IsDistinctFrom
+                            | IsNotDistinctFrom
+                    ) =>
+                {
+                    match float_of(&[&b.left, &b.right]) {
+                        Some(t) => yes(Expr::BinaryExpr(BinaryExpr::new(
+                            Box::new(to(*b.left, &t)),
+                            b.op,
+                            Box::new(to(*b.right, &t)),
+                        ))),
+                        None => Ok(Transformed::no(Expr::BinaryExpr(b))),
+                    }
+                }
+                Expr::InList(l) => {
+                    let all: Vec<&Expr> = std::iter::once(l.expr.as_ref()).chain(&l.list).collect();
+                    match float_of(&all) {
+                        Some(t) => yes(Expr::InList(InList::new(
+                            Box::new(to(*l.expr, &t)),
+                            l.list.into_iter().map(|e| to(e, &t)).collect(),
+                            l.negated,
+                        ))),
+                        None => Ok(Transformed::no(Expr::InList(l))),
+                    }
+                }
+                Expr::Between(b) => match float_of(&[&b.expr, &b.low, &b.high]) {
+                    Some(t) => yes(Expr::Between(Between::new(
+                        Box::new(to(*b.expr, &t)),
+                        b.negated,
+                        Box::new(to(*b.low, &t)),
+                        Box::new(to(*b.high, &t)),
+                    ))),
+                    None => Ok(Transformed::no(Expr::Between(b))),
+                },
+                Expr::Case(c) => {
+                    let results: Vec<&Expr> =
+                        c.when_then_expr.iter().map(|(_, t)| t.as_ref()).chain(c.else_expr.as_deref()).collect();
+                    let result = float_of(&results);
+                    let compared: Vec<&Expr> = match &c.expr {
+                        Some(e) => std::iter::once(e.as_ref())
+                            .chain(c.when_then_expr.iter().map(|(w, _)| w.as_ref()))
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    let operand = float_of(&compared);
+                    if result.is_none() && operand.is_none() {
+                        return Ok(Transformed::no(Expr::Case(c)));
+                    }
+                    let (r, o) = (
+                        |e: Expr| match &result {
+                            Some(t) => to(e, t),
+                            None => e,
+                        },
+                        |e: Expr| match &operand {
+                            Some(t) => to(e, t),
+                            None => e,
+                        },
+                    );
+                    yes(Expr::Case(Case::new(
+                        c.expr.map(|e| Box::new(o(*e))),
+                        c.when_then_expr.into_iter().map(|(w, t)| (Box::new(o(*w)), Box::new(r(*t)))).collect(),
+                        c.else_expr.map(|e| Box::new(r(*e))),
+                    )))
+                }
+                Expr::ScalarFunction(f)
+                    if matches!(f.func.name(), "coalesce" | "nullif" | "greatest" | "least" | "nvl" | "ifnull") =>
+                {
+                    match float_of(&f.args.iter().collect::<Vec<_>>()) {
+                        Some(t) => yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                            f.func,
+                            f.args.into_iter().map(|e| to(e, &t)).collect(),
+                        ))),
+                        None => Ok(Transformed::no(Expr::ScalarFunction(f))),
+                    }
+                }
+                x => Ok(Transformed::no(x)),
+            }
+        })
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_floats_over_decimals"
+    }
 }

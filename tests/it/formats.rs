@@ -463,6 +463,7 @@ fn what_sql_says_is_computed_or_refused() {
                 as ArrayRef,
         ),
         ("sku", Arc::new(StringArray::from(vec!["abc", "abc", "abd", "xbz"])) as ArrayRef),
+        ("f", Arc::new(Float64Array::from(vec![0.0, 1.0000000000000002, 1e-20, 1e300])) as ArrayRef),
         (
             "ts",
             Arc::new(
@@ -490,6 +491,15 @@ fn what_sql_says_is_computed_or_refused() {
     let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
     assert_eq!(["n", "gross", "span_seconds", "per_billion"].map(v), ["3", "8.92", "7199", "3e-9"]);
     assert_eq!(v("third").parse::<f64>().unwrap(), 1.0 / 3.0);
+    // A double beside a decimal literal is compared and combined as a double, not cut to
+    // decimal(30,15) (which also failed on 1e300).
+    let sql = "SELECT count(*) FILTER (WHERE f > 1.0) AS above_one, count(*) FILTER (WHERE f > 0.0) AS positive, \
+               count(*) FILTER (WHERE f IN (1.0, 2.5)) AS listed, min(coalesce(f, 0.5)) AS least FROM events";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["above_one", "positive", "listed", "least"].map(v), ["2", "3", "0", "1e-20"]);
     for (sql, says) in [
         ("SELECT count(*) FILTER (WHERE sku SIMILAR TO 'a%') AS n FROM events", "SIMILAR TO"),
         ("SELECT date_part('minute', max(ts) - min(ts)) AS m FROM events", "field of a duration"),
@@ -497,6 +507,8 @@ fn what_sql_says_is_computed_or_refused() {
         ("SELECT max(ts) - min(ts) AS span FROM events", "no type for an interval or a duration"),
         ("SELECT array_agg(ts - ts) AS spans FROM events", "no type for an interval or a duration"),
         ("SELECT INTERVAL '1 day' AS i FROM events", "no type for an interval or a duration"),
+        ("SELECT sum(v ^ 2) AS squares FROM events", "bitwise exclusive or"),
+        ("SELECT count(*) FILTER (WHERE k IS DISTINCT FROM 1.5 AND v > 0) AS n FROM events", "in parentheses"),
     ] {
         let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
         assert_eq!(out.status.code(), Some(2), "{sql}: {}", text(&out));
@@ -729,4 +741,27 @@ fn the_run_reads_each_column_in_the_type_its_objects_unify_to() {
     assert!(out.status.success(), "{}", text(&out));
     let b = read_batch(&lake.partition_file("2026-11-01"));
     assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "2.75");
+}
+
+/// Risk: a misspelled column in `[input.schema]` ignored, so the column it meant is read in
+/// its own type (a float summed where a decimal was declared).
+#[test]
+fn a_declared_type_must_name_a_column_of_the_input() {
+    use arrow::array::{ArrayRef, Float64Array, Int64Array};
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let b = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef),
+        ("amount", Arc::new(Float64Array::from(vec![0.1, 0.2])) as ArrayRef),
+    ])
+    .unwrap();
+    write_parquet(&dir.join("a.parquet"), &b);
+    let sql = "SELECT sum(amount) AS s FROM events";
+    let out = job(&lake, "parquet", "schema = { amout = \"decimal(12,2)\" }", identity, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("input.schema") && text(&out).contains("`amout`"), "{}", text(&out));
+    assert!(!lake.partition_file("2026-11-01").exists());
 }
