@@ -20,6 +20,7 @@
 //! are added in a type they cannot leave where theirs could wrap, and checked on the way back
 //! (`engine/sums.rs`), and timestamp literals read in the job's zone (`engine/zones.rs`).
 
+mod floats;
 mod sums;
 mod unlike;
 mod zones;
@@ -122,6 +123,13 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
             msg = rest.to_string();
         }
     }
+    if msg.contains("duplicate unqualified field name") {
+        msg.push_str(
+            ": the engine names an expression without the casts inside it, so `min(x)` and \
+             `min(CAST(x AS REAL))` have one name; cast the result instead (`CAST(min(x) AS REAL)`), or compute \
+             one of them in a subquery",
+        );
+    }
     if let Some(span) = e.diagnostic().and_then(|d| d.span) {
         if span.start.line > 0 && !msg.contains("Line:") {
             msg = format!("{msg} (at line {}, column {})", span.start.line, span.start.column);
@@ -167,8 +175,8 @@ fn session(zone: Option<&str>) -> SessionContext {
     with_rules(SessionContext::new_with_config(config()), zone)
 }
 
-/// The session with lakeswap's analyzer rules: [`zones::EpochInstants`] before type coercion
-/// (it changes types), the others after it.
+/// The session with lakeswap's analyzer rules (those that change types before type coercion,
+/// the others after it) and its own `min` and `max` ([`floats`]).
 fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     let state = ctx.state();
     let mut rules = state.analyzer().rules.clone();
@@ -186,7 +194,11 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     let state = datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
         .with_analyzer_rules(rules)
         .build();
-    SessionContext::new_with_state(state)
+    let ctx = SessionContext::new_with_state(state);
+    for f in floats::min_max() {
+        ctx.register_udaf(f);
+    }
+    ctx
 }
 
 /// A session whose operators hold at most `memory.0` bytes, spilling to files in `memory.1`

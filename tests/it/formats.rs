@@ -622,6 +622,15 @@ fn one_zero_and_one_nan() {
     let b = read_batch(&lake.partition_file("2026-11-01"));
     let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
     assert_eq!(["d", "n", "lo", "groups"].map(v), ["3", "5", "0.0", "3"]);
+    // Grouped, a NaN is larger than every number too (DataFusion's grouped min and max kept
+    // whatever came after a NaN).
+    let sql = "SELECT k > 0 AS g, min(f) AS lo, max(f) AS hi, \
+               max(f) FILTER (WHERE k < 5) AS hi4, max(f) FILTER (WHERE k < 4) AS hi3 FROM events GROUP BY k > 0";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["lo", "hi", "hi4", "hi3"].map(v), ["0.0", "NaN", "NaN", "1.0"]);
 }
 
 /// Risk: an NDJSON field holding `1` on one line and `"1"` on another read as text, so the two
