@@ -61,7 +61,8 @@ pub fn in_job_zone(t: &DataType, tz: chrono_tz::Tz) -> DataType {
     }
 }
 
-/// A lookup table's rows with their zoned timestamps in the job's zone ([`in_job_zone`]).
+/// A lookup table's rows with their zoned timestamps in the job's zone ([`in_job_zone`]), and
+/// one zero and one NaN in its float columns, as in `events`.
 pub fn lookup_in_job_zone(
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
@@ -77,7 +78,7 @@ pub fn lookup_in_job_zone(
                 .columns()
                 .iter()
                 .zip(zoned.fields())
-                .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+                .map(|(c, f)| arrow::compute::cast(c, f.data_type()).map(|c| crate::prepare::one_zero_one_nan(&c)))
                 .collect::<Result<Vec<_>, _>>()?;
             RecordBatch::try_new(zoned.clone(), columns)
         })

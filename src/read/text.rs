@@ -98,6 +98,18 @@ pub struct Parsed {
     pub bad: Vec<(usize, String)>,
 }
 
+/// A float from text: a number past the type's range is refused, not read as an infinity
+/// (which only `inf` and `infinity` spell).
+fn parse_float<T: std::str::FromStr + Into<f64> + Copy>(s: &str, ty: &str) -> Result<T, String> {
+    let t = s.trim();
+    let v: T = t.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    let word = t.trim_start_matches(['+', '-']).to_ascii_lowercase();
+    if v.into().is_infinite() && word != "inf" && word != "infinity" {
+        return Err(format!("`{s}` is past what a {ty} holds"));
+    }
+    Ok(v)
+}
+
 /// Parses text values into `d`'s type, exactly. Nulls stay null.
 pub fn parse_column(values: &StringArray, d: &Declared, tz: Tz) -> Parsed {
     let mut bad = Vec::new();
@@ -126,14 +138,8 @@ pub fn parse_column(values: &StringArray, d: &Declared, tz: Tz) -> Parsed {
         DataType::Int64 => each!(Int64Builder::with_capacity(n), |s: &str| parse_int(s)),
         DataType::Int32 => each!(Int32Builder::with_capacity(n), |s: &str| parse_int(s)
             .and_then(|v| i32::try_from(v).map_err(|_| format!("`{s}` does not fit int32")))),
-        DataType::Float64 => each!(Float64Builder::with_capacity(n), |s: &str| s
-            .trim()
-            .parse::<f64>()
-            .map_err(|_| format!("`{s}` is not a number"))),
-        DataType::Float32 => each!(Float32Builder::with_capacity(n), |s: &str| s
-            .trim()
-            .parse::<f32>()
-            .map_err(|_| format!("`{s}` is not a number"))),
+        DataType::Float64 => each!(Float64Builder::with_capacity(n), |s: &str| parse_float::<f64>(s, "float64")),
+        DataType::Float32 => each!(Float32Builder::with_capacity(n), |s: &str| parse_float::<f32>(s, "float32")),
         DataType::Boolean => each!(BooleanBuilder::with_capacity(n), |s: &str| parse_bool(s)),
         DataType::Date32 => each!(Date32Builder::with_capacity(n), |s: &str| parse_date(s).map(dates::to_days)),
         &DataType::Decimal128(p, s) => {
@@ -576,6 +582,17 @@ mod tests {
         assert!(parse_decimal("12345678901", 12, 2).unwrap_err().contains("too many digits"));
         assert!(parse_decimal("1,5", 12, 2).is_err());
         assert!(parse_decimal("", 12, 2).is_err());
+    }
+
+    #[test]
+    fn floats_past_their_range_are_refused_not_infinite() {
+        assert_eq!(parse_float::<f64>(" 1.5 ", "float64"), Ok(1.5));
+        assert_eq!(parse_float::<f64>("-inf", "float64"), Ok(f64::NEG_INFINITY));
+        assert_eq!(parse_float::<f32>("Infinity", "float32"), Ok(f32::INFINITY));
+        assert!(parse_float::<f64>("NaN", "float64").unwrap().is_nan());
+        assert!(parse_float::<f64>("1e400", "float64").unwrap_err().contains("past what a float64 holds"));
+        assert!(parse_float::<f32>("-1e39", "float32").unwrap_err().contains("past what a float32 holds"));
+        assert!(parse_float::<f64>("1,5", "float64").is_err());
     }
 
     #[test]
