@@ -201,6 +201,10 @@ pub async fn plan(
             decoder.required.push(c);
         }
     }
+    if layout == Layout::Hive {
+        // The folder gives the date of an object without the column.
+        decoder.required.retain(|c| *c != cfg.partition.column);
+    }
 
     // A flat layout: each date's objects are those whose rows may hold it.
     let mut object_dates = Vec::new();

@@ -549,6 +549,20 @@ impl Decoder {
         out: &mut Decoded,
     ) -> Result<(), InputError> {
         let n = r.batch.num_rows();
+        let mut r = r;
+        // Hive layout: an object without the partition column (others of the input hold it)
+        // has the folder's date in every row.
+        if let (Some(pd), DateSource::Column(c)) = (path_date, &self.date_source) {
+            if r.batch.column_by_name(c).is_none() {
+                let mut fields = r.batch.schema().fields().to_vec();
+                fields.push(Arc::new(Field::new(c, DataType::Date32, true)));
+                let mut columns = r.batch.columns().to_vec();
+                columns.push(Arc::new(arrow::array::Date32Array::from_value(dates::to_days(pd), n)));
+                let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
+                r.batch = RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &opts)
+                    .map_err(|e| InputError::unreadable(Location::object(object.to_string()), e.to_string()))?;
+            }
+        }
         let days = self.row_dates(object, &r)?;
         let lines = |idx: &dyn Fn(usize) -> usize, len: usize| -> Option<Arc<[u64]>> {
             r.lines.as_ref().map(|l| (0..len).map(|i| l.get(idx(i)).copied().unwrap_or(0)).collect())

@@ -774,3 +774,48 @@ fn a_declared_type_must_name_a_column_of_the_input() {
     assert!(text(&out).contains("input.schema") && text(&out).contains("`amout`"), "{}", text(&out));
     assert!(!lake.partition_file("2026-11-01").exists());
 }
+
+/// Risk: in a Hive layout, an object whose own date column disagrees with its folder summed
+/// into the folder's date when an object without the column sorts first; and an object without
+/// the column refused when one with it sorts first. The folder gives the date of an object
+/// without the column, and an object's own dates must be the folder's, whatever the order.
+#[test]
+fn a_hive_objects_own_dates_are_its_folders() {
+    use arrow::array::{ArrayRef, Date32Array, Int64Array};
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let day = |s: &str| lakeswap::dates::to_days(s.parse().unwrap());
+    for (without, with) in [("a", "b"), ("b", "a")] {
+        for own in ["2026-11-02", "2026-11-05"] {
+            let lake = Lake::new();
+            let dir = lake.input().join("event_date=2026-11-02");
+            std::fs::create_dir_all(&dir).unwrap();
+            let plain = RecordBatch::try_from_iter([
+                ("k", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+                ("v", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+                ("x", Arc::new(Int64Array::from(vec![10])) as ArrayRef),
+            ])
+            .unwrap();
+            let dated = RecordBatch::try_from_iter([
+                ("k", Arc::new(Int64Array::from(vec![2])) as ArrayRef),
+                ("v", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+                ("x", Arc::new(Int64Array::from(vec![20])) as ArrayRef),
+                ("event_date", Arc::new(Date32Array::from(vec![day(own)])) as ArrayRef),
+            ])
+            .unwrap();
+            write_parquet(&dir.join(format!("{without}.parquet")), &plain);
+            write_parquet(&dir.join(format!("{with}.parquet")), &dated);
+            let sql = "SELECT sum(x) AS s, count(*) FILTER (WHERE event_date = DATE '2026-11-02') AS dated FROM events";
+            let out = job(&lake, "parquet", "", identity, sql, "2026-11-02");
+            if own == "2026-11-02" {
+                assert!(out.status.success(), "{without}/{with}: {}", text(&out));
+                let b = read_batch(&lake.partition_file("2026-11-02"));
+                let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+                assert_eq!(["s", "dated"].map(v), ["30", "2"], "{without}/{with}");
+            } else {
+                assert_eq!(out.status.code(), Some(3), "{without}/{with}: {}", text(&out));
+                let t = text(&out);
+                assert!(t.contains(&format!("{with}.parquet")) && t.contains("holds 2026-11-05"), "{t}");
+            }
+        }
+    }
+}
