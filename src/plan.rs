@@ -5,9 +5,9 @@
 //! partitioned, every object otherwise. In a flat layout each date's inputs are the objects
 //! that can hold its rows: for Parquet, by the row-group statistics of the date column (read
 //! from the footers alone), so a date's lineage names only its own objects. A reference record
-//! schema is unified from every input object's (text: the first object with rows) and every
-//! column the config names is checked against it (a config error, exit 2, still before
-//! anything runs). The committed state of
+//! schema is unified from the first date's objects' (text: the first object with rows) and
+//! every column the config names is checked against it (a config error, exit 2, still before
+//! anything runs); each date still reads its own objects' types. The committed state of
 //! each target is read later, under the partition's lease, so the swap can be a
 //! compare-and-swap against it. `--dry-run` prints the plan and stops.
 
@@ -135,7 +135,12 @@ pub async fn plan(
         Layout::Flat => objects = list::objects(input, &input.prefix).await?,
     }
 
-    // The reference record schema: the run's objects' (or, with none, a folder's of the input).
+    // The reference record schema: the run's first date's objects' (a flat input's: all of
+    // them; with none, a folder's of the input).
+    let first_date = match layout {
+        Layout::Hive => wanted.iter().filter_map(|d| inputs.get(d)).find(|o| !o.is_empty()).map_or(0, Vec::len),
+        Layout::Flat => objects.len(),
+    };
     let sample = match objects.is_empty() {
         false => objects.clone(),
         true if layout == Layout::Hive => match folders.values().flatten().next() {
@@ -157,15 +162,15 @@ pub async fn plan(
             .filter_map(|(c, t)| read::parse_type(t).ok().map(|d| (c.clone(), d)))
             .collect(),
         required: Vec::new(),
-        run_types: Default::default(),
     };
     let lookups = Arc::new(read_lookups(cfg).await?);
-    let (record_schema, output_schema, query_plan, used) = match reference(&decoder, input, &sample).await? {
+    let reference = reference(&decoder, input, &sample, first_date.max(1), column).await?;
+    let (record_schema, output_schema, query_plan, used) = match reference {
         None => (None, None, None, Vec::new()),
-        Some((schema, name, run_types)) => {
+        Some((schema, name, dated)) => {
             decoder.date_source = if let Some(ts) = &cfg.partition.from_timestamp {
                 DateSource::Timestamp(ts.clone())
-            } else if schema.field_with_name(column).is_ok() {
+            } else if schema.field_with_name(column).is_ok() || dated {
                 DateSource::Column(column.clone())
             } else if layout == Layout::Hive {
                 DateSource::Path
@@ -180,11 +185,6 @@ pub async fn plan(
                     ),
                 ));
             };
-            let source = match &decoder.date_source {
-                DateSource::Column(c) | DateSource::Timestamp(c) => Some(c.as_str()),
-                DateSource::Path => None,
-            };
-            decoder.run_types = run_types.into_iter().filter(|(c, _)| Some(c.as_str()) != source).collect();
             // The date source's column has the type it will have once read.
             let schema = decoder_schema(&decoder, schema);
             check_columns(cfg, &schema, &name)?;
@@ -262,60 +262,56 @@ fn objects_for(objects: &[ObjectMeta], object_dates: &[Vec<Option<(i32, i32)>>],
 }
 
 /// The run's reference record schema, which the config is checked against and the query is
-/// planned on; the object it is named after; and the types of the columns its objects give
-/// differently. Parquet: every object's footer, unified by the written rule (a few ranged reads
-/// each), so no object's place in the listing decides the plan. When they do not unify, the
-/// first object's schema: a date whose objects clash fails on reading, naming them. Text: the
-/// first object that has rows (a header alone gives no types).
+/// planned on; the object it is named after; and whether any object holds the partition
+/// `column`. Parquet: the footers of the first date's objects (`objects[..first]`; a few ranged
+/// reads each), each column in the type they unify to ([`read::unify::unify_types`]; the first
+/// object's where they do not), so no object's place in the listing decides the plan; every
+/// object's footer is read for the partition column. Each date still reads its own objects'
+/// types: a date's output depends on its own input alone. Text: the first object that has rows
+/// (a header alone gives no types).
 async fn reference(
     decoder: &Decoder,
     input: &StoreLocation,
     objects: &[ObjectMeta],
-) -> Result<Option<(SchemaRef, String, BTreeMap<String, DataType>)>> {
-    let Some(first) = objects.first() else { return Ok(None) };
-    let name = input.display(&first.location);
-    let schema = reference_schema(decoder, input, first).await?;
+    first: usize,
+    column: &str,
+) -> Result<Option<(SchemaRef, String, bool)>> {
+    let Some(head) = objects.first() else { return Ok(None) };
+    let name = input.display(&head.location);
+    let schema = reference_schema(decoder, input, head).await?;
     if decoder.format != Format::Parquet {
         if schema.fields().is_empty() {
             for m in &objects[1..] {
                 let s = reference_schema(decoder, input, m).await?;
                 if !s.fields().is_empty() {
-                    return Ok(Some((s, input.display(&m.location), BTreeMap::new())));
+                    return Ok(Some((s, input.display(&m.location), false)));
                 }
             }
         }
-        return Ok(Some((schema, name, BTreeMap::new())));
+        return Ok(Some((schema, name, false)));
     }
     let footers: Vec<_> = objects[1..]
         .iter()
         .map(|m| {
-            let (store, m, name) = (input.store.clone(), m.clone(), input.display(&m.location));
-            async move {
-                let md = read::parquet_footer(store.as_ref(), &m).await.ok()?;
-                Some((name, read::footer_schema(&md).ok()?))
+            let (store, m) = (input.store.clone(), m.clone());
+            async move { read::footer_schema(&read::parquet_footer(store.as_ref(), &m).await.ok()?).ok() }
+        })
+        .collect();
+    let others: Vec<Option<arrow::datatypes::Schema>> = futures::stream::iter(footers).buffered(8).collect().await;
+    let dated = others.iter().flatten().any(|s| s.field_with_name(column).is_ok());
+    let mut fields: Vec<arrow::datatypes::Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let first_date = others.iter().take(first.saturating_sub(1)).flatten();
+    for f in first_date.flat_map(|s| s.fields().iter()) {
+        match fields.iter_mut().find(|g| g.name() == f.name()) {
+            None => fields.push(f.as_ref().clone()),
+            Some(g) => {
+                if let Some(t) = read::unify::unify_types(g.data_type(), f.data_type()) {
+                    *g = g.clone().with_data_type(t);
+                }
             }
-        })
-        .collect();
-    let others: Vec<Option<(String, arrow::datatypes::Schema)>> =
-        futures::stream::iter(footers).buffered(8).collect().await;
-    let others: Vec<(String, arrow::datatypes::Schema)> = others.into_iter().flatten().collect();
-    let all: Vec<(&str, &arrow::datatypes::Schema)> =
-        std::iter::once((name.as_str(), schema.as_ref())).chain(others.iter().map(|(o, s)| (o.as_str(), s))).collect();
-    let Ok(unified) = read::unify::unify(&all, &|c| decoder.declared.get(c).map(|d| d.ty.clone())) else {
-        return Ok(Some((schema, name, BTreeMap::new())));
-    };
-    let differ = |c: &str, t: &DataType| {
-        all.iter().any(|(_, s)| {
-            s.field_with_name(c).is_ok_and(|f| read::unify::parquet_native(read::unify::base(f.data_type())) != *t)
-        })
-    };
-    let run_types = unified
-        .fields()
-        .iter()
-        .filter(|f| !decoder.declared.contains_key(f.name()) && differ(f.name(), f.data_type()))
-        .map(|f| (f.name().clone(), f.data_type().clone()))
-        .collect();
-    Ok(Some((unified, name, run_types)))
+        }
+    }
+    Ok(Some((Arc::new(arrow::datatypes::Schema::new(fields)), name, dated)))
 }
 
 /// The record schema of one object: a Parquet footer (a few ranged reads), or a whole text
@@ -386,9 +382,16 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
             }
         }
     }
-    // A declared type for a column no object has is a misspelling, not a column to make up.
-    if let Some(c) = cfg.input.schema.keys().find(|c| !has(c) && **c != cfg.partition.column) {
-        return Err(missing("input.schema", c));
+    // A declared type for a column no object of the run has, spelled like one they have, is a
+    // misspelling (a column these objects lack may come in others: an optional field).
+    for c in cfg.input.schema.keys().filter(|c| !has(c)) {
+        if let Some(like) = misspelling_of(c, &names) {
+            return Err(config_err(
+                cfg,
+                "input.schema",
+                format!("no column `{c}` in the input (read from {object}); did you mean `{like}`?"),
+            ));
+        }
     }
     if let Some(v) = &cfg.identity.version {
         let f = schema.field_with_name(v).map_err(|_| missing("identity.version", v))?;
@@ -417,6 +420,15 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
     Ok(())
 }
 
+/// The column of `names` that `column` looks like a misspelling of: the same but for case, or
+/// one or two letters off (of a name longer than three).
+fn misspelling_of<'a>(column: &str, names: &'a [String]) -> Option<&'a str> {
+    names
+        .iter()
+        .find(|n| n.eq_ignore_ascii_case(column) || (column.len() > 3 && strsim::levenshtein(n, column) <= 2))
+        .map(String::as_str)
+}
+
 /// Reads the lookup tables of the daily table's query: every object under each table's URL,
 /// read by column name and unified like the input.
 async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
@@ -442,15 +454,14 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
             tz: cfg.timezone(),
             declared: t.schema.iter().filter_map(|(c, ty)| read::parse_type(ty).ok().map(|d| (c.clone(), d))).collect(),
             required: Vec::new(),
-            run_types: Default::default(),
         };
         // Every row of a lookup belongs to it: read under one placeholder date.
         let day = NaiveDate::default();
         let table = read::read_date(&store, &decoder, &objects, day, Some(day))
             .await
             .map_err(|e| config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name)))?;
-        if let Some(c) = t.schema.keys().find(|c| table.schema().field_with_name(c).is_err()) {
-            let has: Vec<&str> = table.schema().fields().iter().map(|f| f.name().as_str()).collect();
+        let has: Vec<String> = table.schema().fields().iter().map(|f| f.name().clone()).collect();
+        if let Some(c) = t.schema.keys().find(|c| !has.contains(c)) {
             return Err(config_err(
                 cfg,
                 &format!("aggregate.tables[{i}].schema"),

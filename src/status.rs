@@ -60,15 +60,29 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
         .iter()
         .filter_map(|p| p.filename()?.strip_prefix(&prefix).and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()))
         .collect();
+    // The run that wrote the file, and a failure no later run has mended: a run that wrote the
+    // partition, or found its file current (unchanged, skipped), clears an older failure.
     let mut last: BTreeMap<NaiveDate, (String, Action, Option<String>)> = BTreeMap::new();
+    let mut failed: BTreeMap<NaiveDate, (String, Action, Option<String>)> = BTreeMap::new();
     for j in &journals {
         for p in &j.partitions {
-            // The run that wrote the file, or failed it; not one that found it as it was.
-            if matches!(p.action, Action::Created | Action::Replaced | Action::Failed) {
-                last.insert(p.date, (j.run_id.clone(), p.action, p.error.clone()));
+            let run = (j.run_id.clone(), p.action, p.error.clone());
+            match p.action {
+                Action::Created | Action::Replaced => {
+                    failed.remove(&p.date);
+                    last.insert(p.date, run);
+                }
+                Action::Failed => {
+                    failed.insert(p.date, run);
+                }
+                Action::Unchanged | Action::Skipped => {
+                    failed.remove(&p.date);
+                }
+                _ => {}
             }
         }
     }
+    last.extend(failed);
     let dates = dates.unwrap_or_else(|| {
         let mut d: Vec<NaiveDate> = committed.iter().copied().chain(last.keys().copied()).collect();
         d.sort();

@@ -124,6 +124,16 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
             msg = rest.to_string();
         }
     }
+    // A function given types it does not take: the engine lists every signature it tried.
+    if let Some(rest) = msg.strip_prefix("Internal error: Function '") {
+        if let (Some(name), Some(got)) = (rest.split('\'').next(), rest.split("but received ").nth(1)) {
+            let got = got.split(").").next().unwrap_or(got);
+            msg = format!(
+                "`{name}` does not take {got}); if an input column was read as text (a value with spaces \
+                 around it, letters in a number column), declare its type in [input.schema]"
+            );
+        }
+    }
     if msg.contains("duplicate unqualified field name") {
         msg.push_str(
             ": the engine names an expression without the casts inside it, so `min(x)` and \
@@ -202,15 +212,18 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     ctx
 }
 
-/// A session whose operators hold at most `memory.0` bytes, spilling to files in `memory.1`
-/// beyond that (an aggregation with many groups, the final sort).
-fn session_within(memory: &Memory, zone: Option<&str>) -> Result<SessionContext, DataFusionError> {
+/// A session whose operators hold at most `memory.bytes`, spilling to files in
+/// `memory.spill_dir` beyond that (an aggregation with many groups, the final sort) when
+/// `spill`; without, an operator that outgrows its share fails the date.
+fn session_within(memory: &Memory, spill: bool, zone: Option<&str>) -> Result<SessionContext, DataFusionError> {
     use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+    let mode = match spill {
+        true => DiskManagerMode::Directories(vec![memory.spill_dir.clone()]),
+        false => DiskManagerMode::Disabled,
+    };
     let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(datafusion::execution::memory_pool::FairSpillPool::new(memory.bytes)))
-        .with_disk_manager_builder(
-            DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![memory.spill_dir.clone()])),
-        )
+        .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(mode))
         .build_arc()?;
     Ok(with_rules(SessionContext::new_with_config_rt(config(), runtime), zone))
 }
@@ -232,6 +245,9 @@ fn config() -> SessionConfig {
         // `1.15` is an exact number, as in SQL: a decimal, not a double (`amount * 1.15` on a
         // decimal column was computed in binary floating point, a cent off).
         .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
+        // The top-K aggregation (`ORDER BY min(f) LIMIT n`) compares floats its own way, and
+        // took a group whose min was after a NaN for the smallest.
+        .set_bool("datafusion.optimizer.enable_topk_aggregation", false)
 }
 
 fn options() -> SQLOptions {
@@ -714,7 +730,10 @@ async fn execute_with(
 ) -> Result<RecordBatch, PartitionError> {
     let fail = |e: DataFusionError| failure(e, query);
     let ctx = match memory {
-        Some(m) => session_within(m, query.zone.as_deref()).map_err(fail)?,
+        Some(m) => {
+            let spill = spills_exactly(query, &rows.events, lookups).await.map_err(fail)?;
+            session_within(m, spill, query.zone.as_deref()).map_err(fail)?
+        }
         None => session(query.zone.as_deref()),
     };
     // An unbounded in-memory date may be split; a bounded one keeps its one memory pool.
@@ -781,6 +800,42 @@ async fn execute_with(
     shape(query, batch)
 }
 
+/// Whether the query gives the same bytes when the engine spills its state to disk as when it
+/// holds it: no `ORDER BY` or window of the user's (rows that tie come out of a spilled sort in
+/// another order), and only aggregates whose partial states merge exactly (`count`, `min`,
+/// `max`, `median`, `approx_distinct`, `bool_and`/`bool_or`, `sum` and `avg` of integers and
+/// decimals). A float sum spilled adds its partial sums in another order; `array_agg`,
+/// `string_agg` and the approximate percentiles merge in another order too.
+async fn spills_exactly(query: &Query, events: &SchemaRef, lookups: &[Lookup]) -> Result<bool, DataFusionError> {
+    let ctx = session(query.zone.as_deref());
+    register(&ctx, EVENTS, events.clone(), Vec::new())?;
+    for l in lookups {
+        register(&ctx, &l.name, l.schema.clone(), Vec::new())?;
+    }
+    let plan = ctx.sql_with_options(&query.sql, options()).await?.into_optimized_plan()?;
+    let mut exact = true;
+    plan.apply_with_subqueries(|p| {
+        exact &= match p {
+            LogicalPlan::Window(_) | LogicalPlan::Sort(_) => false,
+            LogicalPlan::Aggregate(a) => a.aggr_expr.iter().all(|e| {
+                let Expr::AggregateFunction(f) = e.clone().unalias_nested().data else { return false };
+                let schema = a.input.schema();
+                let float = f.params.args.iter().any(|x| {
+                    datafusion::logical_expr::ExprSchemable::get_type(x, schema).is_ok_and(|t| t.is_floating())
+                });
+                match f.func.name() {
+                    "count" | "min" | "max" | "median" | "approx_distinct" | "bool_and" | "bool_or" => true,
+                    "sum" | "avg" => !float,
+                    _ => false,
+                }
+            }),
+            _ => true,
+        };
+        Ok(if exact { TreeNodeRecursion::Continue } else { TreeNodeRecursion::Stop })
+    })?;
+    Ok(exact)
+}
+
 /// The engine's error as the date's.
 fn failure(e: DataFusionError, query: &Query) -> PartitionError {
     match e.find_root() {
@@ -789,7 +844,9 @@ fn failure(e: DataFusionError, query: &Query) -> PartitionError {
         }
         DataFusionError::ResourcesExhausted(m) => PartitionError::Other(format!(
             "the daily table's query needs more memory than its share of --memory-limit (half of it) and cannot \
-             spill what it holds ({m}); raise the limit"
+             spill what it holds ({m}); raise the limit. (A query whose result would change with where the engine \
+             spills does not spill: a float sum or average, an ORDER BY or a window, an ordered or approximate \
+             aggregate.)"
         )),
         DataFusionError::ArrowError(inner, _) if matches!(inner.as_ref(), arrow::error::ArrowError::CastError(m) if m.contains("Overflowing") || m.contains("out of range")) => {
             PartitionError::Query {
@@ -1542,5 +1599,29 @@ mod tests {
         let flag = done.clone();
         Owned(tokio::spawn(async move { flag.store(true, Ordering::SeqCst) })).await.unwrap();
         assert!(done.load(Ordering::SeqCst));
+    }
+
+    /// The queries a spilled date's engine may spill for: those whose partial states merge
+    /// exactly. The others run without spilling, so their bytes are the in-memory path's.
+    #[tokio::test]
+    async fn only_queries_whose_states_merge_exactly_spill() {
+        let (chunks, _) = date_rows();
+        let events = chunks[0].schema();
+        for (sql, exact) in [
+            ("SELECT g, count(*) AS n, sum(h) AS s, min(x) AS lo, max(f) AS hi FROM events GROUP BY g", true),
+            ("SELECT g, avg(CAST(h AS DECIMAL(20, 0))) AS a FROM events GROUP BY g", true),
+            // The engine averages integers in double.
+            ("SELECT g, avg(h) AS a FROM events GROUP BY g", false),
+            ("SELECT g, count(DISTINCT k) AS d, median(x) AS m, approx_distinct(k) AS ad FROM events GROUP BY g", true),
+            ("SELECT g, sum(x) AS s FROM events GROUP BY g", false),
+            ("SELECT g, avg(f) AS a FROM events GROUP BY g", false),
+            ("SELECT g, array_agg(k) AS ks FROM events GROUP BY g", false),
+            ("SELECT g, approx_median(h) AS m FROM events GROUP BY g", false),
+            ("SELECT g, h FROM events ORDER BY h LIMIT 5", false),
+            ("SELECT g, row_number() OVER (ORDER BY h) AS r FROM events", false),
+            ("SELECT g, (SELECT sum(x) FROM events) AS t FROM events GROUP BY g", false),
+        ] {
+            assert_eq!(spills_exactly(&query(sql), &events, &[]).await.unwrap(), exact, "{sql}");
+        }
     }
 }

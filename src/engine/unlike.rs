@@ -91,6 +91,15 @@ fn refuse(x: &Expr, schema: &DFSchema) -> Result<()> {
                 ),
             }
         }
+        // The engine's `to_char` takes strftime's patterns: PostgreSQL's `YYYY-MM-DD` has no
+        // `%` and comes out as that text on every row.
+        Expr::ScalarFunction(f) if f.func.name() == "to_char" => match f.args.get(1) {
+            Some(Expr::Literal(v, _)) if v.try_as_str().flatten().is_some_and(|p| !p.contains('%')) => plan_err!(
+                "`{x}`: the engine's to_char takes strftime patterns (`%Y-%m-%d %H:%M`), not PostgreSQL's \
+                 (`YYYY-MM-DD HH24:MI`); a pattern without `%` would be written as itself on every row"
+            ),
+            _ => Ok(()),
+        },
         _ => Ok(()),
     }
 }
@@ -182,12 +191,17 @@ impl AnalyzerRule for FloatsOverDecimals {
         super::rewrite_exprs(plan, |x, schema| {
             let decimal =
                 |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Decimal128(..) | DataType::Decimal256(..)));
-            // The float type a group of operands is computed in, when they mix floats and decimals.
+            // The float type a group of operands is computed in, when they mix floats and decimals:
+            // double, or float32 when the floats are float32 and the decimals literals (`f32 = 0.1`).
             let float_of = |es: &[&Expr]| -> Option<DataType> {
                 if !es.iter().any(|e| decimal(e)) {
                     return None;
                 }
-                es.iter().filter_map(|e| e.get_type(schema).ok().filter(DataType::is_floating)).fold(None, |acc, t| {
+                let computed = es.iter().any(|e| decimal(e) && !matches!(e, Expr::Literal(..)));
+                let start = computed.then_some(DataType::Float64);
+                let floats = es.iter().filter_map(|e| e.get_type(schema).ok().filter(DataType::is_floating));
+                floats.fold(None, |acc, t| {
+                    let acc = acc.or(start.clone());
                     Some(match (acc, t) {
                         (Some(DataType::Float64), _) | (_, DataType::Float64) => DataType::Float64,
                         _ => DataType::Float32,

@@ -44,9 +44,6 @@ pub struct Decoder {
     pub declared: BTreeMap<String, Declared>,
     /// The columns the config uses: every object must hold them.
     pub required: Vec<String>,
-    /// The types the run's objects unify to, for the columns where they differ: every date
-    /// reads such a column in the run's type, not the one its own objects happen to give.
-    pub run_types: BTreeMap<String, DataType>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,9 +80,9 @@ fn at(object: &str, row: Option<u64>, line: Option<u64>, column: Option<&str>) -
 
 impl Decoder {
     /// The type a date's rows hold `column` in, when not their own objects' unified type: the
-    /// declared type, else the run's ([`Decoder::run_types`]).
+    /// declared type.
     pub fn column_type(&self, column: &str) -> Option<DataType> {
-        self.declared.get(column).map(|d| d.ty.clone()).or_else(|| self.run_types.get(column).cloned())
+        self.declared.get(column).map(|d| d.ty.clone())
     }
 
     /// The declared type of a column, including what the partition source implies: the

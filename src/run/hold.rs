@@ -125,11 +125,17 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         tracing::warn!(error = %e, "could not remove stale staging");
     }
     // --skip-unchanged: a committed partition whose footer names the same config and the same
-    // input objects (paths, sizes, e-tags) is skipped without reading its input.
+    // input objects (paths, sizes, e-tags), alone in its folder, is skipped without reading its
+    // input. A folder holding a foreign object is computed, which fails or removes it.
     let mut todo = Vec::with_capacity(held.len());
     for p in held {
         let skip = match opts.skip_unchanged && job.kind.output_from_input_alone() && p.seen.meta.is_some() {
-            true => unchanged_inputs(job, &plan, &p).await,
+            true => match unchanged_inputs(job, &plan, &p).await {
+                Some(c) if crate::commit::foreign_objects(&job.output, &p.dir).await.is_ok_and(|f| f.is_empty()) => {
+                    Some(c)
+                }
+                _ => None,
+            },
             false => None,
         };
         if let Some(committed) = skip {

@@ -36,7 +36,6 @@ fn decoder(format: Format) -> Decoder {
         tz: chrono_tz::UTC,
         declared,
         required: ["event_date", "order_id", "source_version"].map(String::from).to_vec(),
-        run_types: Default::default(),
     }
 }
 

@@ -40,6 +40,14 @@ async fn skip_unchanged_reads_only_the_changed_days() {
         .await
         .unwrap();
     assert!(s.partitions.iter().all(|p| p.action == Action::Unchanged));
+    // A file copied into the 1st's folder: readers would see its rows too, so the 1st is not
+    // skipped, and fails naming it, as a run without the flag does.
+    let first = lake.partition_file("2026-11-01");
+    std::fs::copy(&first, first.with_file_name("part-00001.parquet")).unwrap();
+    let s = run::run(&Job::load(&lake.config()).unwrap(), &opts).await.unwrap();
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Failed, Action::Skipped, Action::Skipped], "{}", lakeswap::report::table(&s));
+    assert!(s.partitions[0].error.as_deref().is_some_and(|e| e.contains("part-00001.parquet")), "{s:?}");
 }
 
 #[test]
@@ -222,6 +230,14 @@ fn status_shows_committed_failed_and_missing_days() {
     let states: Vec<&str> = v["partitions"].as_array().unwrap().iter().map(|p| p["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["committed", "committed", "failed"]);
     assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+    // The bad object taken back: a run finds the 3rd's file current, and its failure is over.
+    lake.write_hive(&rows, 1);
+    let o = cli(&["run", "--config", c, "--date", "2026-11-03"], lake.dir.path());
+    assert!(text(&o).contains("unchanged"), "{}", text(&o));
+    let o = cli(&["status", "--config", c, "--json"], lake.dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let states: Vec<&str> = v["partitions"].as_array().unwrap().iter().map(|p| p["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["committed", "committed", "committed"], "{v}");
 }
 
 #[test]
@@ -242,4 +258,10 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     assert!(text(&o).contains("event_date=2026-11-02/part-00000.parquet does not match its input"), "{}", text(&o));
     assert_eq!(lake.snapshot(), before, "verify writes nothing");
     assert!(!lake.state().join("leases").exists() || lake.state().join("leases").read_dir().unwrap().next().is_none());
+    // A day without input, written with --allow-empty, verifies as the zero-row file it is.
+    let o = cli(&["run", "--config", c, "--date", "2026-11-04", "--allow-empty"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-04"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains(" verified "), "{}", text(&o));
 }
