@@ -132,6 +132,18 @@ fn job(lake: &Lake, format: &str, input: &str, identity: &str, sql: &str, date: 
     cli(&["run", "--config", cfg.to_str().unwrap(), "--date", date], lake.input().parent().unwrap())
 }
 
+/// Identity `k`, version `v`, dates from `event_date`.
+const KV: &str = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+
+/// A lake whose input is `batch` in one object under `event_date=2026-11-01/`.
+fn one_object(batch: &RecordBatch) -> Lake {
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    write_parquet(&dir.join("a.parquet"), batch);
+    lake
+}
+
 /// The first value of the first column the parquet job writes for 2026-11-01 (it must succeed).
 fn first_value(lake: &Lake, identity: &str, sql: &str) -> String {
     let out = job(lake, "parquet", "", identity, sql, "2026-11-01");
@@ -448,10 +460,7 @@ fn epochs_and_text_are_instants_times_in_seconds_stay_times_decimals_fit() {
 #[test]
 fn what_sql_says_is_computed_or_refused() {
     use arrow::array::{ArrayRef, Decimal128Array, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
-    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
-    let lake = Lake::new();
-    let dir = lake.input().join("event_date=2026-11-01");
-    std::fs::create_dir_all(&dir).unwrap();
+    let identity = KV;
     let us = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros();
     let batch = RecordBatch::try_from_iter([
         ("k", Arc::new(Float64Array::from(vec![0.0, -0.0, 1.5, 2.5])) as ArrayRef),
@@ -477,7 +486,7 @@ fn what_sql_says_is_computed_or_refused() {
         ),
     ])
     .unwrap();
-    write_parquet(&dir.join("a.parquet"), &batch);
+    let lake = one_object(&batch);
     // 0.0 and -0.0 are one key: version 2 (1.10) wins. 1.10, 2.30, 4.35 times 1.15 are 1.265,
     // 2.645 and 5.0025, rounded to cents 1.27 + 2.65 + 5.00 (DuckDB, PostgreSQL).
     // A decimal quotient is a double, as DuckDB's: not cut four places past the dividend.
@@ -521,7 +530,7 @@ fn what_sql_says_is_computed_or_refused() {
 #[test]
 fn a_column_the_query_reads_is_in_every_object() {
     use arrow::array::{ArrayRef, Int64Array, StringArray};
-    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let identity = KV;
     let lake = Lake::new();
     let dir = lake.input().join("event_date=2026-11-01");
     std::fs::create_dir_all(&dir).unwrap();
@@ -549,9 +558,6 @@ fn a_column_the_query_reads_is_in_every_object() {
 fn times_in_seconds_and_date64_are_written_as_parquet_types() {
     use arrow::array::{ArrayRef, Date64Array, Int64Array, TimestampSecondArray};
     use arrow::datatypes::{DataType, TimeUnit};
-    let lake = Lake::new();
-    let dir = lake.input().join("event_date=2026-11-01");
-    std::fs::create_dir_all(&dir).unwrap();
     let batch = RecordBatch::try_from_iter([
         ("k", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
         ("v", Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef),
@@ -562,7 +568,7 @@ fn times_in_seconds_and_date64_are_written_as_parquet_types() {
         ("day", Arc::new(Date64Array::from(vec![1_793_404_800_000, 1_793_491_200_000])) as ArrayRef),
     ])
     .unwrap();
-    write_parquet(&dir.join("a.parquet"), &batch);
+    let lake = one_object(&batch);
     let cfg = lake.input().parent().unwrap().join("merge.toml");
     std::fs::write(
         &cfg,
@@ -590,8 +596,8 @@ fn times_in_seconds_and_date64_are_written_as_parquet_types() {
         ("day", Arc::new(Date64Array::from(vec![1_793_404_800_001])) as ArrayRef),
     ])
     .unwrap();
-    write_parquet(&dir.join("a.parquet"), &batch);
-    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    write_parquet(&lake.input().join("event_date=2026-11-01/a.parquet"), &batch);
+    let identity = KV;
     let out = job(&lake, "parquet", "", identity, "SELECT max(day) AS d FROM events", "2026-11-01");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("column `day`"), "{}", text(&out));
@@ -604,17 +610,14 @@ fn times_in_seconds_and_date64_are_written_as_parquet_types() {
 #[test]
 fn one_zero_and_one_nan() {
     use arrow::array::{ArrayRef, Float64Array, Int64Array};
-    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
-    let lake = Lake::new();
-    let dir = lake.input().join("event_date=2026-11-01");
-    std::fs::create_dir_all(&dir).unwrap();
+    let identity = KV;
     let batch = RecordBatch::try_from_iter([
         ("k", Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])) as ArrayRef),
         ("v", Arc::new(Int64Array::from(vec![1; 5])) as ArrayRef),
         ("f", Arc::new(Float64Array::from(vec![0.0, -0.0, 1.0, f64::NAN, -f64::NAN])) as ArrayRef),
     ])
     .unwrap();
-    write_parquet(&dir.join("a.parquet"), &batch);
+    let lake = one_object(&batch);
     let sql = "SELECT count(DISTINCT f) AS d, count(*) AS n, min(f) AS lo, \
                (SELECT count(*) FROM (SELECT f FROM events GROUP BY f)) AS groups FROM events";
     let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
@@ -637,7 +640,7 @@ fn one_zero_and_one_nan() {
 /// are one key (the same lines in two objects are refused as types that do not unify).
 #[test]
 fn an_ndjson_field_of_text_and_numbers_is_refused() {
-    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let identity = KV;
     let lake = Lake::new();
     let dir = lake.input().join("event_date=2026-11-01");
     std::fs::create_dir_all(&dir).unwrap();
@@ -670,7 +673,7 @@ fn an_ndjson_field_of_text_and_numbers_is_refused() {
 #[test]
 fn a_dates_types_are_its_own_objects_whatever_their_order() {
     use arrow::array::{ArrayRef, Decimal128Array, Int32Array, Int64Array};
-    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let identity = KV;
     let narrow = |k: i64| {
         RecordBatch::try_from_iter([
             ("k", Arc::new(Int64Array::from(vec![k])) as ArrayRef),
@@ -731,10 +734,11 @@ fn a_dates_types_are_its_own_objects_whatever_their_order() {
     let cfg = lake.input().parent().unwrap().join("job.toml");
     let range = ["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-02"];
     cli(&range, lake.input().parent().unwrap());
-    for (i, date) in ["2026-11-01", "2026-11-02"].iter().enumerate() {
-        if let Some(t) = table(&lake, date) {
-            assert_eq!(Some(t), alone[i], "{date}");
-        }
+    // The plan is the first date's: the 1st commits as alone; the 2nd, whose file would be of
+    // another schema than the table's, commits as alone or not at all.
+    assert_eq!(table(&lake, "2026-11-01"), alone[0]);
+    if let Some(t) = table(&lake, "2026-11-02") {
+        assert_eq!(Some(t), alone[1]);
     }
 
     // A CSV holding only its header sorts first.
@@ -761,17 +765,14 @@ fn a_dates_types_are_its_own_objects_whatever_their_order() {
 #[test]
 fn a_declared_type_must_name_a_column_of_the_input() {
     use arrow::array::{ArrayRef, Float64Array, Int64Array};
-    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
-    let lake = Lake::new();
-    let dir = lake.input().join("event_date=2026-11-01");
-    std::fs::create_dir_all(&dir).unwrap();
+    let identity = KV;
     let b = RecordBatch::try_from_iter([
         ("k", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
         ("v", Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef),
         ("amount", Arc::new(Float64Array::from(vec![0.1, 0.2])) as ArrayRef),
     ])
     .unwrap();
-    write_parquet(&dir.join("a.parquet"), &b);
+    let lake = one_object(&b);
     let sql = "SELECT sum(amount) AS s FROM events";
     let out = job(&lake, "parquet", "schema = { amout = \"decimal(12,2)\" }", identity, sql, "2026-11-01");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
@@ -790,7 +791,7 @@ fn a_declared_type_must_name_a_column_of_the_input() {
 #[test]
 fn a_hive_objects_own_dates_are_its_folders() {
     use arrow::array::{ArrayRef, Date32Array, Int64Array};
-    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let identity = KV;
     let day = |s: &str| lakeswap::dates::to_days(s.parse().unwrap());
     for (without, with) in [("a", "b"), ("b", "a")] {
         for own in ["2026-11-02", "2026-11-05"] {
