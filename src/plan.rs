@@ -170,7 +170,13 @@ pub async fn plan(
         Some((schema, name, dated)) => {
             decoder.date_source = if let Some(ts) = &cfg.partition.from_timestamp {
                 DateSource::Timestamp(ts.clone())
-            } else if schema.field_with_name(column).is_ok() || dated {
+            } else if schema.field_with_name(column).is_ok()
+                || dated
+                || (layout == Layout::Hive && cfg.input.format != Format::Parquet)
+            {
+                // Text objects are not all read to plan: in a Hive layout any of them may hold
+                // the column, so each object's own rows are checked against its folder's date
+                // (an object without it takes the folder's date).
                 DateSource::Column(column.clone())
             } else if layout == Layout::Hive {
                 DateSource::Path
