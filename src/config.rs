@@ -542,6 +542,26 @@ impl JobConfig {
                 ),
             ));
         }
+        if self.job.kind == JobKind::Merge {
+            // A merge keeps each key under the date of its latest version, and stores rows without
+            // the partition column (the path holds it): the date is where a key lives, not who it
+            // is or how new.
+            if id.key.contains(column) {
+                return Err(bad(
+                    "identity.key",
+                    format!(
+                        "the partition column `{column}` cannot be part of a merge's key: a key moves to the date of \
+                         its latest version, so its date is not part of who it is"
+                    ),
+                ));
+            }
+            if id.version.as_ref() == Some(column) {
+                return Err(bad(
+                    "identity.version",
+                    format!("the partition column `{column}` cannot be a merge's version: name a column of the rows"),
+                ));
+            }
+        }
         match (self.job.kind, &self.aggregate) {
             (JobKind::Aggregate, None) => {
                 return Err(bad("aggregate", "kind = \"aggregate\" needs an [aggregate] section with measures".into()))
@@ -806,6 +826,24 @@ url = "out"
         let text = BASE.replace("group_by", "grup_by");
         let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
         assert!(e.contains("grup_by"), "{e}");
+    }
+
+    #[test]
+    fn a_merge_is_not_keyed_or_versioned_by_its_partition_column() {
+        let merge = |identity: &str| {
+            format!(
+                "[job]\nname = \"t\"\nkind = \"merge\"\n[input]\nurl = \"in\"\nformat = \"parquet\"\n[identity]\n{identity}\n\
+                 [partition]\ncolumn = \"event_date\"\n[output]\nurl = \"out\"\n"
+            )
+        };
+        JobConfig::parse(&merge("key = [\"id\"]\nversion = \"v\""), "t.toml").unwrap();
+        for (identity, key) in [
+            ("key = [\"id\", \"event_date\"]\nversion = \"v\"", "identity.key"),
+            ("key = [\"id\"]\nversion = \"event_date\"", "identity.version"),
+        ] {
+            let e = JobConfig::parse(&merge(identity), "t.toml").unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("partition column `event_date`"), "{e}");
+        }
     }
 
     #[test]

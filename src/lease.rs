@@ -83,6 +83,13 @@ fn start_ticks(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether `/proc/<pid>/stat` shows a process that has exited (zombie `Z`, or dead `X`).
+fn exited(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
+    matches!(state, Some("Z" | "X" | "x"))
+}
+
 /// Whether a lease's holder is known to be gone: it ran on this host, under this kernel boot,
 /// in this pid namespace, and its pid is either not running or running a process that started
 /// at another time (the pid was reused). Anything less certain (another host, a lease written
@@ -93,6 +100,9 @@ pub fn holder_gone(holder: &LeaseBody) -> bool {
         return false;
     }
     match start_ticks(holder.pid) {
+        // A process that has exited but is not yet reaped by its parent (a zombie) holds
+        // nothing: a retry right after `kill -9` need not wait for the parent.
+        Some(_) if exited(holder.pid) => true,
         // Running, but a process that started at another time: the pid was reused.
         Some(ticks) => ticks != theirs.start_ticks,
         // Not readable: gone only if the kernel says no such process (a /proc mounted with
@@ -359,6 +369,30 @@ impl Drop for Renewer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A holder that was killed and not yet reaped by its parent (a zombie) is gone.
+    #[test]
+    fn an_unreaped_holder_is_gone() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !exited(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(exited(pid), "the child never showed as exited");
+        let mine = Process::current().unwrap();
+        let holder = LeaseBody {
+            run_id: "run-b".into(),
+            host: crate::journal::host(),
+            pid,
+            since: Utc::now(),
+            expires: Utc::now() + chrono::Duration::seconds(60),
+            process: Some(Process { start_ticks: start_ticks(pid).unwrap(), ..mine }),
+        };
+        assert!(holder_gone(&holder));
+        child.wait().unwrap();
+        assert!(!exited(std::process::id()));
+    }
 
     /// A lease released while a renewal pass is writing it stays released: on a local folder
     /// a renewal is a read and then a plain put, which used to bring the lease back after the

@@ -35,6 +35,23 @@ pub(crate) fn exact_float(v: &toml::Value, column_ty: &DataType) -> Result<(), S
     Ok(())
 }
 
+/// A quoted value for an integer column must be the integer as it is written: `"007"` would
+/// match 7 on a date whose text column read as integers, and only `007` on a date where it stayed
+/// text (integers with leading zeros keep a text column text).
+pub(crate) fn quoted_integer(v: &toml::Value, column_ty: &DataType) -> Result<(), String> {
+    let toml::Value::String(s) = v else { return Ok(()) };
+    if !crate::read::unify::base(column_ty).is_integer() {
+        return Ok(());
+    }
+    match s.trim().parse::<i128>() {
+        Ok(n) if n.to_string() != *s => Err(format!(
+            "`\"{s}\"` is text, and the column holds integers, where it would read as {n}; write {n} to match the \
+             number, or declare the column `utf8` in [input.schema] to compare the text as written"
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Equals {
     /// The config value `v` as a value of type `ty`, exactly, or why it can never be one.
     pub fn new(ty: &DataType, v: &toml::Value, tz: chrono_tz::Tz) -> Result<Self, String> {
@@ -46,6 +63,7 @@ impl Equals {
         };
         let never = |why: &str| format!("`{text}` can never equal a value of type {ty}: {why}");
         exact_float(v, ty)?;
+        quoted_integer(v, ty)?;
         let base = crate::read::unify::base(ty).clone();
         let value: ArrayRef = match &base {
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
@@ -117,5 +135,9 @@ mod tests {
             Equals::new(&DataType::Float64, &toml::Value::Float("1234567890123456.78".parse().unwrap()), tz).is_ok()
         );
         assert!(Equals::new(&DataType::Int64, &"x".into(), tz).is_err());
+        assert!(Equals::new(&DataType::Int64, &"007".into(), tz).unwrap_err().contains("write 7"));
+        assert!(Equals::new(&DataType::Int32, &"+7".into(), tz).unwrap_err().contains("write 7"));
+        let m = Equals::new(&DataType::Int64, &"2".into(), tz).unwrap().matches(&n).unwrap();
+        assert_eq!(m, BooleanArray::from(vec![false, true]));
     }
 }

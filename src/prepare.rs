@@ -76,6 +76,8 @@ pub struct Identity {
     pub threads: usize,
     /// The job's time zone (for a tombstone value that is a timestamp).
     pub tz: chrono_tz::Tz,
+    /// The key is the whole record (`key = ["*"]`): a null is one of its values.
+    pub whole_record: bool,
 }
 
 impl Identity {
@@ -90,6 +92,7 @@ impl Identity {
             key_hashes: true,
             threads: 1,
             tz: cfg.timezone(),
+            whole_record: cfg.is_whole_record_key(),
         }
     }
 }
@@ -457,7 +460,15 @@ impl<K: Keys + ?Sized> Input<'_, K> {
             }
             if let Some(first) = same {
                 let row_eq = row_eq.get_or_insert_with(|| {
-                    IdCmp::new(self.table.chunks().iter().map(|b| b.columns().to_vec()).collect())
+                    // One zero and one NaN, as in keys and in the query: `0.0` and `-0.0`
+                    // payloads are the same record.
+                    IdCmp::new(
+                        self.table
+                            .chunks()
+                            .iter()
+                            .map(|b| b.columns().iter().map(one_zero_one_nan).collect())
+                            .collect(),
+                    )
                 });
                 if row_eq.cmp(first as usize, i).map_err(|e| e.to_string())?.is_eq() {
                     duplicates += 1;
@@ -503,7 +514,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         if table.column(k).is_none() {
             return Err(missing(k, "missing key column"));
         }
-        if let Some(i) = table.first_null(k) {
+        if let Some(i) = table.first_null(k).filter(|_| !id.whole_record) {
             return Err(InputError::bad(table.locate(i, Some(k)), "the key is null; every row needs a key").into());
         }
     }
@@ -719,6 +730,7 @@ mod tests {
             key_hashes: true,
             threads: 1,
             tz: chrono_tz::UTC,
+            whole_record: false,
         };
         // The model: each key's first row of its greatest version wins; a repeat is a duplicate.
         let mut first: HashMap<(&str, i64), usize> = HashMap::new();

@@ -1272,6 +1272,7 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
     };
     let never = |why: String| format!("`{text}` can never equal a value of column `{column}` ({ty}): {why}");
     crate::predicate::exact_float(v, ty).map_err(|why| format!("column `{column}`: {why}"))?;
+    crate::predicate::quoted_integer(v, ty).map_err(|why| format!("column `{column}`: {why}"))?;
     let base = crate::read::unify::base(ty).clone();
     let quoted = |s: &str| format!("'{}'", s.replace('\'', "''"));
     let sql = match &base {

@@ -618,6 +618,26 @@ impl Merge {
 /// Reads and prepares one date of the batch, and reads its stored file (under its lease).
 async fn prepare_date(cx: &Context<'_>, p: &PartitionPlan) -> Result<Dated, PartitionError> {
     let table = cx.table(p).await?;
+    // The date's own objects give the run's columns and types, in any order: a column the run
+    // does not know would be dropped, another type could not be stored.
+    if let Some(run) = &cx.plan.output_schema {
+        let own = crate::merge::output_schema(table.schema(), &cx.job.config.partition.column);
+        let differ: Vec<String> = crate::schema::differences(run, &own)
+            .into_iter()
+            .filter(|d| !d.starts_with("the columns are reordered"))
+            .map(|d| {
+                d.replace(" in the table, ", " in the run's schema, ")
+                    .replace(" in this run", " in this date's objects")
+                    .replace(") added", ") is not in the run's schema")
+                    .replace(") removed", ") is missing from this date's objects")
+            })
+            .collect();
+        if !differ.is_empty() {
+            return Err(PartitionError::OutputSchema {
+                why: format!("{} ({})", differ.join("; "), table.objects().join(", ")),
+            });
+        }
+    }
     let mut id = cx.identity(&table);
     id.keep_deletes = true;
     id.key_hashes = false;

@@ -290,8 +290,8 @@ impl Decoder {
                         arrow::array::new_null_array(&d.ty, c.len())
                     }
                 },
-                None => match c.data_type() {
-                    DataType::Dictionary(_, v) => arrow::compute::cast(c, v).unwrap_or_else(|_| c.clone()),
+                None => match unify::base(c.data_type()) {
+                    t if t != c.data_type() => arrow::compute::cast(c, t).unwrap_or_else(|_| c.clone()),
                     _ => c.clone(),
                 },
             };

@@ -80,6 +80,18 @@ fn check_local_tree(input: &StoreLocation, prefix: &Path) -> Result<()> {
             let path = e.path();
             match std::fs::metadata(&path) {
                 Ok(m) if m.is_dir() => stack.push(path),
+                // The local store lists `name#123` as its own unfinished upload, not an object.
+                Ok(_)
+                    if name
+                        .split_once('#')
+                        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
+                {
+                    return Err(Error::Input(InputError::unreadable(
+                        Location::object(path.display().to_string()),
+                        "a name ending in `#` and digits is taken by the local store for an unfinished upload, so \
+                         it would not be read; rename it, or give it a name starting with `_` to have it ignored",
+                    )));
+                }
                 Ok(_) => {}
                 Err(err) => {
                     let what = if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {

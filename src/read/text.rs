@@ -16,7 +16,7 @@ use arrow::datatypes::{
     DataType, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType,
 };
-use chrono::{NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeZone};
+use chrono::{NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeZone, Timelike};
 use chrono_tz::Tz;
 
 use crate::dates;
@@ -318,6 +318,10 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
             .or_else(|_| NaiveTime::parse_from_str(time_part, "%H:%M"))
             .map_err(|_| bad())?
     };
+    // chrono reads second 60 as a leap second, which would then count as the next minute.
+    if time.nanosecond() >= 1_000_000_000 {
+        return Err(format!("`{s}` has second 60 (a leap second), which no timestamp column holds"));
+    }
     let wall = NaiveDateTime::new(date, time);
     let value = match (offset, aware) {
         (Some(off), true) => wall - chrono::Duration::seconds(off as i64),
@@ -475,6 +479,8 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
     } else {
         Vec::new()
     };
+    // Where the last record read starts: an unclosed quote runs to the end of the text.
+    let mut last = rec.position().map(|p| (p.byte(), p.line(), None));
     let mut names = names;
     let mut width = names.len();
     let mut builders: Vec<StringBuilder> = Vec::new();
@@ -483,6 +489,7 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
     let mut row = 0u64;
     while rdr.read_byte_record(&mut rec).map_err(|e| csv_err(e, row))? {
         let line = rec.position().map_or(0, |p| p.line());
+        last = rec.position().map(|p| (p.byte(), p.line(), Some(row)));
         if !header && row == 0 && names.is_empty() {
             width = rec.len();
             names = (1..=width).map(|i| format!("column_{i}")).collect();
@@ -515,10 +522,46 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
             batches.push(builders.iter_mut().map(|b| b.finish()).collect());
         }
     }
+    if let Some((start, line, row)) = last {
+        if quote_left_open(bytes.get(start as usize..).unwrap_or_default(), delimiter) {
+            return Err(err_at(
+                row,
+                Some(line),
+                "malformed CSV: a quoted field opened here is never closed (its closing `\"` is missing), \
+                 so the rest of the object would be read as one value"
+                    .into(),
+            ));
+        }
+    }
     if !(row as usize).is_multiple_of(TEXT_BATCH) {
         batches.push(builders.iter_mut().map(|b| b.finish()).collect());
     }
     Ok(TextRows { names, batches, lines })
+}
+
+/// Whether CSV text ends inside a quoted field, read as the CSV reader reads it: a `"` opens a
+/// quoted field only at the field's start, and `""` inside one is a quote.
+fn quote_left_open(text: &[u8], delimiter: u8) -> bool {
+    let (mut quoted, mut at_start, mut i) = (false, true, 0);
+    while i < text.len() {
+        let b = text[i];
+        if quoted {
+            if b == b'"' {
+                if text.get(i + 1) == Some(&b'"') {
+                    i += 1;
+                } else {
+                    quoted = false;
+                }
+            }
+        } else if b == delimiter || b == b'\n' || b == b'\r' {
+            at_start = true;
+        } else {
+            quoted = at_start && b == b'"';
+            at_start = false;
+        }
+        i += 1;
+    }
+    quoted
 }
 
 /// The line (1-based) of every non-blank line of NDJSON text: row `i` is on `lines[i]`.
@@ -571,6 +614,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_unclosed_quote_is_refused_not_read_to_the_end() {
+        let rows = |t: &str| read_csv(t.as_bytes(), true, b',').map(|r| r.lines.len());
+        let e = rows("k,v\n1,a\n2,\"abc\n3,c\n4,d\n").unwrap_err();
+        assert_eq!((e.row, e.line), (Some(1), Some(3)), "{}", e.message);
+        assert!(e.message.contains("never closed"), "{}", e.message);
+        assert!(rows("k,\"v\n1,a\n").unwrap_err().message.contains("never closed"));
+        // Closed quotes, doubled quotes, and a quote inside an unquoted field are fine.
+        assert_eq!(rows("k,v\n1,\"a,\"\"b\"\"\nc\"\n2,x\"y\n3,\"z\"\r\n").unwrap(), 3);
+        assert_eq!(rows("k;v\n1;\"a;b\"\n").map_err(|e| e.message), Ok(1));
+    }
+
+    #[test]
     fn decimals_are_exact_or_refused() {
         assert_eq!(parse_decimal("0.7", 12, 2), Ok(70));
         assert_eq!(parse_decimal("0.70", 12, 2), Ok(70));
@@ -614,6 +669,8 @@ mod tests {
         assert_eq!(parse_timestamp("1700000000", TimeUnit::Second, true, true, ny), Ok(1_700_000_000));
         assert!(parse_timestamp("2026-11-01T01:00:00.5Z", TimeUnit::Second, true, false, ny).is_err());
         assert!(parse_timestamp("yesterday", us, true, false, ny).is_err());
+        assert!(parse_timestamp("2026-11-01T23:59:60Z", us, true, false, ny).unwrap_err().contains("leap second"));
+        assert!(parse_timestamp("2026-11-01 10:15:60.5", us, false, false, ny).unwrap_err().contains("leap second"));
         // Wall-clock columns keep the wall clock; an offset is converted to the job's zone.
         let ntz = |s: &str| parse_timestamp(s, us, false, false, ny).unwrap();
         assert_eq!(ntz("2026-11-01 02:00"), at("2026-11-01 02:00:00"));

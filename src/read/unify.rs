@@ -50,10 +50,14 @@ impl std::fmt::Display for Clash {
     }
 }
 
-/// The type a dictionary stands for; other types as they are.
+/// The type a dictionary stands for, every text encoding as utf8 and every byte encoding as
+/// binary; other types as they are.
 pub fn base(t: &DataType) -> &DataType {
     match t {
         DataType::Dictionary(_, v) => base(v),
+        // Every encoding of text is read as utf8, of bytes as binary: one type in the table.
+        DataType::LargeUtf8 | DataType::Utf8View => &DataType::Utf8,
+        DataType::LargeBinary | DataType::BinaryView => &DataType::Binary,
         t => t,
     }
 }

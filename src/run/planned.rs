@@ -48,6 +48,15 @@ impl Planned {
             flat = Some(Arc::new(read));
         }
         let table = schema::table_schema(&job.output, &job.state, &cfg.partition.column).await?;
+        // A merge stores rows by column name: the same columns in another order (the first
+        // object's header order) keep the table's order.
+        if let (Some(t), Some(o)) = (&table, &plan.output_schema) {
+            let same_columns = t.fields().len() == o.fields().len()
+                && t.fields().iter().all(|f| o.field_with_name(f.name()).is_ok_and(|g| g.data_type() == f.data_type()));
+            if job.kind.reads_stored_state() && same_columns && t.fields() != o.fields() {
+                plan.output_schema = Some(t.clone());
+            }
+        }
         let output_schema = plan.output_schema.clone();
         let (new_table_schema, rebuild) = match (&table, &output_schema) {
             (Some(t), Some(o)) if !schema::differences(t, o).is_empty() => {
@@ -63,15 +72,20 @@ impl Planned {
                 }
                 // The stored keys of a merge table are found by their bytes, which follow the
                 // key's type: a retyped key would not find its stored row, and be held twice.
+                // Its tombstones keep each deleted key's version as the integer it was stored as
+                // (a timestamp in its unit): a retyped version would compare against them in
+                // another unit, and an older row could bring a deleted key back.
                 if job.kind.reads_stored_state() {
-                    for k in &cfg.identity.key {
+                    let version = cfg.identity.version.iter().map(|v| (v, "version column", "version"));
+                    let keys = cfg.identity.key.iter().map(|k| (k, "key column", "key"));
+                    for (k, what, role) in keys.chain(version) {
                         if let (Ok(a), Ok(b)) = (t.field_with_name(k), o.field_with_name(k)) {
                             if a.data_type() != b.data_type() {
                                 return Err(Error::Usage(format!(
-                                    "this run reads the key column `{k}` as {} where the table {} holds {}; a merge \
-                                     table's key keeps its type, even by --schema-change rebuild (stored keys would \
-                                     not be found, and a key could be held under two dates). Nothing was done. Declare \
-                                     its type in [input.schema] as the table holds it",
+                                    "this run reads the {what} `{k}` as {} where the table {} holds {}; a merge \
+                                     table's {role} keeps its type, even by --schema-change rebuild (stored keys and \
+                                     tombstones are compared by it). Nothing was done. Declare its type in \
+                                     [input.schema] as the table holds it",
                                     b.data_type(),
                                     job.output.url,
                                     a.data_type()

@@ -860,3 +860,31 @@ fn a_hive_objects_own_dates_are_its_folders() {
         }
     }
 }
+
+#[test]
+fn a_whole_record_key_holds_nulls_and_one_zero() {
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-02");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.csv"), "a,b,c\n1,,x\n1,,x\n2,0.0,y\n2,-0.0,y\n3,1.5,\n").unwrap();
+    let identity = "[identity]\nkey = [\"*\"]\n\n[partition]\ncolumn = \"event_date\"";
+    let sql = "SELECT count(*) AS n, count(b) AS with_b, sum(a) AS s FROM events";
+    let out = job(&lake, "csv", "", identity, sql, "2026-11-02");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-02"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["n", "with_b", "s"].map(v), ["3", "2", "6"]);
+}
+
+#[test]
+fn a_name_the_local_store_would_not_list_is_refused() {
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-02");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.csv"), "k,v,x\n1,1,10\n").unwrap();
+    std::fs::write(dir.join("a.csv#2"), "k,v,x\n2,1,20\n").unwrap();
+    let out = job(&lake, "csv", "", KV, "SELECT sum(x) AS s FROM events", "2026-11-02");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("a.csv#2") && text(&out).contains("unfinished upload"), "{}", text(&out));
+    assert!(!lake.partition_file("2026-11-02").exists());
+}

@@ -674,9 +674,11 @@ async fn tombstones_older_than_the_retention_are_dropped() {
 
 /// Risk: a merge batch whose key reads as another type than the table's (int32 beside int64)
 /// is let through by `--schema-change rebuild`; its keys then miss their stored rows, and one
-/// key is held under two dates with exit 0. Refused before anything is done (exit 2).
+/// key is held under two dates with exit 0. Or its version does (a timestamp in ms, then in
+/// µs): the tombstones keep the old unit's integers, and an older row brings a deleted key
+/// back. Refused before anything is done (exit 2).
 #[test]
-fn a_merge_tables_key_keeps_its_type() {
+fn a_merge_tables_key_and_version_keep_their_types() {
     use arrow::array::{ArrayRef, Date32Array, Int32Array, Int64Array, RecordBatch};
     use std::sync::Arc;
     let lake = Lake::new();
@@ -684,9 +686,13 @@ fn a_merge_tables_key_keeps_its_type() {
         let n = k.len();
         let dir = lake.dir.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();
+        let version: ArrayRef = match name {
+            "b3" => Arc::new(Int32Array::from(vec![v as i32; n])),
+            _ => Arc::new(Int64Array::from(vec![v; n])),
+        };
         let b = RecordBatch::try_from_iter([
             ("k", k),
-            ("v", Arc::new(Int64Array::from(vec![v; n])) as ArrayRef),
+            ("v", version),
             ("event_date", Arc::new(Date32Array::from(vec![day; n])) as ArrayRef),
         ])
         .unwrap();
@@ -713,6 +719,11 @@ fn a_merge_tables_key_keeps_its_type() {
         "{}",
         text(&o)
     );
+    assert_eq!(lake.snapshot(), before, "nothing was done");
+    let b3 = batch("b3", Arc::new(Int64Array::from(vec![1001])), 2, 20_759);
+    let o = cli(&["run", "--config", b3.to_str().unwrap(), "--schema-change", "rebuild"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("version column `v` as Int32 where the table"), "{}", text(&o));
     assert_eq!(lake.snapshot(), before, "nothing was done");
 }
 
@@ -861,4 +872,79 @@ async fn quarantine_sets_rows_aside_when_their_partition_does_not_change() {
         let cents = amount.as_primitive::<arrow::datatypes::Decimal128Type>().value(0);
         assert_eq!((id.as_str(), cents), ("b", 6), "{date}: the incoming row, as it came");
     }
+}
+
+/// Risk: a merge batch's dates read in other shapes than the run's — a column only on a later
+/// date (dropped without a word), the columns in another order (refused as a schema change, by
+/// which file sorts first), text written as `large_string` (refused as another type). Every
+/// date's columns are taken by name, in any order and text encoding; a column the run's schema
+/// lacks fails its date (exit 3), naming it.
+#[test]
+fn a_merge_dates_columns_are_the_runs_by_name_in_any_order_and_text_encoding() {
+    use arrow::array::{ArrayRef, Date32Array, Int64Array, LargeStringArray, RecordBatch};
+    use std::sync::Arc;
+    let lake = Lake::new();
+    let config = |name: &str, format: &str| {
+        let toml = format!(
+            "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"{format}\"\n\n\
+             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"{}\"\n",
+            lake.dir.path().join(name).display(),
+            lake.output().display()
+        );
+        let cfg = lake.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&cfg, toml).unwrap();
+        cfg
+    };
+    let files = |name: &str, files: &[(&str, &str)]| {
+        let dir = lake.dir.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (f, body) in files {
+            std::fs::write(dir.join(f), body).unwrap();
+        }
+    };
+    let run = |cfg: std::path::PathBuf| cli(&["run", "--config", cfg.to_str().unwrap()], lake.dir.path());
+    let val = |date: &str| {
+        let b = read_batch(&lake.partition_file(date));
+        let c = b.column_by_name("val").unwrap();
+        (0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(c, i).unwrap()).collect::<Vec<_>>()
+    };
+    files("b1", &[("a.csv", "id,v,val,event_date\n1,1,x,2026-11-01\n")]);
+    let o = run(config("b1", "csv"));
+    assert!(o.status.success(), "{}", text(&o));
+    // The same columns in another order.
+    files("b2", &[("a.csv", "event_date,val,v,id\n2026-11-01,y,2,1\n")]);
+    let o = run(config("b2", "csv"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(val("2026-11-01"), ["y"]);
+    // Text as large_string.
+    let dir = lake.dir.path().join("b3");
+    std::fs::create_dir_all(&dir).unwrap();
+    let b = RecordBatch::try_from_iter([
+        ("id", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![3])) as ArrayRef),
+        ("val", Arc::new(LargeStringArray::from(vec!["z"])) as ArrayRef),
+        ("event_date", Arc::new(Date32Array::from(vec![20_758])) as ArrayRef),
+    ])
+    .unwrap();
+    write_parquet(&dir.join("p.parquet"), &b);
+    let o = run(config("b3", "parquet"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(val("2026-11-01"), ["z"]);
+    // A column only on a later date of the batch.
+    files(
+        "b4",
+        &[
+            ("a.csv", "id,v,val,event_date\n2,1,p,2026-11-02\n"),
+            ("b.csv", "id,v,val,extra,event_date\n3,1,q,E,2026-11-03\n"),
+        ],
+    );
+    let o = run(config("b4", "csv"));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        text(&o).contains("2026-11-03") && text(&o).contains("`extra` (Utf8) is not in the run's schema"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(val("2026-11-02"), ["p"]);
+    assert!(!lake.partition_file("2026-11-03").exists());
 }
