@@ -438,6 +438,7 @@ pub struct TextRows {
 }
 
 /// A problem in a text object: the row (0-based, data rows) and line (1-based) when known.
+#[derive(Debug)]
 pub struct TextError {
     pub row: Option<u64>,
     pub line: Option<u64>,

@@ -393,7 +393,7 @@ mod tests {
         assert_eq!(unify_types(&Int64, &Float64), None);
         assert_eq!(unify_types(&Utf8, &Int64), None);
         assert_eq!(unify_types(&Utf8View, &Dictionary(Box::new(Int32), Box::new(Utf8))), Some(Utf8));
-        assert_eq!(unify_types(&Utf8, &LargeUtf8), Some(LargeUtf8));
+        assert_eq!(unify_types(&Utf8, &LargeUtf8), Some(Utf8));
         let ts = |u, z: Option<&str>| Timestamp(u, z.map(Into::into));
         assert_eq!(
             unify_types(&ts(TimeUnit::Millisecond, Some("UTC")), &ts(TimeUnit::Microsecond, Some("UTC"))),
