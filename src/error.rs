@@ -320,7 +320,7 @@ pub enum PartitionError {
         source: object_store::Error,
     },
 
-    #[error("spilling to {path} failed: {message}. The partition was not written; free disk space there, or choose another folder with --spill-dir")]
+    #[error("spilling to {path} failed: {message}. The partition was not written; {}", spill_hint(message))]
     Spill { path: String, message: String },
 
     #[error("{0}")]
@@ -372,5 +372,16 @@ impl From<Error> for PartitionError {
             Error::Store { what, path, source } => PartitionError::Store { what, path, source },
             other => PartitionError::Other(format!("{other:#}")),
         }
+    }
+}
+
+/// What to do about a spill that failed, by the system's reason.
+fn spill_hint(message: &str) -> &'static str {
+    if message.contains("No space left") || message.contains("quota") {
+        "free disk space there, or choose another folder with --spill-dir"
+    } else if message.contains("Too many open files") {
+        "raise the limit of open files (`ulimit -n`), or give a larger --memory-limit"
+    } else {
+        "check that --spill-dir names a folder this process can write, or choose another one"
     }
 }

@@ -803,9 +803,10 @@ async fn execute_with(
 /// Whether the query gives the same bytes when the engine spills its state to disk as when it
 /// holds it: no `ORDER BY` or window of the user's (rows that tie come out of a spilled sort in
 /// another order), and only aggregates whose partial states merge exactly (`count`, `min`,
-/// `max`, `median`, `approx_distinct`, `bool_and`/`bool_or`, `sum` and `avg` of integers and
-/// decimals). A float sum spilled adds its partial sums in another order; `array_agg`,
-/// `string_agg` and the approximate percentiles merge in another order too.
+/// `max`, `median`, `approx_distinct`, `bool_and`/`bool_or`, `sum` of integers and decimals,
+/// `avg` of decimals: the engine averages integers as doubles). A float sum spilled adds its
+/// partial sums in another order; `array_agg`, `string_agg` and the approximate percentiles
+/// merge in another order too.
 async fn spills_exactly(query: &Query, events: &SchemaRef, lookups: &[Lookup]) -> Result<bool, DataFusionError> {
     let ctx = session(query.zone.as_deref());
     register(&ctx, EVENTS, events.clone(), Vec::new())?;

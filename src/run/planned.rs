@@ -32,6 +32,7 @@ pub struct Planned {
 
 impl Planned {
     pub async fn new(job: &Job, opts: &RunOptions, verify: bool) -> Result<Planned> {
+        check_spill_dir(job, &opts.spill_dir)?;
         let started = Instant::now();
         let now = Utc::now();
         let run_id = journal::new_run_id(now);
@@ -124,4 +125,38 @@ impl Planned {
         tracing::info!(%run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = super::elapsed(started), "planned");
         Ok(Planned { run_id, started, now, plan, flat, new_table_schema, rebuild })
     }
+}
+
+/// A spill folder inside the table, its state or its input is refused: readers (and later runs)
+/// would read a killed run's spill files as data. Compared resolved, symbolic links followed,
+/// the folder's nearest existing ancestor standing for it when it does not exist yet.
+fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
+    let absolute = std::path::absolute(spill_dir).unwrap_or_else(|_| spill_dir.to_path_buf());
+    let mut rest = Vec::new();
+    let mut at = absolute.as_path();
+    let resolved = loop {
+        if let Ok(r) = at.canonicalize() {
+            break rest.iter().rev().fold(r, |p: std::path::PathBuf, c| p.join(c));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return Ok(()),
+        }
+    };
+    for (what, location) in [("table", &job.output), ("run state", &job.state), ("input", &job.input)] {
+        if let Some(root) = location.protocol.local_root() {
+            if resolved.starts_with(root) {
+                return Err(Error::Usage(format!(
+                    "the spill folder {} lies inside the {what} {}: a run's spill files would be read as its data. \
+                     Nothing was done. Choose a --spill-dir outside it (the default is the system's temp folder)",
+                    spill_dir.display(),
+                    location.url
+                )));
+            }
+        }
+    }
+    Ok(())
 }

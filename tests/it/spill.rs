@@ -252,6 +252,24 @@ fn a_full_spill_disk_fails_the_partition_and_keeps_what_is_committed() {
 }
 
 #[test]
+fn a_spill_folder_inside_the_table_its_state_or_its_input_is_refused() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(21, 1, 100), 1);
+    let cfg = lake.config();
+    let base = ["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"];
+    assert!(cli(&base, lake.dir.path()).status.success());
+    let before = lake.snapshot();
+    for inside in [lake.output(), lake.output().join("event_date=2026-11-01/x"), lake.state(), lake.input().join("s")] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", inside.to_str().unwrap()]);
+        let o = cli(&args, lake.dir.path());
+        assert_eq!(o.status.code(), Some(2), "{}: {}", inside.display(), text(&o));
+        assert!(text(&o).contains("lies inside the") && text(&o).contains("Nothing was done"), "{}", text(&o));
+        assert!(lake.snapshot() == before);
+    }
+}
+
+#[test]
 fn memory_limits_are_checked_before_anything_runs() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(20, 1, 100), 1);
