@@ -487,6 +487,7 @@ fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
             stop.stop(first);
             let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130 };
             eprintln!("lakeswap: second signal: exiting at once");
+            lakeswap::spill::remove_all();
             std::process::exit(code);
         }
         #[cfg(not(unix))]

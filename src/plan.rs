@@ -386,6 +386,22 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
             if !has(k) {
                 return Err(missing("identity.key", k));
             }
+            // Text read as numbers: `1.1` and `1.10`, or `0.1` and `0.10000000000000001`, are one
+            // double, so two ids written apart would be one key.
+            let inferred_float = cfg.input.format != Format::Parquet
+                && !cfg.input.schema.contains_key(k)
+                && schema.field_with_name(k).is_ok_and(|f| f.data_type().is_floating());
+            if inferred_float {
+                return Err(config_err(
+                    cfg,
+                    "identity.key",
+                    format!(
+                        "the key column `{k}` reads as floating-point numbers from {object}, where ids written apart \
+                         (`1.1` and `1.10`) would be one key; declare its type in [input.schema]: `{k} = \"utf8\"` to \
+                         keep each id as written, or a decimal(p,s)"
+                    ),
+                ));
+            }
         }
     }
     // A declared type for a column no object of the run has, spelled like one they have, is a

@@ -177,6 +177,7 @@ impl Area {
                 lock.lock().map_err(|e| fail(&self.root, e))?;
                 std::fs::write(self.root.join(OWNER), &self.table).map_err(|e| fail(&self.root, e))?;
                 *made = Some(lock);
+                LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(self.root.clone());
             }
         }
         let dir = self.root.join(name);
@@ -194,7 +195,19 @@ impl Drop for Area {
     fn drop(&mut self) {
         if self.made.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
             let _ = std::fs::remove_dir_all(&self.root);
+            LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|r| *r != self.root);
         }
+    }
+}
+
+/// The spill folders of this process's areas, for [`remove_all`].
+static LIVE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes every spill folder this process has made: for an exit that drops nothing (a second
+/// signal). Files still being written are removed with their folder.
+pub fn remove_all() {
+    for root in LIVE.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        let _ = std::fs::remove_dir_all(root);
     }
 }
 

@@ -449,10 +449,20 @@ impl Decoder {
     /// others: the inference makes it text, and `1` and `"1"` would be one key. The same lines
     /// split between two objects are refused as types that cannot be unified.
     fn one_json_type(&self, object: &str, bytes: &Bytes, inferred: &Schema) -> Result<(), InputError> {
+        // Text anywhere in a field: at its top, or inside its objects and arrays (`[1]` and
+        // `["1"]` would read alike too).
+        fn holds_text(t: &DataType) -> bool {
+            match t {
+                DataType::Utf8 => true,
+                DataType::List(f) | DataType::LargeList(f) => holds_text(f.data_type()),
+                DataType::Struct(fs) => fs.iter().any(|f| holds_text(f.data_type())),
+                _ => false,
+            }
+        }
         let text: Vec<Field> = inferred
             .fields()
             .iter()
-            .filter(|f| f.data_type() == &DataType::Utf8)
+            .filter(|f| holds_text(f.data_type()))
             .filter(|f| self.declared(f.name()).is_none() && self.implied_text(f.name()).is_none())
             .map(|f| f.as_ref().clone())
             .collect();

@@ -888,3 +888,34 @@ fn a_name_the_local_store_would_not_list_is_refused() {
     assert!(text(&out).contains("a.csv#2") && text(&out).contains("unfinished upload"), "{}", text(&out));
     assert!(!lake.partition_file("2026-11-02").exists());
 }
+
+#[test]
+fn a_text_key_read_as_floats_must_be_declared() {
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-02");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.csv"), "k,v,x\n1.1,1,10\n1.10,1,20\n0.1,1,40\n0.10000000000000001,1,80\n").unwrap();
+    let sql = "SELECT count(*) AS n, sum(x) AS s FROM events";
+    let out = job(&lake, "csv", "", KV, sql, "2026-11-02");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("identity.key") && text(&out).contains("k = \"utf8\""), "{}", text(&out));
+    let out = job(&lake, "csv", "[input.schema]\nk = \"utf8\"", KV, sql, "2026-11-02");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-02"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["n", "s"].map(v), ["4", "150"]);
+}
+
+#[test]
+fn ndjson_text_and_numbers_are_told_apart_inside_objects_and_arrays() {
+    for (one, other) in [("[1]", "[\"1\"]"), ("{\"a\": 1}", "{\"a\": \"1\"}")] {
+        let lake = Lake::new();
+        let dir = lake.input().join("event_date=2026-11-02");
+        std::fs::create_dir_all(&dir).unwrap();
+        let body = format!("{{\"k\": 1, \"v\": 1, \"t\": {one}}}\n{{\"k\": 1, \"v\": 1, \"t\": {other}}}\n");
+        std::fs::write(dir.join("a.ndjson"), body).unwrap();
+        let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
+        assert_eq!(out.status.code(), Some(3), "{one}: {}", text(&out));
+        assert!(text(&out).contains("holds text on some lines"), "{one}: {}", text(&out));
+    }
+}
