@@ -215,6 +215,7 @@ impl Merge {
 
     /// A key the batch holds under several dates keeps its newest version only.
     fn within_batch(&self, _cx: &Context<'_>, slots: &mut [Slot]) {
+        set_aside_everywhere(slots);
         let mut all: Vec<(u64, usize, usize)> = Vec::new();
         for (s, slot) in slots.iter().enumerate() {
             if let Ok(Some(d)) = &slot.state {
@@ -616,6 +617,36 @@ impl Merge {
 }
 
 /// Reads and prepares one date of the batch, and reads its stored file (under its lease).
+/// A key that one date of the batch sets aside (a conflict, `on_conflict = "quarantine"`) is set
+/// aside on every date: its older versions elsewhere in the batch are not merged either, so the
+/// table is the same however the batch's rows are spread over dates.
+fn set_aside_everywhere(slots: &mut [Slot]) {
+    let key_bytes = |d: &Dated, rows: &mut dyn Iterator<Item = u32>| -> Vec<(Vec<u8>, u32)> {
+        let Some(cols) = d.prepared.table.columns(&d.id.key) else { return Vec::new() };
+        let Ok(keys) = prepare::key_bytes(&cols) else { return Vec::new() };
+        rows.map(|r| (keys.get(r as usize).to_vec(), r)).collect()
+    };
+    let mut aside: HashSet<Vec<u8>> = HashSet::new();
+    for slot in slots.iter() {
+        if let Ok(Some(d)) = &slot.state {
+            aside.extend(key_bytes(d, &mut d.prepared.quarantined.iter().copied()).into_iter().map(|(k, _)| k));
+        }
+    }
+    if aside.is_empty() {
+        return;
+    }
+    for slot in slots.iter_mut() {
+        if let Ok(Some(d)) = &mut slot.state {
+            let winners: Vec<(Vec<u8>, u32)> = key_bytes(d, &mut d.keys.iter().map(|k| k.row));
+            for (k, row) in winners {
+                if aside.contains(&k) && d.dropped.insert(row) {
+                    d.quarantined.push(row);
+                }
+            }
+        }
+    }
+}
+
 async fn prepare_date(cx: &Context<'_>, p: &PartitionPlan) -> Result<Dated, PartitionError> {
     let table = cx.table(p).await?;
     // The date's own objects give the run's columns and types, in any order: a column the run

@@ -948,3 +948,50 @@ fn a_merge_dates_columns_are_the_runs_by_name_in_any_order_and_text_encoding() {
     assert_eq!(val("2026-11-02"), ["p"]);
     assert!(!lake.partition_file("2026-11-03").exists());
 }
+
+/// Risk: with `on_conflict = "quarantine"`, a key whose newest version conflicts is set aside on
+/// its date while an older version of it on another date of the batch is merged, replacing and
+/// moving the stored row: the table would depend on how the batch's rows are spread over
+/// dates. The whole key is set aside on every date.
+#[test]
+fn a_key_set_aside_on_one_date_is_set_aside_on_every_date_of_the_batch() {
+    let lake = Lake::new();
+    let config = |name: &str| {
+        let toml = format!(
+            "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n\n\
+             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n\
+             [prepare]\non_conflict = \"quarantine\"\n\n[output]\nurl = \"{}\"\n",
+            lake.dir.path().join(name).display(),
+            lake.output().display()
+        );
+        let cfg = lake.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&cfg, toml).unwrap();
+        cfg
+    };
+    let files = |name: &str, files: &[(&str, &str)]| {
+        let dir = lake.dir.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (f, body) in files {
+            std::fs::write(dir.join(f), body).unwrap();
+        }
+    };
+    let run = |cfg: std::path::PathBuf| cli(&["run", "--config", cfg.to_str().unwrap()], lake.dir.path());
+    files("b1", &[("a.csv", "id,v,val,event_date\n1,1,a1,2026-11-01\n2,1,b1,2026-11-01\n")]);
+    assert!(run(config("b1")).status.success());
+    files(
+        "b2",
+        &[
+            ("a.csv", "id,v,val,event_date\n1,9,x,2026-11-03\n1,9,y,2026-11-03\n"),
+            ("b.csv", "id,v,val,event_date\n1,2,old,2026-11-04\n2,2,b2,2026-11-04\n"),
+        ],
+    );
+    let o = run(config("b2"));
+    assert!(o.status.success(), "{}", text(&o));
+    let rows = |date: &str| {
+        let b = read_batch(&lake.partition_file(date));
+        let c = b.column_by_name("val").unwrap();
+        (0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(c, i).unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(rows("2026-11-01"), ["a1"], "the key set aside keeps its stored row");
+    assert_eq!(rows("2026-11-04"), ["b2"], "only the other key moves");
+}
