@@ -55,7 +55,11 @@ pub fn parse_size(text: &str, machine: u64) -> Result<u64, String> {
         if !(p > 0.0 && p <= 100.0) {
             return Err(format!("`{text}`: a share of memory is more than 0% and at most 100%"));
         }
-        return Ok((machine as f64 * p / 100.0) as u64);
+        let bytes = (machine as f64 * p / 100.0) as u64;
+        if bytes < UNIT {
+            return Err(format!("`{text}` of this machine's memory is below the smallest memory limit, 1MiB"));
+        }
+        return Ok(bytes);
     }
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -72,7 +76,13 @@ pub fn parse_size(text: &str, machine: u64) -> Result<u64, String> {
         "tib" => 1 << 40,
         _ => return Err(bad()),
     };
-    let bytes = (n * mult as f64) as u64;
+    let exact = n * mult as f64;
+    if exact >= u64::MAX as f64 {
+        return Err(format!(
+            "`{text}` is more bytes than lakeswap can count; write the limit in GiB or TiB, or a share such as 100%"
+        ));
+    }
+    let bytes = exact as u64;
     if bytes < UNIT {
         return Err(format!("`{text}` is below the smallest memory limit, 1MiB"));
     }
@@ -629,7 +639,19 @@ mod tests {
         assert_eq!(parse_size(" 2 gib ", gib).unwrap(), 2 << 30);
         assert_eq!(parse_size("1.5GiB", gib).unwrap(), 3 << 29);
         assert_eq!(parse_size("60%", 10 * gib).unwrap(), 6 * gib);
-        for bad in ["", "lots", "4 GiBs", "0%", "150%", "100", "-1GiB", "1KiB"] {
+        for bad in [
+            "",
+            "lots",
+            "4 GiBs",
+            "0%",
+            "150%",
+            "100",
+            "-1GiB",
+            "1KiB",
+            "0.0001%",
+            "99999999999TiB",
+            "18446744073709551617",
+        ] {
             assert!(parse_size(bad, gib).is_err(), "{bad}");
         }
     }
