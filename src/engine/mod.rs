@@ -134,6 +134,13 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
             );
         }
     }
+    // A text column empty in every row of its objects reads as type Null.
+    if msg.contains("for Null") || msg.contains("take Null") || msg.contains("(Null") {
+        msg.push_str(
+            ". A column read from text whose every value is empty has no type of its own (Null): declare its \
+             type in [input.schema]",
+        );
+    }
     if msg.contains("duplicate unqualified field name") {
         msg.push_str(
             ": the engine names an expression without the casts inside it, so `min(x)` and \
