@@ -166,9 +166,21 @@ fn decode_parquet(
             .map(|b| crate::read::unify::conform(b, &relaxed, tz))
             .collect::<Result<_, _>>()
             .map_err(|(c, e)| bad(format!("column `{c}`: {}", e.message)))?,
+        // The same types, but for the encoding of text (a table written as `large_string`).
         None => batches
             .into_iter()
-            .map(|b| RecordBatch::try_new(relaxed.clone(), b.columns().to_vec()))
+            .map(|b| {
+                let columns = b
+                    .columns()
+                    .iter()
+                    .zip(relaxed.fields())
+                    .map(|(c, f)| match c.data_type() == f.data_type() {
+                        true => Ok(c.clone()),
+                        false => arrow::compute::cast(c, f.data_type()),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                RecordBatch::try_new(relaxed.clone(), columns)
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| bad(e.to_string()))?,
     };

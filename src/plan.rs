@@ -398,7 +398,8 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
                     format!(
                         "the key column `{k}` reads as floating-point numbers from {object}, where ids written apart \
                          (`1.1` and `1.10`) would be one key; declare its type in [input.schema]: `{k} = \"utf8\"` to \
-                         keep each id as written, or a decimal(p,s)"
+                         keep each id as written, a decimal(p,s), or `float64` to keep comparing the numbers (as a \
+                         table written before holds them)"
                     ),
                 ));
             }

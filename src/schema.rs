@@ -41,12 +41,11 @@ pub fn differences(table: &Schema, run: &Schema) -> Vec<String> {
     for f in run.fields() {
         match table.field_with_name(f.name()) {
             Err(_) => out.push(format!("column `{}` ({}) added", f.name(), f.data_type())),
-            Ok(t) if t.data_type() != f.data_type() => out.push(format!(
-                "column `{}` is {} in the table, {} in this run",
-                f.name(),
-                t.data_type(),
-                f.data_type()
-            )),
+            // `large_string` and `string`, views and dictionaries are one type to a reader, and
+            // are read as one (a table written from any of them stays readable).
+            Ok(t) if crate::read::unify::base(t.data_type()) != crate::read::unify::base(f.data_type()) => out.push(
+                format!("column `{}` is {} in the table, {} in this run", f.name(), t.data_type(), f.data_type()),
+            ),
             Ok(_) => {}
         }
     }
@@ -163,5 +162,9 @@ mod tests {
         let swapped =
             Schema::new(vec![Field::new("n", DataType::Int64, false), Field::new("country", DataType::Utf8, true)]);
         assert!(differences(&t, &swapped)[0].contains("reordered"));
+        // One type to a reader, whatever the encoding of its text.
+        let large =
+            Schema::new(vec![Field::new("country", DataType::LargeUtf8, true), Field::new("n", DataType::Int64, true)]);
+        assert!(differences(&t, &large).is_empty());
     }
 }

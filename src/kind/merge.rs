@@ -648,10 +648,16 @@ fn set_aside_everywhere(slots: &mut [Slot]) {
 }
 
 async fn prepare_date(cx: &Context<'_>, p: &PartitionPlan) -> Result<Dated, PartitionError> {
-    let table = cx.table(p).await?;
+    let mut table = cx.table(p).await?;
     // The date's own objects give the run's columns and types, in any order: a column the run
-    // does not know would be dropped, another type could not be stored.
+    // does not know would be dropped, another type could not be stored. A column they lack is
+    // null (an optional field).
     if let Some(run) = &cx.plan.output_schema {
+        let lacking: Vec<_> =
+            run.fields().iter().filter(|f| table.schema().field_with_name(f.name()).is_err()).cloned().collect();
+        if !lacking.is_empty() {
+            table = table.with_nulls(&lacking).map_err(|e| PartitionError::Other(e.to_string()))?;
+        }
         let own = crate::merge::output_schema(table.schema(), &cx.job.config.partition.column);
         let differ: Vec<String> = crate::schema::differences(run, &own)
             .into_iter()
@@ -659,7 +665,11 @@ async fn prepare_date(cx: &Context<'_>, p: &PartitionPlan) -> Result<Dated, Part
             .map(|d| {
                 d.replace(" in the table, ", " in the run's schema, ")
                     .replace(" in this run", " in this date's objects")
-                    .replace(") added", ") is not in the run's schema")
+                    .replace(
+                        ") added",
+                        ") is not in the run's schema (taken from its first date's objects: run this date alone, \
+                         with --schema-change rebuild to add the column to the table)",
+                    )
                     .replace(") removed", ") is missing from this date's objects")
             })
             .collect();

@@ -477,11 +477,24 @@ impl Decoder {
             return Ok(());
         }
         let field = text.iter().find(|f| strict(vec![(*f).clone()]).is_err()).map(|f| f.name().clone());
+        let nested = field
+            .as_ref()
+            .and_then(|f| inferred.field_with_name(f).ok())
+            .is_some_and(|f| f.data_type() != &DataType::Utf8);
+        let remedy = match nested {
+            // A nested field's type cannot be declared.
+            true => {
+                " inside its objects or arrays, so 1 and \"1\" (or true and \"true\") would read alike; fix the \
+                     writer to give each value one JSON type"
+            }
+            false => {
+                ", so 1 and \"1\" would read alike; fix the writer, or declare the field's type in [input.schema] \
+                      (utf8 reads every value as text)"
+            }
+        };
         Err(InputError::bad(
             at(object, None, None, field.as_deref()),
-            "this field holds text on some lines and other JSON values (numbers, booleans) on others, so 1 and \"1\" \
-             would read alike; fix the writer, or declare the field's type in [input.schema] (utf8 reads every \
-             value as text)",
+            format!("this field holds text on some lines and other JSON values (numbers, booleans) on others{remedy}"),
         ))
     }
 

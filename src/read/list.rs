@@ -89,7 +89,8 @@ fn check_local_tree(input: &StoreLocation, prefix: &Path) -> Result<()> {
                     return Err(Error::Input(InputError::unreadable(
                         Location::object(path.display().to_string()),
                         "a name ending in `#` and digits is taken by the local store for an unfinished upload, so \
-                         it would not be read; rename it, or give it a name starting with `_` to have it ignored",
+                         it would not be read: if it is one (a writer stopped while writing it), delete it; if it is \
+                         data, rename it; or give it a name starting with `_` to have it ignored",
                     )));
                 }
                 Ok(_) => {}

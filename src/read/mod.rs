@@ -178,6 +178,19 @@ impl Table {
     /// Builds a table from decoded pieces, in the order given. Large pieces are not copied
     /// (sliced into chunks when longer than one); runs of small ones (many small objects, or
     /// short CSV batches) are put together into full chunks, so row ids stay dense.
+    /// The table with `fields` added, null in every row (columns its objects lack).
+    pub fn with_nulls(mut self, fields: &[arrow::datatypes::FieldRef]) -> Result<Self, arrow::error::ArrowError> {
+        let mut all = self.schema.fields().to_vec();
+        all.extend(fields.iter().map(|f| Arc::new(f.as_ref().clone().with_nullable(true))));
+        self.schema = Arc::new(arrow::datatypes::Schema::new(all));
+        for chunk in &mut self.chunks {
+            let mut columns = chunk.columns().to_vec();
+            columns.extend(fields.iter().map(|f| arrow::array::new_null_array(f.data_type(), chunk.num_rows())));
+            *chunk = RecordBatch::try_new(self.schema.clone(), columns)?;
+        }
+        Ok(self)
+    }
+
     pub fn from_pieces(schema: SchemaRef, pieces: Vec<Piece>) -> Result<Self, InputError> {
         let mut t = Table::empty(schema);
         let mut small: Vec<Part> = Vec::new();

@@ -524,7 +524,10 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
         }
     }
     if let Some((start, line, row)) = last {
-        if quote_left_open(bytes.get(start as usize..).unwrap_or_default(), delimiter) {
+        // The reader skips a byte-order mark before the first field.
+        let rest = bytes.get(start as usize..).unwrap_or_default();
+        let rest = if start == 0 { rest.strip_prefix(b"\xef\xbb\xbf").unwrap_or(rest) } else { rest };
+        if quote_left_open(rest, delimiter) {
             return Err(err_at(
                 row,
                 Some(line),
@@ -621,6 +624,7 @@ mod tests {
         assert_eq!((e.row, e.line), (Some(1), Some(3)), "{}", e.message);
         assert!(e.message.contains("never closed"), "{}", e.message);
         assert!(rows("k,\"v\n1,a\n").unwrap_err().message.contains("never closed"));
+        assert!(rows("\u{feff}\"k,v\n1,a\n").unwrap_err().message.contains("never closed"));
         // Closed quotes, doubled quotes, and a quote inside an unquoted field are fine.
         assert_eq!(rows("k,v\n1,\"a,\"\"b\"\"\nc\"\n2,x\"y\n3,\"z\"\r\n").unwrap(), 3);
         assert_eq!(rows("k;v\n1;\"a;b\"\n").map_err(|e| e.message), Ok(1));

@@ -81,7 +81,11 @@ impl Planned {
                     let keys = cfg.identity.key.iter().map(|k| (k, "key column", "key"));
                     for (k, what, role) in keys.chain(version) {
                         if let (Ok(a), Ok(b)) = (t.field_with_name(k), o.field_with_name(k)) {
-                            if a.data_type() != b.data_type() {
+                            let (a_type, b_type) = (read::unify::base(a.data_type()), read::unify::base(b.data_type()));
+                            // Versions are compared (and tombstones kept) as int64: any integer
+                            // type keeps their order.
+                            let widened = role == "version" && a_type.is_integer() && b_type.is_integer();
+                            if a_type != b_type && !widened {
                                 return Err(Error::Usage(format!(
                                     "this run reads the {what} `{k}` as {} where the table {} holds {}; a merge \
                                      table's {role} keeps its type, even by --schema-change rebuild (stored keys and \
@@ -148,10 +152,16 @@ fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
     };
     for (what, location) in [("table", &job.output), ("run state", &job.state), ("input", &job.input)] {
         if let Some(root) = location.protocol.local_root() {
-            if resolved.starts_with(root) {
+            // Under the input, a folder named `_…` or `.…` is not read as data.
+            let hidden = what == "input"
+                && resolved
+                    .strip_prefix(root)
+                    .is_ok_and(|rel| !crate::read::list::is_data_name(&rel.to_string_lossy()));
+            if resolved.starts_with(root) && !hidden {
                 return Err(Error::Usage(format!(
                     "the spill folder {} lies inside the {what} {}: a run's spill files would be read as its data. \
-                     Nothing was done. Choose a --spill-dir outside it (the default is the system's temp folder)",
+                     Nothing was done. Choose a --spill-dir outside it (without one, the system's temp folder: \
+                     TMPDIR)",
                     spill_dir.display(),
                     location.url
                 )));

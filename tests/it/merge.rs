@@ -675,8 +675,9 @@ async fn tombstones_older_than_the_retention_are_dropped() {
 /// Risk: a merge batch whose key reads as another type than the table's (int32 beside int64)
 /// is let through by `--schema-change rebuild`; its keys then miss their stored rows, and one
 /// key is held under two dates with exit 0. Or its version does (a timestamp in ms, then in
-/// µs): the tombstones keep the old unit's integers, and an older row brings a deleted key
-/// back. Refused before anything is done (exit 2).
+/// µs; an integer, then a date): the tombstones keep the old type's integers, and an older
+/// row brings a deleted key back. Refused before anything is done (exit 2); an integer version
+/// widened stays an integer, and is accepted.
 #[test]
 fn a_merge_tables_key_and_version_keep_their_types() {
     use arrow::array::{ArrayRef, Date32Array, Int32Array, Int64Array, RecordBatch};
@@ -687,7 +688,7 @@ fn a_merge_tables_key_and_version_keep_their_types() {
         let dir = lake.dir.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let version: ArrayRef = match name {
-            "b3" => Arc::new(Int32Array::from(vec![v as i32; n])),
+            "b3" => Arc::new(Date32Array::from(vec![v as i32; n])),
             _ => Arc::new(Int64Array::from(vec![v; n])),
         };
         let b = RecordBatch::try_from_iter([
@@ -723,7 +724,7 @@ fn a_merge_tables_key_and_version_keep_their_types() {
     let b3 = batch("b3", Arc::new(Int64Array::from(vec![1001])), 2, 20_759);
     let o = cli(&["run", "--config", b3.to_str().unwrap(), "--schema-change", "rebuild"], lake.dir.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("version column `v` as Int32 where the table"), "{}", text(&o));
+    assert!(text(&o).contains("version column `v` as Date32 where the table"), "{}", text(&o));
     assert_eq!(lake.snapshot(), before, "nothing was done");
 }
 
@@ -947,6 +948,14 @@ fn a_merge_dates_columns_are_the_runs_by_name_in_any_order_and_text_encoding() {
     );
     assert_eq!(val("2026-11-02"), ["p"]);
     assert!(!lake.partition_file("2026-11-03").exists());
+    // A column of the run that a date's objects lack is null there.
+    files(
+        "b5",
+        &[("a.csv", "id,v,val,event_date\n4,1,r,2026-11-04\n"), ("b.csv", "id,v,event_date\n5,1,2026-11-05\n")],
+    );
+    let o = run(config("b5", "csv"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(val("2026-11-05"), [""]);
 }
 
 /// Risk: with `on_conflict = "quarantine"`, a key whose newest version conflicts is set aside on
