@@ -279,6 +279,19 @@ fn refuse_finer_literals(e: &Expr, schema: &DFSchema) -> Result<()> {
 
 fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     refuse_finer_literals(&e, schema)?;
+    // The engine reads second 60 as the next minute's first; the input refuses it.
+    let made = match &e {
+        Expr::Cast(c) if matches!(c.field.data_type(), DataType::Timestamp(..)) => literal_text(&c.expr),
+        Expr::ScalarFunction(f) if f.name().starts_with("to_timestamp") && f.args.len() == 1 => {
+            literal_text(&f.args[0])
+        }
+        _ => None,
+    };
+    if let Some(s) =
+        made.filter(|s| s.get(11..).and_then(|t| t.split(':').nth(2)).is_some_and(|sec| sec.starts_with("60")))
+    {
+        return plan_err!("the time '{s}' has second 60 (a leap second), which no timestamp holds");
+    }
     let Expr::Cast(c) = &e else { return Ok(Transformed::no(e)) };
     // A zoned timestamp made zone-less (DataFusion compares a date, or a wall-clock value,
     // with it that way) is its wall-clock time in its zone, not in UTC as arrow's cast has it.

@@ -518,6 +518,7 @@ fn what_sql_says_is_computed_or_refused() {
         ("SELECT sum(v ^ 2) AS squares FROM events", "bitwise exclusive or"),
         ("SELECT to_char(max(ts), 'YYYY-MM-DD HH24:MI') AS at FROM events", "strftime patterns"),
         ("SELECT count(*) FILTER (WHERE k IS DISTINCT FROM 1.5 AND v > 0) AS n FROM events", "in parentheses"),
+        ("SELECT count(*) FILTER (WHERE ts = TIMESTAMP '2026-11-01 09:59:60') AS n FROM events", "leap second"),
     ] {
         let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
         assert_eq!(out.status.code(), Some(2), "{sql}: {}", text(&out));
