@@ -135,6 +135,26 @@ fn job(lake: &Lake, format: &str, input: &str, identity: &str, sql: &str, date: 
 /// Identity `k`, version `v`, dates from `event_date`.
 const KV: &str = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
 
+/// A lake whose input is the text `files` (name, body) under `event_date=2026-11-02/`.
+fn text_objects(files: &[(&str, &str)]) -> Lake {
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-02");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, body) in files {
+        std::fs::write(dir.join(name), body).unwrap();
+    }
+    lake
+}
+
+/// The first row's values of `columns` in the 2026-11-02 partition, as text.
+fn first_row(lake: &Lake, columns: &[&str]) -> Vec<String> {
+    let b = read_batch(&lake.partition_file("2026-11-02"));
+    columns
+        .iter()
+        .map(|c| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap())
+        .collect()
+}
+
 /// A lake whose input is `batch` in one object under `event_date=2026-11-01/`.
 fn one_object(batch: &RecordBatch) -> Lake {
     let lake = Lake::new();
@@ -848,10 +868,7 @@ fn a_hive_objects_own_dates_are_its_folders() {
                 let case = format!("{format} {without}/{with} {own}");
                 if own == "2026-11-02" {
                     assert!(out.status.success(), "{case}: {}", text(&out));
-                    let b = read_batch(&lake.partition_file("2026-11-02"));
-                    let v =
-                        |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
-                    assert_eq!(["s", "dated"].map(v), ["30", "2"], "{case}");
+                    assert_eq!(first_row(&lake, &["s", "dated"]), ["30", "2"], "{case}");
                 } else {
                     assert_eq!(out.status.code(), Some(3), "{case}: {}", text(&out));
                     let t = text(&out);
@@ -864,26 +881,17 @@ fn a_hive_objects_own_dates_are_its_folders() {
 
 #[test]
 fn a_whole_record_key_holds_nulls_and_one_zero() {
-    let lake = Lake::new();
-    let dir = lake.input().join("event_date=2026-11-02");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("a.csv"), "a,b,c\n1,,x\n1,,x\n2,0.0,y\n2,-0.0,y\n3,1.5,\n").unwrap();
+    let lake = text_objects(&[("a.csv", "a,b,c\n1,,x\n1,,x\n2,0.0,y\n2,-0.0,y\n3,1.5,\n")]);
     let identity = "[identity]\nkey = [\"*\"]\n\n[partition]\ncolumn = \"event_date\"";
     let sql = "SELECT count(*) AS n, count(b) AS with_b, sum(a) AS s FROM events";
     let out = job(&lake, "csv", "", identity, sql, "2026-11-02");
     assert!(out.status.success(), "{}", text(&out));
-    let b = read_batch(&lake.partition_file("2026-11-02"));
-    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
-    assert_eq!(["n", "with_b", "s"].map(v), ["3", "2", "6"]);
+    assert_eq!(first_row(&lake, &["n", "with_b", "s"]), ["3", "2", "6"]);
 }
 
 #[test]
 fn a_name_the_local_store_would_not_list_is_refused() {
-    let lake = Lake::new();
-    let dir = lake.input().join("event_date=2026-11-02");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("a.csv"), "k,v,x\n1,1,10\n").unwrap();
-    std::fs::write(dir.join("a.csv#2"), "k,v,x\n2,1,20\n").unwrap();
+    let lake = text_objects(&[("a.csv", "k,v,x\n1,1,10\n"), ("a.csv#2", "k,v,x\n2,1,20\n")]);
     let out = job(&lake, "csv", "", KV, "SELECT sum(x) AS s FROM events", "2026-11-02");
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("a.csv#2") && text(&out).contains("unfinished upload"), "{}", text(&out));
@@ -892,29 +900,21 @@ fn a_name_the_local_store_would_not_list_is_refused() {
 
 #[test]
 fn a_text_key_read_as_floats_must_be_declared() {
-    let lake = Lake::new();
-    let dir = lake.input().join("event_date=2026-11-02");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("a.csv"), "k,v,x\n1.1,1,10\n1.10,1,20\n0.1,1,40\n0.10000000000000001,1,80\n").unwrap();
+    let lake = text_objects(&[("a.csv", "k,v,x\n1.1,1,10\n1.10,1,20\n0.1,1,40\n0.10000000000000001,1,80\n")]);
     let sql = "SELECT count(*) AS n, sum(x) AS s FROM events";
     let out = job(&lake, "csv", "", KV, sql, "2026-11-02");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("identity.key") && text(&out).contains("k = \"utf8\""), "{}", text(&out));
     let out = job(&lake, "csv", "[input.schema]\nk = \"utf8\"", KV, sql, "2026-11-02");
     assert!(out.status.success(), "{}", text(&out));
-    let b = read_batch(&lake.partition_file("2026-11-02"));
-    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
-    assert_eq!(["n", "s"].map(v), ["4", "150"]);
+    assert_eq!(first_row(&lake, &["n", "s"]), ["4", "150"]);
 }
 
 #[test]
 fn ndjson_text_and_numbers_are_told_apart_inside_objects_and_arrays() {
     for (one, other) in [("[1]", "[\"1\"]"), ("{\"a\": 1}", "{\"a\": \"1\"}")] {
-        let lake = Lake::new();
-        let dir = lake.input().join("event_date=2026-11-02");
-        std::fs::create_dir_all(&dir).unwrap();
         let body = format!("{{\"k\": 1, \"v\": 1, \"t\": {one}}}\n{{\"k\": 1, \"v\": 1, \"t\": {other}}}\n");
-        std::fs::write(dir.join("a.ndjson"), body).unwrap();
+        let lake = text_objects(&[("a.ndjson", &body)]);
         let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
         assert_eq!(out.status.code(), Some(3), "{one}: {}", text(&out));
         assert!(text(&out).contains("holds text on some lines"), "{one}: {}", text(&out));

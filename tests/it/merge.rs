@@ -885,30 +885,10 @@ fn a_merge_dates_columns_are_the_runs_by_name_in_any_order_and_text_encoding() {
     use arrow::array::{ArrayRef, Date32Array, Int64Array, LargeStringArray, RecordBatch};
     use std::sync::Arc;
     let lake = Lake::new();
-    let config = |name: &str, format: &str| {
-        let toml = format!(
-            "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"{format}\"\n\n\
-             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"{}\"\n",
-            lake.dir.path().join(name).display(),
-            lake.output().display()
-        );
-        let cfg = lake.dir.path().join(format!("{name}.toml"));
-        std::fs::write(&cfg, toml).unwrap();
-        cfg
-    };
-    let files = |name: &str, files: &[(&str, &str)]| {
-        let dir = lake.dir.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (f, body) in files {
-            std::fs::write(dir.join(f), body).unwrap();
-        }
-    };
+    let config = |name: &str, format: &str| text_merge_config(&lake, name, format, "");
+    let files = |name: &str, f: &[(&str, &str)]| write_files(&lake, name, f);
     let run = |cfg: std::path::PathBuf| cli(&["run", "--config", cfg.to_str().unwrap()], lake.dir.path());
-    let val = |date: &str| {
-        let b = read_batch(&lake.partition_file(date));
-        let c = b.column_by_name("val").unwrap();
-        (0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(c, i).unwrap()).collect::<Vec<_>>()
-    };
+    let val = |date: &str| column_text(&lake, date, "val");
     files("b1", &[("a.csv", "id,v,val,event_date\n1,1,x,2026-11-01\n")]);
     let o = run(config("b1", "csv"));
     assert!(o.status.success(), "{}", text(&o));
@@ -965,25 +945,8 @@ fn a_merge_dates_columns_are_the_runs_by_name_in_any_order_and_text_encoding() {
 #[test]
 fn a_key_set_aside_on_one_date_is_set_aside_on_every_date_of_the_batch() {
     let lake = Lake::new();
-    let config = |name: &str| {
-        let toml = format!(
-            "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n\n\
-             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n\
-             [prepare]\non_conflict = \"quarantine\"\n\n[output]\nurl = \"{}\"\n",
-            lake.dir.path().join(name).display(),
-            lake.output().display()
-        );
-        let cfg = lake.dir.path().join(format!("{name}.toml"));
-        std::fs::write(&cfg, toml).unwrap();
-        cfg
-    };
-    let files = |name: &str, files: &[(&str, &str)]| {
-        let dir = lake.dir.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (f, body) in files {
-            std::fs::write(dir.join(f), body).unwrap();
-        }
-    };
+    let config = |name: &str| text_merge_config(&lake, name, "csv", "[prepare]\non_conflict = \"quarantine\"\n\n");
+    let files = |name: &str, f: &[(&str, &str)]| write_files(&lake, name, f);
     let run = |cfg: std::path::PathBuf| cli(&["run", "--config", cfg.to_str().unwrap()], lake.dir.path());
     files("b1", &[("a.csv", "id,v,val,event_date\n1,1,a1,2026-11-01\n2,1,b1,2026-11-01\n")]);
     assert!(run(config("b1")).status.success());
@@ -996,11 +959,37 @@ fn a_key_set_aside_on_one_date_is_set_aside_on_every_date_of_the_batch() {
     );
     let o = run(config("b2"));
     assert!(o.status.success(), "{}", text(&o));
-    let rows = |date: &str| {
-        let b = read_batch(&lake.partition_file(date));
-        let c = b.column_by_name("val").unwrap();
-        (0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(c, i).unwrap()).collect::<Vec<_>>()
-    };
+    let rows = |date: &str| column_text(&lake, date, "val");
     assert_eq!(rows("2026-11-01"), ["a1"], "the key set aside keeps its stored row");
     assert_eq!(rows("2026-11-04"), ["b2"], "only the other key moves");
+}
+
+/// A merge job over the text objects of `<lake>/<name>/` (key `id`, version `v`), with `extra`
+/// sections before `[output]`: its config's path.
+fn text_merge_config(lake: &Lake, name: &str, format: &str, extra: &str) -> std::path::PathBuf {
+    let toml = format!(
+        "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"{format}\"\n\n\
+         [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n{extra}[output]\nurl = \"{}\"\n",
+        lake.dir.path().join(name).display(),
+        lake.output().display()
+    );
+    let cfg = lake.dir.path().join(format!("{name}.toml"));
+    std::fs::write(&cfg, toml).unwrap();
+    cfg
+}
+
+/// Writes `files` (name, text) into `<lake>/<name>/`.
+fn write_files(lake: &Lake, name: &str, files: &[(&str, &str)]) {
+    let dir = lake.dir.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (f, body) in files {
+        std::fs::write(dir.join(f), body).unwrap();
+    }
+}
+
+/// The values of `column` in the committed partition of `date`, as text.
+fn column_text(lake: &Lake, date: &str, column: &str) -> Vec<String> {
+    let b = read_batch(&lake.partition_file(date));
+    let c = b.column_by_name(column).unwrap();
+    (0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(c, i).unwrap()).collect()
 }
