@@ -14,6 +14,10 @@
 //!    with `[merge] on_date_change = "fail"` a move fails the batch's date instead (exit 3).
 //!    A date of the batch that has failed writes nothing, but its stored rows still guard the
 //!    others: a date holding a key stored under it fails too;
+//!
+//!    Before 2, a date of the batch that failed guards its batch keys the same way: the batch's
+//!    newest version of those keys is unknown, so a date holding one of them fails with it (every
+//!    date, when the failed date's rows could not be read at all);
 //! 4. each touched partition is merged and encoded, with its tombstones and key index as objects
 //!    its footer names. Partitions that move keys between them commit together or not at all:
 //!    if one fails — before or while it is merged — all of them fail.
@@ -42,6 +46,7 @@ use crate::lineage::Lineage;
 use crate::merge::{self as engine, MergeStats, Move, TombstonesAt};
 use crate::plan::PartitionPlan;
 use crate::prepare::{self, Identity, PrepareStats, Prepared};
+use crate::read::Table;
 use crate::run::Event;
 use crate::sidecar::{self, Sidecar};
 
@@ -136,6 +141,8 @@ struct Slot {
     stored: Option<Bytes>,
     /// Keys arriving here from another date.
     moved_in: u64,
+    /// A date of the batch that failed: the keys of its rows (`None` when they could not be read).
+    failed_keys: Option<Option<HashSet<Vec<u8>>>>,
 }
 
 impl Slot {
@@ -169,14 +176,18 @@ impl Merge {
         let mut slots: Vec<Slot> = futures::stream::iter(cx.plan.partitions.iter().cloned())
             .map(|p| async move {
                 let started = Instant::now();
-                let state = cx.opts.stop.unless(prepare_date(cx, &p)).await.map(Some);
-                Slot { plan: p, started, state, removals: HashSet::new(), stored: None, moved_in: 0 }
+                let mut keys = None;
+                let state = cx.opts.stop.unless(prepare_date(cx, &p, &mut keys)).await.map(Some);
+                let failed_keys = state.is_err().then_some(keys);
+                Slot { plan: p, started, state, removals: HashSet::new(), stored: None, moved_in: 0, failed_keys }
             })
             .buffered(cx.opts.concurrency.max(1))
             .collect()
             .await;
         let mut moves = Vec::new();
         if !cx.job.config.is_whole_record_key() {
+            // Keys of a date of the batch that failed: their newest version is unknown.
+            guard_failed_dates(&mut slots);
             // 2. Keys under several dates of the batch: the newest version wins.
             self.within_batch(cx, &mut slots);
             // 3. Keys stored under another date.
@@ -479,7 +490,7 @@ impl Merge {
 
     /// Merges one partition and encodes its file, tombstones and key index.
     async fn finish(&self, cx: &Context<'_>, slot: Slot) -> Outcome {
-        let Slot { plan, started, state, removals, stored, moved_in } = slot;
+        let Slot { plan, started, state, removals, stored, moved_in, .. } = slot;
         let result = match state {
             Err(e) => Err(e),
             Ok(dated) => {
@@ -616,7 +627,6 @@ impl Merge {
     }
 }
 
-/// Reads and prepares one date of the batch, and reads its stored file (under its lease).
 /// A key that one date of the batch sets aside (a conflict, `on_conflict = "quarantine"`) is set
 /// aside on every date: its older versions elsewhere in the batch are not merged either, so the
 /// table is the same however the batch's rows are spread over dates.
@@ -647,8 +657,85 @@ fn set_aside_everywhere(slots: &mut [Slot]) {
     }
 }
 
-async fn prepare_date(cx: &Context<'_>, p: &PartitionPlan) -> Result<Dated, PartitionError> {
-    let mut table = cx.table(p).await?;
+/// A date of the batch that failed writes nothing, so the batch's newest version of each of its
+/// keys is unknown: a date holding one of those keys cannot be merged beside it (an older version
+/// would be let in, or a key kept under a date the failed one would move it from). Such a date
+/// fails with it; a date sharing no key with it commits. When the failed date's rows could not
+/// be read at all, its keys are unknown, and every date of the batch fails.
+fn guard_failed_dates(slots: &mut [Slot]) {
+    let mut known: HashMap<&[u8], NaiveDate> = HashMap::new();
+    let mut unknown: Vec<NaiveDate> = Vec::new();
+    for slot in slots.iter() {
+        match (&slot.failed_keys, &slot.state) {
+            (_, Err(PartitionError::Stopped { .. })) | (None, _) => {}
+            (Some(Some(keys)), _) => known.extend(keys.iter().map(|k| (k.as_slice(), slot.plan.date))),
+            (Some(None), _) => unknown.push(slot.plan.date),
+        }
+    }
+    if known.is_empty() && unknown.is_empty() {
+        return;
+    }
+    let mut failures: Vec<(usize, PartitionError)> = Vec::new();
+    for (s, slot) in slots.iter().enumerate() {
+        let Ok(Some(d)) = &slot.state else { continue };
+        if let Some(from) = unknown.first() {
+            failures.push((
+                s,
+                PartitionError::Other(format!(
+                    "{from}, a date of this batch, failed before its keys could be read: their newest version in the \
+                     batch is unknown, so no date of the batch is merged. Fix {from}'s input and run the batch again \
+                     (or merge the other dates alone, with --from/--to)"
+                )),
+            ));
+            continue;
+        }
+        let Some(cols) = d.prepared.table.columns(&d.id.key) else { continue };
+        let Ok(keys) = prepare::key_bytes(&cols) else { continue };
+        let shared = d.keys.iter().find_map(|k| known.get(keys.get(k.row as usize)).map(|from| (k.row, *from)));
+        if let Some((row, from)) = shared {
+            failures.push((
+                s,
+                PartitionError::Other(format!(
+                    "key {} is also under {from} in this batch, which failed: its newest version is unknown, so it \
+                     cannot be merged here; nothing is written for this date. Fix {from}'s input and run the batch again",
+                    render(d, row)
+                )),
+            ));
+        }
+    }
+    for (s, e) in failures {
+        slots[s].fail(e);
+    }
+}
+
+/// Reads and prepares one date of the batch, and reads its stored file (under its lease). When
+/// it fails after its rows were read, `keys` gets the keys of every row.
+async fn prepare_date(
+    cx: &Context<'_>,
+    p: &PartitionPlan,
+    keys: &mut Option<HashSet<Vec<u8>>>,
+) -> Result<Dated, PartitionError> {
+    let table = cx.table(p).await?;
+    let kept = table.clone();
+    let prepared = prepare_read(cx, p, table).await;
+    if prepared.is_err() {
+        *keys = every_key(&kept, &cx.job.config.identity.key);
+    }
+    prepared
+}
+
+/// The key bytes of every row of `table` (`None` when a key column is missing).
+fn every_key(table: &Table, key: &[String]) -> Option<HashSet<Vec<u8>>> {
+    let cols = table.columns(key)?;
+    let keys = prepare::key_bytes(&cols).ok()?;
+    let ids = table.chunks().iter().enumerate().flat_map(|(c, chunk)| {
+        let base = c << crate::read::CHUNK_BITS;
+        (0..chunk.num_rows()).map(move |i| base + i)
+    });
+    Some(ids.map(|id| keys.get(id).to_vec()).collect())
+}
+
+async fn prepare_read(cx: &Context<'_>, p: &PartitionPlan, mut table: Table) -> Result<Dated, PartitionError> {
     // The date's own objects give the run's columns and types, in any order: a column the run
     // does not know would be dropped, another type could not be stored. A column they lack is
     // null (an optional field).
@@ -820,7 +907,15 @@ async fn lease_extra(cx: &Context<'_>, dir: &str, date: NaiveDate) -> Result<Slo
     let meta = commit::head(out, &target).await?;
     let stored = commit::get(out, &target).await?;
     let plan = PartitionPlan { date, dir: dir.to_string(), inputs: Vec::new(), seen: Seen { meta } };
-    Ok(Slot { plan, started: Instant::now(), state: Ok(None), removals: HashSet::new(), stored, moved_in: 0 })
+    Ok(Slot {
+        plan,
+        started: Instant::now(),
+        state: Ok(None),
+        removals: HashSet::new(),
+        stored,
+        moved_in: 0,
+        failed_keys: None,
+    })
 }
 
 /// Fails the dates of the batch holding `candidates`, keys stored under `from`, a date of the

@@ -964,6 +964,59 @@ fn a_key_set_aside_on_one_date_is_set_aside_on_every_date_of_the_batch() {
     assert_eq!(rows("2026-11-04"), ["b2"], "only the other key moves");
 }
 
+/// Risk: a date of the batch fails before it is merged (a conflict inside it, an unreadable
+/// row), and another date of the batch holding an older version of one of its keys commits
+/// that version: the table holds a version the batch itself supersedes. A date sharing a key
+/// with the failed date fails with it and an unrelated date commits; when the failed date's
+/// rows could not be read, its keys are unknown and no date of the batch is merged.
+#[test]
+fn a_failed_date_guards_its_keys_in_the_batch() {
+    for cause in ["a conflict", "an unreadable row"] {
+        let lake = Lake::new();
+        let newer = match cause {
+            "a conflict" => "id,v,val\n1,2,new\n2,1,x\n2,1,y\n",
+            _ => "id,v,val\n1,2,new\n2,1,\"x\n",
+        };
+        write_files(
+            &lake,
+            "b",
+            &[
+                ("event_date=2026-11-01/a.csv", "id,v,val\n1,1,old\n3,1,c\n"),
+                ("event_date=2026-11-02/a.csv", newer),
+                ("event_date=2026-11-03/a.csv", "id,v,val\n4,1,d\n"),
+            ],
+        );
+        let cfg = text_merge_config(&lake, "b", "csv", "");
+        let o = cli(&["run", "--config", cfg.to_str().unwrap()], lake.dir.path());
+        let out = text(&o);
+        assert_ne!(o.status.code(), Some(0), "{cause}: {out}");
+        assert!(
+            !lake.partition_file("2026-11-01").exists(),
+            "{cause}: the older version of key 1 is not merged: {out}"
+        );
+        assert!(!lake.partition_file("2026-11-02").exists(), "{cause}: {out}");
+        match cause {
+            "a conflict" => {
+                assert!(out.contains("key 1 is also under 2026-11-02 in this batch, which failed"), "{out}");
+                assert_eq!(column_text(&lake, "2026-11-03", "val"), ["d"], "an unrelated date commits: {out}");
+            }
+            _ => {
+                assert!(
+                    out.contains("2026-11-02, a date of this batch, failed before its keys could be read"),
+                    "{out}"
+                );
+                assert!(!lake.partition_file("2026-11-03").exists(), "{cause}: {out}");
+            }
+        }
+        // Fixed, the batch merges whole: key 1 at its newest version, under its newest date.
+        write_files(&lake, "b", &[("event_date=2026-11-02/a.csv", "id,v,val\n1,2,new\n2,1,x\n")]);
+        let o = cli(&["run", "--config", cfg.to_str().unwrap()], lake.dir.path());
+        assert!(o.status.success(), "{cause}: {}", text(&o));
+        assert_eq!(column_text(&lake, "2026-11-01", "val"), ["c"], "{cause}");
+        assert_eq!(column_text(&lake, "2026-11-02", "val"), ["new", "x"], "{cause}");
+    }
+}
+
 /// A merge job over the text objects of `<lake>/<name>/` (key `id`, version `v`), with `extra`
 /// sections before `[output]`: its config's path.
 fn text_merge_config(lake: &Lake, name: &str, format: &str, extra: &str) -> std::path::PathBuf {
@@ -978,12 +1031,14 @@ fn text_merge_config(lake: &Lake, name: &str, format: &str, extra: &str) -> std:
     cfg
 }
 
-/// Writes `files` (name, text) into `<lake>/<name>/`.
+/// Writes `files` (path, text) into `<lake>/<name>/`.
 fn write_files(lake: &Lake, name: &str, files: &[(&str, &str)]) {
     let dir = lake.dir.path().join(name);
     std::fs::create_dir_all(&dir).unwrap();
     for (f, body) in files {
-        std::fs::write(dir.join(f), body).unwrap();
+        let path = dir.join(f);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
     }
 }
 
