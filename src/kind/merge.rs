@@ -15,9 +15,9 @@
 //!    A date of the batch that has failed writes nothing, but its stored rows still guard the
 //!    others: a date holding a key stored under it fails too;
 //!
-//!    Before 2, a date of the batch that failed guards its batch keys the same way: the batch's
-//!    newest version of those keys is unknown, so a date holding one of them fails with it (every
-//!    date, when the failed date's rows could not be read at all);
+//!    Dates of the batch that hold the same key commit together or not at all (a key's newest
+//!    version depends on every date holding it): when one fails, at any step, the dates sharing
+//!    keys with it fail too — every date, when the failed date's rows could not be read at all;
 //! 4. each touched partition is merged and encoded, with its tombstones and key index as objects
 //!    its footer names. Partitions that move keys between them commit together or not at all:
 //!    if one fails — before or while it is merged — all of them fail.
@@ -141,8 +141,9 @@ struct Slot {
     stored: Option<Bytes>,
     /// Keys arriving here from another date.
     moved_in: u64,
-    /// A date of the batch that failed: the keys of its rows (`None` when they could not be read).
-    failed_keys: Option<Option<HashSet<Vec<u8>>>>,
+    /// A date of the batch that failed: the hashes of its rows' keys (`None` when they could not
+    /// be read).
+    failed_keys: Option<Option<HashSet<u64>>>,
 }
 
 impl Slot {
@@ -185,16 +186,23 @@ impl Merge {
             .collect()
             .await;
         let mut moves = Vec::new();
+        let mut shared = Shared::default();
         if !cx.job.config.is_whole_record_key() {
-            // Keys of a date of the batch that failed: their newest version is unknown.
-            guard_failed_dates(&mut slots);
+            // Keys of a date of the batch that failed while it was prepared.
+            guard_failed_dates(&mut slots, &mut shared);
             // 2. Keys under several dates of the batch: the newest version wins.
-            self.within_batch(cx, &mut slots);
+            self.within_batch(cx, &mut slots, &mut shared);
+            fail_shared(&mut slots.iter_mut().map(|s| (s.plan.date, &mut s.state)).collect::<Vec<_>>(), &shared);
             // 3. Keys stored under another date.
             self.against_table(cx, &mut slots, &mut moves).await;
         }
-        // Partitions that move keys between them commit together or not at all.
-        abort_broken_moves(&mut slots.iter_mut().map(|s| (s.plan.date, &mut s.state)).collect::<Vec<_>>(), &mut moves);
+        // Dates that share keys of the batch, and partitions that move keys between them, commit
+        // together or not at all.
+        fail_together(
+            &mut slots.iter_mut().map(|s| (s.plan.date, &mut s.state)).collect::<Vec<_>>(),
+            &shared,
+            &mut moves,
+        );
         for slot in &mut slots {
             slot.moved_in = moves.iter().filter(|m| m.to == slot.plan.date).count() as u64;
         }
@@ -216,16 +224,18 @@ impl Merge {
             .collect()
             .await;
         // A partition can also fail while it is merged (a conflict with its own stored rows, a
-        // stop, an unreadable tombstone object): the partitions it moves keys with fail with it.
-        abort_broken_moves(
+        // stop, an unreadable tombstone object): the partitions it shares keys of the batch or
+        // moves keys with fail with it.
+        fail_together(
             &mut outcomes.iter_mut().map(|o| (o.plan.date, &mut o.result)).collect::<Vec<_>>(),
+            &shared,
             &mut moves,
         );
         Computed { outcomes, moves }
     }
 
     /// A key the batch holds under several dates keeps its newest version only.
-    fn within_batch(&self, _cx: &Context<'_>, slots: &mut [Slot]) {
+    fn within_batch(&self, _cx: &Context<'_>, slots: &mut [Slot], shared: &mut Shared) {
         set_aside_everywhere(slots);
         let mut all: Vec<(u64, usize, usize)> = Vec::new();
         for (s, slot) in slots.iter().enumerate() {
@@ -256,6 +266,11 @@ impl Merge {
                     Ok(Some(d)) => (render(d, k.row), d.prepared.table.locate(k.row as usize, None)),
                     _ => (String::new(), Location::object("?")),
                 };
+                for a in &dates {
+                    for b in dates.range(a + 1..) {
+                        shared.add(slots[*a].plan.date, slots[*b].plan.date, || named(&places[0]).0);
+                    }
+                }
                 if self.on_date_change == OnDateChange::Fail {
                     let at: Vec<Location> = places.iter().map(|p| named(p).1).collect();
                     for s in &dates {
@@ -657,55 +672,126 @@ fn set_aside_everywhere(slots: &mut [Slot]) {
     }
 }
 
-/// A date of the batch that failed writes nothing, so the batch's newest version of each of its
-/// keys is unknown: a date holding one of those keys cannot be merged beside it (an older version
-/// would be let in, or a key kept under a date the failed one would move it from). Such a date
-/// fails with it; a date sharing no key with it commits. When the failed date's rows could not
-/// be read at all, its keys are unknown, and every date of the batch fails.
-fn guard_failed_dates(slots: &mut [Slot]) {
-    let mut known: HashMap<&[u8], NaiveDate> = HashMap::new();
+/// Dates of the batch that hold the same key, each pair with one such key (for the message). A
+/// key's newest version in the batch depends on every date that holds it, so a date that fails
+/// (writes nothing) leaves it unknown: dates that share keys commit together or not at all.
+#[derive(Default)]
+struct Shared(BTreeMap<(NaiveDate, NaiveDate), String>);
+
+impl Shared {
+    fn add(&mut self, a: NaiveDate, b: NaiveDate, key: impl FnOnce() -> String) {
+        if a != b {
+            self.0.entry((a.min(b), a.max(b))).or_insert_with(key);
+        }
+    }
+
+    /// The key `date` shares with `other`, if any.
+    fn key(&self, date: NaiveDate, other: NaiveDate) -> Option<&String> {
+        self.0.get(&(date.min(other), date.max(other)))
+    }
+}
+
+/// The keys of the dates of the batch that failed while they were prepared join `shared`. When
+/// a failed date's rows could not be read at all, its keys are unknown, and every date of the
+/// batch fails.
+fn guard_failed_dates(slots: &mut [Slot], shared: &mut Shared) {
+    let mut known: HashMap<u64, NaiveDate> = HashMap::new();
     let mut unknown: Vec<NaiveDate> = Vec::new();
     for slot in slots.iter() {
         match (&slot.failed_keys, &slot.state) {
             (_, Err(PartitionError::Stopped { .. })) | (None, _) => {}
-            (Some(Some(keys)), _) => known.extend(keys.iter().map(|k| (k.as_slice(), slot.plan.date))),
+            (Some(Some(keys)), _) => known.extend(keys.iter().map(|k| (*k, slot.plan.date))),
             (Some(None), _) => unknown.push(slot.plan.date),
         }
     }
-    if known.is_empty() && unknown.is_empty() {
+    if let Some(from) = unknown.first() {
+        let e = format!(
+            "{from}, a date of this batch, failed before its keys could be read: their newest version in the \
+             batch is unknown, so no date of the batch is merged. Fix {from}'s input and run the batch again \
+             (or merge the other dates alone, with --from/--to)"
+        );
+        slots.iter_mut().for_each(|s| s.fail(PartitionError::Other(e.clone())));
         return;
     }
-    let mut failures: Vec<(usize, PartitionError)> = Vec::new();
-    for (s, slot) in slots.iter().enumerate() {
+    for slot in slots.iter() {
         let Ok(Some(d)) = &slot.state else { continue };
-        if let Some(from) = unknown.first() {
-            failures.push((
-                s,
-                PartitionError::Other(format!(
-                    "{from}, a date of this batch, failed before its keys could be read: their newest version in the \
-                     batch is unknown, so no date of the batch is merged. Fix {from}'s input and run the batch again \
-                     (or merge the other dates alone, with --from/--to)"
-                )),
-            ));
+        for k in &d.keys {
+            if let Some(&from) = known.get(&k.hash) {
+                shared.add(slot.plan.date, from, || render(d, k.row));
+            }
+        }
+    }
+}
+
+/// Fails every date that shares keys of the batch ([`Shared`]) or moves keys ([`Move`]) with a
+/// date that failed, directly or through other dates, until none is left to fail; drops the
+/// moves of failed dates.
+fn fail_together<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], shared: &Shared, moves: &mut Vec<Move>) {
+    while fail_shared(parts, shared) | abort_broken_moves(parts, moves) {}
+}
+
+/// Fails every date that shares keys of the batch with a date that failed, directly or through
+/// other dates. True when it failed one.
+fn fail_shared<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], shared: &Shared) -> bool {
+    if shared.0.is_empty() {
+        return false;
+    }
+    let index: BTreeMap<NaiveDate, usize> = parts.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
+    let mut parent: Vec<usize> = (0..parts.len()).collect();
+    for (a, b) in shared.0.keys() {
+        if let (Some(&a), Some(&b)) = (index.get(a), index.get(b)) {
+            let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+            parent[ra] = rb;
+        }
+    }
+    let mut failed: BTreeMap<usize, NaiveDate> = BTreeMap::new();
+    for i in (0..parts.len()).filter(|&i| parts[i].1.is_err()) {
+        failed.entry(find(&mut parent, i)).or_insert(parts[i].0);
+    }
+    let mut any = false;
+    for (i, (date, result)) in parts.iter_mut().enumerate() {
+        let Some(&from) = failed.get(&find(&mut parent, i)) else { continue };
+        let date = *date;
+        if result.is_err() {
             continue;
         }
-        let Some(cols) = d.prepared.table.columns(&d.id.key) else { continue };
-        let Ok(keys) = prepare::key_bytes(&cols) else { continue };
-        let shared = d.keys.iter().find_map(|k| known.get(keys.get(k.row as usize)).map(|from| (k.row, *from)));
-        if let Some((row, from)) = shared {
-            failures.push((
-                s,
-                PartitionError::Other(format!(
-                    "key {} is also under {from} in this batch, which failed: its newest version is unknown, so it \
-                     cannot be merged here; nothing is written for this date. Fix {from}'s input and run the batch again",
-                    render(d, row)
-                )),
-            ));
-        }
+        let why = match shared.key(date, from) {
+            Some(key) => format!(
+                "key {key} is also under {from} in this batch, which failed: its newest version is unknown, so it \
+                 cannot be merged here"
+            ),
+            None => {
+                let (other, key) = shared
+                    .0
+                    .iter()
+                    .find_map(|((a, b), k)| match (*a == date, *b == date) {
+                        (true, _) => Some((*b, k)),
+                        (_, true) => Some((*a, k)),
+                        _ => None,
+                    })
+                    .map_or((from, String::new()), |(o, k)| (o, k.clone()));
+                format!(
+                    "key {key} is also under {other} in this batch, which shares keys with {from}, which failed: \
+                     their newest versions are unknown"
+                )
+            }
+        };
+        **result = Err(PartitionError::Other(format!(
+            "{why}; nothing is written for this date. Fix {from}'s input and run the batch again"
+        )));
+        any = true;
     }
-    for (s, e) in failures {
-        slots[s].fail(e);
+    any
+}
+
+/// The root of `x` in a union-find forest, compressing its path.
+fn find(p: &mut [usize], x: usize) -> usize {
+    let mut r = x;
+    while p[r] != r {
+        r = p[r];
     }
+    p[x] = r;
+    r
 }
 
 /// Reads and prepares one date of the batch, and reads its stored file (under its lease). When
@@ -713,26 +799,49 @@ fn guard_failed_dates(slots: &mut [Slot]) {
 async fn prepare_date(
     cx: &Context<'_>,
     p: &PartitionPlan,
-    keys: &mut Option<HashSet<Vec<u8>>>,
+    keys: &mut Option<HashSet<u64>>,
 ) -> Result<Dated, PartitionError> {
     let table = cx.table(p).await?;
     let kept = table.clone();
     let prepared = prepare_read(cx, p, table).await;
     if prepared.is_err() {
-        *keys = every_key(&kept, &cx.job.config.identity.key);
+        let run = cx.plan.output_schema.clone().unwrap_or_else(|| kept.schema().clone());
+        *keys = every_key(&kept, &cx.job.config.identity.key, &run);
     }
     prepared
 }
 
-/// The key bytes of every row of `table` (`None` when a key column is missing).
-fn every_key(table: &Table, key: &[String]) -> Option<HashSet<Vec<u8>>> {
-    let cols = table.columns(key)?;
-    let keys = prepare::key_bytes(&cols).ok()?;
-    let ids = table.chunks().iter().enumerate().flat_map(|(c, chunk)| {
+/// The key hashes of every row of `table` with a key, taken as the winners' are: the key
+/// columns in the run's types (`run`), rows with a null key part left out. `None` when a key
+/// column is missing or a key does not convert to the run's type.
+fn every_key(table: &Table, key: &[String], run: &SchemaRef) -> Option<HashSet<u64>> {
+    let cast = arrow::compute::CastOptions { safe: false, ..Default::default() };
+    let mut chunks: Vec<Vec<arrow::array::ArrayRef>> = Vec::new();
+    for cols in table.columns(key)? {
+        let mut cols = cols
+            .iter()
+            .zip(key)
+            .map(|(c, name)| {
+                let to = run.field_with_name(name).map_or(c.data_type(), |f| f.data_type());
+                arrow::compute::cast_with_options(c, to, &cast).ok()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        if cols.iter().any(|c| c.null_count() > 0) {
+            let all: Vec<&dyn arrow::array::Array> = cols.iter().map(|c| c.as_ref()).collect();
+            let keep = arrow::array::BooleanArray::from_iter(
+                (0..cols[0].len()).map(|i| Some(all.iter().all(|c| c.is_valid(i)))),
+            );
+            cols = cols.iter().map(|c| arrow::compute::filter(c, &keep).ok()).collect::<Option<Vec<_>>>()?;
+        }
+        chunks.push(cols);
+    }
+    let keys = prepare::key_bytes(&chunks).ok()?;
+    let hasher = prepare::key_hasher();
+    let ids = chunks.iter().enumerate().flat_map(|(c, cols)| {
         let base = c << crate::read::CHUNK_BITS;
-        (0..chunk.num_rows()).map(move |i| base + i)
+        (0..cols.first().map_or(0, |a| a.len())).map(move |i| base + i)
     });
-    Some(ids.map(|id| keys.get(id).to_vec()).collect())
+    Some(ids.map(|id| hasher.hash_one(keys.get(id))).collect())
 }
 
 async fn prepare_read(cx: &Context<'_>, p: &PartitionPlan, mut table: Table) -> Result<Dated, PartitionError> {
@@ -933,21 +1042,13 @@ fn fail_beside(slots: &mut [Slot], candidates: &[(usize, usize)], from: NaiveDat
 
 /// A merge that moves keys between partitions is all or nothing: when one of them fails, every
 /// partition connected to it by moves fails too, and those moves are dropped. `parts`: each
-/// partition's date and result (its prepared state, or its computed file).
-fn abort_broken_moves<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], moves: &mut Vec<Move>) {
+/// partition's date and result (its prepared state, or its computed file). True when it failed one.
+fn abort_broken_moves<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], moves: &mut Vec<Move>) -> bool {
     if moves.is_empty() {
-        return;
+        return false;
     }
     let index: BTreeMap<NaiveDate, usize> = parts.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
     let mut parent: Vec<usize> = (0..parts.len()).collect();
-    fn find(p: &mut [usize], x: usize) -> usize {
-        let mut r = x;
-        while p[r] != r {
-            r = p[r];
-        }
-        p[x] = r;
-        r
-    }
     for m in moves.iter() {
         if let (Some(&a), Some(&b)) = (index.get(&m.from), index.get(&m.to)) {
             let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
@@ -957,18 +1058,21 @@ fn abort_broken_moves<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>
     let broken: BTreeMap<usize, NaiveDate> =
         (0..parts.len()).filter(|&i| parts[i].1.is_err()).map(|i| (find(&mut parent, i), parts[i].0)).collect();
     if broken.is_empty() {
-        return;
+        return false;
     }
+    let mut any = false;
     for (i, (_, result)) in parts.iter_mut().enumerate() {
         if let Some(&failed) = broken.get(&find(&mut parent, i)) {
             if result.is_ok() {
                 **result = Err(PartitionError::Other(format!(
                     "keys move between this date and {failed}, which failed: nothing is written for either"
                 )));
+                any = true;
             }
         }
     }
     moves.retain(|m| index.get(&m.from).is_some_and(|&i| parts[i].1.is_ok()));
+    any
 }
 
 /// The bytes of an object under the output.
