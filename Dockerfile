@@ -6,14 +6,14 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-RUN cargo build --release --locked --bin lakeswap
+RUN cargo build --profile dist --locked --bin lakeswap
 
 FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin lakeswap
-COPY --from=build /src/target/release/lakeswap /usr/local/bin/lakeswap
+COPY --from=build /src/target/dist/lakeswap /usr/local/bin/lakeswap
 USER 10001
 ENTRYPOINT ["lakeswap"]
 CMD ["--help"]
