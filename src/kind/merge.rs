@@ -744,15 +744,26 @@ fn fail_shared<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], sha
             parent[ra] = rb;
         }
     }
-    let mut failed: BTreeMap<usize, NaiveDate> = BTreeMap::new();
+    // Each group's first failed date, and the signal when that date was stopped.
+    let mut failed: BTreeMap<usize, (NaiveDate, Option<&'static str>)> = BTreeMap::new();
     for i in (0..parts.len()).filter(|&i| parts[i].1.is_err()) {
-        failed.entry(find(&mut parent, i)).or_insert(parts[i].0);
+        let stopped = match &*parts[i].1 {
+            Err(PartitionError::Stopped { signal }) => Some(*signal),
+            _ => None,
+        };
+        failed.entry(find(&mut parent, i)).or_insert((parts[i].0, stopped));
     }
     let mut any = false;
     for (i, (date, result)) in parts.iter_mut().enumerate() {
-        let Some(&from) = failed.get(&find(&mut parent, i)) else { continue };
+        let Some(&(from, stopped)) = failed.get(&find(&mut parent, i)) else { continue };
         let date = *date;
         if result.is_err() {
+            continue;
+        }
+        any = true;
+        if let Some(signal) = stopped {
+            // Not bad input: run again, as any stopped partition.
+            **result = Err(PartitionError::Stopped { signal });
             continue;
         }
         let why = match shared.key(date, from) {
@@ -779,7 +790,6 @@ fn fail_shared<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], sha
         **result = Err(PartitionError::Other(format!(
             "{why}; nothing is written for this date. Fix {from}'s input and run the batch again"
         )));
-        any = true;
     }
     any
 }
@@ -1101,4 +1111,47 @@ fn version_cutoff(record: &SchemaRef, version: &str, when: chrono::DateTime<chro
         DataType::Timestamp(TimeUnit::Nanosecond, _) => when.timestamp_nanos_opt()?,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(day: u32) -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 11, day).unwrap()
+    }
+
+    /// Dates 1–2 and 2–3 share keys, date 4 shares none; date 1 fails with `first`.
+    fn after(first: PartitionError) -> Vec<Result<(), PartitionError>> {
+        let mut shared = Shared::default();
+        shared.add(d(1), d(2), || "a".into());
+        shared.add(d(3), d(2), || "b".into());
+        let mut results = vec![Err(first), Ok(()), Ok(()), Ok(())];
+        let mut parts: Vec<(NaiveDate, &mut Result<(), PartitionError>)> =
+            results.iter_mut().enumerate().map(|(i, r)| (d(i as u32 + 1), r)).collect();
+        fail_together(&mut parts, &shared, &mut Vec::new());
+        results
+    }
+
+    #[test]
+    fn dates_sharing_keys_fail_with_a_failed_one_directly_or_through_another() {
+        let r = after(PartitionError::Other("bad".into()));
+        let message = |i: usize| r[i].as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message(1).starts_with("key a is also under 2026-11-01 in this batch, which failed"), "{}", message(1));
+        assert!(
+            message(2).starts_with("key b is also under 2026-11-02 in this batch, which shares keys with 2026-11-01"),
+            "{}",
+            message(2)
+        );
+        assert!(r[3].is_ok(), "a date sharing no key commits");
+    }
+
+    #[test]
+    fn a_stopped_date_stops_the_dates_sharing_its_keys() {
+        let r = after(PartitionError::Stopped { signal: "SIGTERM" });
+        for i in [1, 2] {
+            assert!(matches!(r[i], Err(PartitionError::Stopped { signal: "SIGTERM" })), "{:?}", r[i]);
+        }
+        assert!(r[3].is_ok());
+    }
 }
