@@ -736,30 +736,20 @@ fn fail_shared<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], sha
     if shared.0.is_empty() {
         return false;
     }
-    let index: BTreeMap<NaiveDate, usize> = parts.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
-    let mut parent: Vec<usize> = (0..parts.len()).collect();
-    for (a, b) in shared.0.keys() {
-        if let (Some(&a), Some(&b)) = (index.get(a), index.get(b)) {
-            let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
-            parent[ra] = rb;
-        }
-    }
-    // Each group's first failed date, and the signal when that date was stopped.
-    let mut failed: BTreeMap<usize, (NaiveDate, Option<&'static str>)> = BTreeMap::new();
-    for i in (0..parts.len()).filter(|&i| parts[i].1.is_err()) {
-        let stopped = match &*parts[i].1 {
+    let failed = first_failed_linked(parts, shared.0.keys().copied());
+    // The signal of each failed part that was stopped.
+    let stopped: Vec<Option<&'static str>> = parts
+        .iter()
+        .map(|p| match &*p.1 {
             Err(PartitionError::Stopped { signal }) => Some(*signal),
             _ => None,
-        };
-        failed.entry(find(&mut parent, i)).or_insert((parts[i].0, stopped));
-    }
+        })
+        .collect();
+    let dates: Vec<NaiveDate> = parts.iter().map(|p| p.0).collect();
     let mut any = false;
-    for (i, (date, result)) in parts.iter_mut().enumerate() {
-        let Some(&(from, stopped)) = failed.get(&find(&mut parent, i)) else { continue };
-        let date = *date;
-        if result.is_err() {
-            continue;
-        }
+    for ((date, result), f) in parts.iter_mut().zip(failed) {
+        let Some(f) = f else { continue };
+        let (date, from, stopped) = (*date, dates[f], stopped[f]);
         any = true;
         if let Some(signal) = stopped {
             // Not bad input: run again, as any stopped partition.
@@ -792,6 +782,32 @@ fn fail_shared<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>)], sha
         )));
     }
     any
+}
+
+/// For each part still ok, the first failed part linked to it by `links` (pairs of dates),
+/// directly or through other parts; `None` for the others.
+fn first_failed_linked<T>(
+    parts: &[(NaiveDate, &mut Result<T, PartitionError>)],
+    links: impl Iterator<Item = (NaiveDate, NaiveDate)>,
+) -> Vec<Option<usize>> {
+    let index: BTreeMap<NaiveDate, usize> = parts.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
+    let mut parent: Vec<usize> = (0..parts.len()).collect();
+    for (a, b) in links {
+        if let (Some(&a), Some(&b)) = (index.get(&a), index.get(&b)) {
+            let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+            parent[ra] = rb;
+        }
+    }
+    let mut first: BTreeMap<usize, usize> = BTreeMap::new();
+    for i in (0..parts.len()).filter(|&i| parts[i].1.is_err()) {
+        first.entry(find(&mut parent, i)).or_insert(i);
+    }
+    (0..parts.len())
+        .map(|i| match parts[i].1.is_ok() {
+            true => first.get(&find(&mut parent, i)).copied(),
+            false => None,
+        })
+        .collect()
 }
 
 /// The root of `x` in a union-find forest, compressing its path.
@@ -1057,31 +1073,23 @@ fn abort_broken_moves<T>(parts: &mut [(NaiveDate, &mut Result<T, PartitionError>
     if moves.is_empty() {
         return false;
     }
-    let index: BTreeMap<NaiveDate, usize> = parts.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
-    let mut parent: Vec<usize> = (0..parts.len()).collect();
-    for m in moves.iter() {
-        if let (Some(&a), Some(&b)) = (index.get(&m.from), index.get(&m.to)) {
-            let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
-            parent[ra] = rb;
-        }
-    }
-    let broken: BTreeMap<usize, NaiveDate> =
-        (0..parts.len()).filter(|&i| parts[i].1.is_err()).map(|i| (find(&mut parent, i), parts[i].0)).collect();
-    if broken.is_empty() {
+    let failed = first_failed_linked(parts, moves.iter().map(|m| (m.from, m.to)));
+    if failed.iter().all(Option::is_none) {
         return false;
     }
+    let dates: Vec<NaiveDate> = parts.iter().map(|p| p.0).collect();
     let mut any = false;
-    for (i, (_, result)) in parts.iter_mut().enumerate() {
-        if let Some(&failed) = broken.get(&find(&mut parent, i)) {
-            if result.is_ok() {
-                **result = Err(PartitionError::Other(format!(
-                    "keys move between this date and {failed}, which failed: nothing is written for either"
-                )));
-                any = true;
-            }
+    for ((_, result), f) in parts.iter_mut().zip(failed) {
+        if let Some(f) = f {
+            **result = Err(PartitionError::Other(format!(
+                "keys move between this date and {}, which failed: nothing is written for either",
+                dates[f]
+            )));
+            any = true;
         }
     }
-    moves.retain(|m| index.get(&m.from).is_some_and(|&i| parts[i].1.is_ok()));
+    let ok: BTreeMap<NaiveDate, bool> = parts.iter().map(|p| (p.0, p.1.is_ok())).collect();
+    moves.retain(|m| ok.get(&m.from).copied().unwrap_or(false));
     any
 }
 
