@@ -15,7 +15,8 @@
 //!
 //! The one store-specific step, the swap, belongs to the store's
 //! [`Protocol`](crate::store::Protocol). A partition folder holds exactly one object (G3):
-//! anything else in it fails the partition ([`foreign_objects`]), unless the job says
+//! anything else in it fails the partition ([`foreign_objects`]), and so does anything in a
+//! folder that spells the same date another way (`event_date=2026-11-1/`), unless the job says
 //! `foreign_files = "remove"`.
 
 use arrow::array::RecordBatch;
@@ -330,13 +331,107 @@ pub async fn swap_in(
 
 /// Objects in a partition folder besides its one data file: another tool's or a person's.
 pub async fn foreign_objects(out: &StoreLocation, dir: &str) -> Result<Vec<Path>, PartitionError> {
-    let folder = out.child(&[dir]);
     let target = target_path(out, dir);
-    let listed: Vec<ObjectMeta> = out
+    let mut found = Vec::new();
+    for folder in std::iter::once(out.child(&[dir])).chain(other_spellings(out, dir).await?) {
+        let listed: Vec<ObjectMeta> = out
+            .store
+            .list(Some(&folder))
+            .try_collect()
+            .await
+            .map_err(|e| PartitionError::store("cannot list", out.display(&folder), e))?;
+        found.extend(listed.into_iter().map(|m| m.location).filter(|l| *l != target));
+    }
+    Ok(found)
+}
+
+/// The other folders of the table that name partition folder `dir`'s date (`<col>=<date>`):
+/// `event_date=2026-11-1`, `event_date=2026%2D11%2D01`. Readers that take the partition value
+/// from the folder name (DuckDB's `hive_partitioning`, Spark) read their rows as that date's,
+/// beside the partition's own.
+async fn other_spellings(out: &StoreLocation, dir: &str) -> Result<Vec<Path>, PartitionError> {
+    let Some((column, date)) = dir.split_once('=').and_then(|(c, v)| Some((c, lenient_date(v)?))) else {
+        return Ok(Vec::new());
+    };
+    let listed = out
         .store
-        .list(Some(&folder))
-        .try_collect()
+        .list_with_delimiter(Some(&out.prefix))
         .await
-        .map_err(|e| PartitionError::store("cannot list", out.display(&folder), e))?;
-    Ok(listed.into_iter().map(|m| m.location).filter(|l| *l != target).collect())
+        .map_err(|e| PartitionError::store("cannot list", out.url.clone(), e))?;
+    Ok(listed
+        .common_prefixes
+        .into_iter()
+        .filter(|p| {
+            p.filename().is_some_and(|name| {
+                name != dir && name.split_once('=').is_some_and(|(c, v)| c == column && lenient_date(v) == Some(date))
+            })
+        })
+        .collect())
+}
+
+/// The date a folder name's value spells as readers take it: `2026-11-01`, or with a one-digit
+/// month or day, spaces around it, or percent-escaped (as object stores and Hive escape names).
+pub fn lenient_date(value: &str) -> Option<chrono::NaiveDate> {
+    let mut v = value.to_string();
+    // Escaped once by the writer, and once more where a store escapes `%` in a listed name.
+    for _ in 0..2 {
+        let decoded = percent_encoding::percent_decode_str(&v).decode_utf8().ok()?.into_owned();
+        if decoded == v {
+            break;
+        }
+        v = decoded;
+    }
+    let parts: Vec<&str> = v.trim().split('-').collect();
+    let number = |s: &str, widths: std::ops::RangeInclusive<usize>| {
+        (widths.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u32>().ok()).flatten()
+    };
+    match parts.as_slice() {
+        [y, m, d] => chrono::NaiveDate::from_ymd_opt(number(y, 4..=4)? as i32, number(m, 1..=2)?, number(d, 1..=2)?),
+        _ => None,
+    }
+}
+
+/// Names of foreign objects (see [`foreign_objects`]) for messages, relative to the table; one in
+/// another folder says why it counts.
+pub fn foreign_names(out: &StoreLocation, dir: &str, objects: &[Path]) -> Vec<String> {
+    objects
+        .iter()
+        .map(|p| {
+            // As the store names it: the path's own escaping undone.
+            let name = out.relative(p);
+            let name = percent_encoding::percent_decode_str(&name).decode_utf8_lossy().into_owned();
+            match name.split('/').next() {
+                Some(folder) if folder != dir => format!(
+                    "{name} (its folder spells the same date as {dir}: readers that take the date from the folder \
+                     name read its rows as this partition's)"
+                ),
+                _ => name,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lenient_date;
+
+    #[test]
+    fn a_folder_value_is_read_as_the_date_readers_take_it_for() {
+        let nov1 = chrono::NaiveDate::from_ymd_opt(2026, 11, 1);
+        for v in ["2026-11-01", "2026-11-1", " 2026-11-01 ", "2026%2D11%2D01", "2026%252D11%252D01"] {
+            assert_eq!(lenient_date(v), nov1, "{v:?}");
+        }
+        for v in [
+            "2026-11-01.bak",
+            "20261101",
+            "2026-13-01",
+            "02026-11-01",
+            "2026-11-001",
+            "2026-11",
+            "+2026-11-01",
+            "2026-11-01T00:00",
+        ] {
+            assert_eq!(lenient_date(v), None, "{v:?}");
+        }
+    }
 }

@@ -122,8 +122,8 @@ struct RunArgs {
     /// Wait for partitions leased by another run, instead of failing them with exit code 4.
     #[arg(long)]
     wait: bool,
-    /// Seconds a partition lease lives without renewal; a crashed run's partitions are free
-    /// again after this long. Renewed every third of it while the run lives.
+    /// Seconds a partition lease lives without renewal (1 to 604800, 7 days); a crashed run's
+    /// partitions are free again after this long. Renewed every third of it while the run lives.
     #[arg(long, default_value_t = 60, env = "LAKESWAP_LEASE_TTL")]
     lease_ttl: u64,
     /// When this run's output schema differs from the table's (a column added, removed or
@@ -421,8 +421,12 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
     if a.concurrency == Some(0) {
         return Err(usage("--concurrency must be at least 1"));
     }
-    if a.lease_ttl == 0 {
-        return Err(usage("--lease-ttl must be at least 1 second"));
+    let max_ttl = run::MAX_LEASE_TTL.as_secs();
+    if !(1..=max_ttl).contains(&a.lease_ttl) {
+        return Err(usage(format!(
+            "--lease-ttl must be 1 to {max_ttl} seconds (7 days): a crashed run's partitions stay leased that \
+             long, and a live run renews its leases every third of it"
+        )));
     }
     let n = dates.as_ref().map_or(0, Vec::len) as u64;
     let spill_dir = a.spill_dir.clone().unwrap_or_else(std::env::temp_dir);

@@ -104,12 +104,8 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
             _ => None,
         };
         let foreign: Vec<String> = if committed {
-            commit::foreign_objects(out, &dir)
-                .await
-                .map_err(|e| Error::Usage(e.to_string()))?
-                .iter()
-                .map(|p| out.relative(p))
-                .collect()
+            let found = commit::foreign_objects(out, &dir).await.map_err(|e| Error::Usage(e.to_string()))?;
+            commit::foreign_names(out, &dir, &found)
         } else {
             Vec::new()
         };

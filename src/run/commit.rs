@@ -137,7 +137,7 @@ async fn foreign(job: &Job, dir: &str) -> std::result::Result<Vec<object_store::
     }
     Err(PartitionError::Foreign {
         dir: job.output.display(&job.output.child(&[dir])),
-        objects: found.iter().map(|p| job.output.relative(p)).collect(),
+        objects: commit::foreign_names(&job.output, dir, &found),
     })
 }
 
@@ -359,7 +359,7 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                 let res = async {
                     let foreign = commit::foreign_objects(&job.output, &o.plan.dir).await?;
                     if !foreign.is_empty() {
-                        let names: Vec<String> = foreign.iter().map(|p| job.output.relative(p)).collect();
+                        let names = commit::foreign_names(&job.output, &o.plan.dir, &foreign);
                         return Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: format!("its folder also holds objects lakeswap did not write: {}", names.join(", ")),

@@ -228,6 +228,23 @@ pub(crate) fn spill_area(job: &Job, opts: &RunOptions, run_id: &str) -> Arc<crat
 /// The default time to live of a partition lease.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
+/// The longest lease: a crashed run's partitions stay leased this long. A run of any length
+/// renews its leases, so no run needs more.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Refuses options a run cannot honour as given.
+fn check_options(opts: &RunOptions) -> Result<()> {
+    if opts.lease_ttl.is_zero() || opts.lease_ttl > MAX_LEASE_TTL {
+        return Err(crate::Error::Usage(format!(
+            "the lease TTL must be more than 0 and at most {} seconds (7 days), not {} s: a crashed run's \
+             partitions stay leased that long, and a live run renews its leases every third of it",
+            MAX_LEASE_TTL.as_secs(),
+            opts.lease_ttl.as_secs_f64()
+        )));
+    }
+    Ok(())
+}
+
 /// The default number of partitions at once: one per core, at most 8 (beyond that the
 /// partitions in flight cost memory without adding speed).
 pub fn default_concurrency() -> usize {
@@ -254,6 +271,7 @@ impl RunSummary {
 
 /// Runs a job over a set of dates: plan, hold, compute, commit, record.
 pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
+    check_options(opts)?;
     job.check_layout(true).await?;
     let planned = Planned::new(job, opts, false).await?;
     let held = hold::hold(job, opts, planned).await?;
@@ -328,4 +346,20 @@ fn exit_of(code: i32) -> ExitCode {
 
 fn elapsed(t: Instant) -> f64 {
     t.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_ttl_of_none_or_past_a_week_is_refused_not_changed() {
+        let with = |lease_ttl| check_options(&RunOptions { lease_ttl, ..Default::default() });
+        for ttl in [Duration::ZERO, MAX_LEASE_TTL + Duration::from_millis(1), Duration::MAX] {
+            assert!(matches!(with(ttl), Err(crate::Error::Usage(m)) if m.contains("lease TTL")), "{ttl:?}");
+        }
+        for ttl in [Duration::from_millis(150), DEFAULT_LEASE_TTL, MAX_LEASE_TTL] {
+            assert!(with(ttl).is_ok(), "{ttl:?}");
+        }
+    }
 }

@@ -164,25 +164,89 @@ async fn gc_touches_only_what_lakeswap_wrote(kind: crate::common::backends::Kind
     }
 }
 
+/// The revenue job of `b`'s `in` and `out`, with `extra` lines in `[output]`.
+fn job_text(b: &crate::common::backends::Backend, extra: &str) -> String {
+    if b.kind == crate::common::backends::Kind::Local {
+        std::fs::create_dir_all(b.url("in")).unwrap();
+    }
+    format!(
+        "[job]\nname = \"t\"\nkind = \"aggregate\"\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n[identity]\nkey = [\"order_id\"]\n\
+         version = \"source_version\"\n{MEASURES}\n[output]\nurl = \"{}\"\n{extra}\n",
+        b.url("in"),
+        b.url("out")
+    )
+}
+
+/// A folder that spells a partition's date another way (`event_date=2026-11-1/`, escaped
+/// `event_date=2026%2D11%2D02/`) is read as that date by readers that take it from the folder
+/// name (DuckDB's `hive_partitioning` adds its rows to the date's): its objects are the
+/// partition's foreign objects. The run fails the date, verify and status name them, and
+/// `foreign_files = "remove"` removes them; folders of other dates, or of no date, stay.
+async fn a_second_spelling_of_a_partition_folder_is_refused(kind: crate::common::backends::Kind) {
+    use crate::common::backends::Backend;
+    let b = Backend::new(kind);
+    b.write_input(&random_orders(98, 3, 40), 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("job.toml");
+    std::fs::write(&cfg, job_text(&b, "")).unwrap();
+    let c = cfg.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"];
+        args.extend_from_slice(extra);
+        cli(&args, dir.path())
+    };
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let committed = b.partitions().await;
+    let file = |d: &str| committed[&format!("event_date={d}/part-00000.parquet")].clone();
+    let respelled = ["event_date=2026-11-1/part-00000.parquet", "event_date=2026%2D11%2D02/part-00000.parquet"];
+    let left_alone = ["event_date=2026-11-10/part-00000.parquet", "event_date=2026-11-03.bak/part-00000.parquet"];
+    b.put("out", respelled[0], file("2026-11-01")).await;
+    b.put("out", respelled[1], file("2026-11-02")).await;
+    for at in left_alone {
+        b.put("out", at, file("2026-11-03")).await;
+    }
+    for extra in [&[][..], &["--skip-unchanged"]] {
+        let o = run(extra);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", text(&o));
+        let t = text(&o);
+        let said = |d: &str, name: &str| {
+            t.lines().any(|l| {
+                l.starts_with(&format!("error: {d}")) && l.contains(name) && l.contains("spells the same date")
+            })
+        };
+        assert!(said("2026-11-01", "2026-11-1/") && said("2026-11-02", "2026%2D11%2D02/"), "{extra:?}: {t}");
+        assert!(!t.contains("error: 2026-11-03"), "{extra:?}: {t}");
+    }
+    let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("event_date=2026-11-1/part-00000.parquet (its folder spells the same date"),
+        "{}",
+        text(&o)
+    );
+    assert!(!text(&o).contains("error: 2026-11-03"), "{}", text(&o));
+    let o = cli(&["status", "--config", c], dir.path());
+    assert!(text(&o).contains("foreign objects") && text(&o).contains("event_date=2026-11-1/"), "{}", text(&o));
+    std::fs::write(&cfg, job_text(&b, "foreign_files = \"remove\"")).unwrap();
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let now = b.partitions().await;
+    let mut want = committed.clone();
+    want.extend(left_alone.iter().map(|at| (at.to_string(), file("2026-11-03"))));
+    assert_eq!(now.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "only the second spellings are gone");
+    assert_eq!(now, want, "the partitions as they were");
+}
+
 /// A second object in a partition folder fails that partition (exit 1), naming it; status and
 /// verify report it; with `foreign_files = "remove"` the run removes it.
 async fn a_foreign_object_in_a_partition_is_refused(kind: crate::common::backends::Kind) {
-    use crate::common::backends::{Backend, Kind};
+    use crate::common::backends::Backend;
     let b = Backend::new(kind);
     let rows = random_orders(99, 2, 40);
     b.write_input(&rows, 1).await;
     let dir = tempfile::tempdir().unwrap();
-    let cfg_text = |extra: &str| {
-        if kind == Kind::Local {
-            std::fs::create_dir_all(b.url("in")).unwrap();
-        }
-        format!(
-            "[job]\nname = \"t\"\nkind = \"aggregate\"\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n[identity]\nkey = [\"order_id\"]\n\
-             version = \"source_version\"\n{MEASURES}\n[output]\nurl = \"{}\"\n{extra}\n",
-            b.url("in"),
-            b.url("out")
-        )
-    };
+    let cfg_text = |extra: &str| job_text(&b, extra);
     let cfg = dir.path().join("job.toml");
     std::fs::write(&cfg, cfg_text("")).unwrap();
     let c = cfg.to_str().unwrap();
@@ -228,6 +292,11 @@ macro_rules! suite {
             $(#[$attr])?
             async fn a_foreign_object_in_a_partition_is_refused() {
                 super::a_foreign_object_in_a_partition_is_refused($kind).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn a_second_spelling_of_a_partition_folder_is_refused() {
+                super::a_second_spelling_of_a_partition_folder_is_refused($kind).await
             }
         }
     };

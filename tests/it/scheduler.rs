@@ -443,9 +443,14 @@ fn a_ten_year_range_with_two_days_of_input_is_linear() {
 fn small_refusals_come_before_the_run() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(158, 1, 20), 1);
-    let o = run(&lake, &lake.config(), &["--date", "2026-11-01", "--lease-ttl", "0"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--lease-ttl"), "{}", stderr(&o));
+    // A lease TTL of none, of more than a week (a panic past chrono's years), of more than
+    // u64 seconds (was 60 s): refused, nothing run.
+    for ttl in ["0", "604801", "1000000000000000", "18446744073709551615", "18446744073709551616"] {
+        let o = run(&lake, &lake.config(), &["--date", "2026-11-01", "--lease-ttl", ttl]);
+        assert_eq!(o.status.code(), Some(2), "{ttl}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--lease-ttl"), "{ttl}: {}", stderr(&o));
+        assert!(!lake.output().exists() || walk(&lake.output()).is_empty(), "{ttl}: something was written");
+    }
     // A group_by column twice.
     let text = std::fs::read_to_string(lake.config())
         .unwrap()
@@ -463,6 +468,8 @@ fn small_refusals_come_before_the_run() {
     let o = run(&lake, &ro, &["--date", "2026-11-01"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("output.url"), "{}", stderr(&o));
+    let o = run(&lake, &lake.config(), &["--date", "2026-11-01", "--lease-ttl", "604800"]);
+    assert_eq!(o.status.code(), Some(0), "a week is allowed: {}", stderr(&o));
 }
 
 #[test]
