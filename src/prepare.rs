@@ -573,6 +573,13 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         return Err(PartitionError::Conflict { keys, total: conflicting_keys });
     }
 
+    if let (Some(v), Some(values)) = (&id.version, &versions) {
+        let ty = table.column(v).and_then(|c| c.first().map(|a| a.data_type().clone()));
+        if let Some(DataType::Timestamp(unit, None)) = ty {
+            unordered_versions(&table, &shards, values, unit, id.tz, &key_cols, v)?;
+        }
+    }
+
     let mut quarantined = Vec::new();
     if conflicting_keys > 0 {
         for i in table.ids() {
@@ -632,6 +639,113 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     };
     drop(keys);
     Ok(Prepared { table, winners, quarantined, stats, key_hashes })
+}
+
+/// Fails the partition when a key's latest version cannot be told: a zone-less (wall-clock)
+/// timestamp version, and another version of the key, both in the hour the job's zone repeats
+/// when its clocks go back. `01:40` may be the first pass of that hour and `01:10` the second,
+/// so which is later is not in the values.
+fn unordered_versions(
+    table: &Table,
+    shards: &[Shard],
+    values: &[ScalarBuffer<i64>],
+    unit: arrow::datatypes::TimeUnit,
+    tz: chrono_tz::Tz,
+    key_cols: &[Vec<ArrayRef>],
+    column: &str,
+) -> Result<(), PartitionError> {
+    let (lo, hi) =
+        values.iter().flat_map(|v| v.iter().copied()).fold((i64::MAX, i64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+    let repeated = repeated_hours(tz, unit, lo, hi);
+    if repeated.is_empty() {
+        return Ok(());
+    }
+    let version = |row: u32| {
+        let (c, i) = split_id(row as usize);
+        values[c][i]
+    };
+    let hour_of = |v: i64| repeated.iter().position(|&(a, b)| (a..b).contains(&v));
+    let mut found: Vec<(String, u32, u32)> = Vec::new();
+    let mut total = 0usize;
+    for s in shards {
+        for h in s.heads.iter().filter(|h| !h.conflicted()) {
+            let v = version(h.row);
+            let Some(hour) = hour_of(v) else { continue };
+            let mut cur = h.next();
+            while cur != NONE {
+                let o = &s.others[cur as usize];
+                let u = version(o.row);
+                if u != v && hour_of(u) == Some(hour) {
+                    total += 1;
+                    found.push((render_id(key_cols, h.row as usize), h.row, o.row));
+                    break;
+                }
+                cur = o.next;
+            }
+        }
+    }
+    let Some((key, a, b)) = found.into_iter().min() else { return Ok(()) };
+    let show = |row: u32| {
+        let (c, i) = split_id(row as usize);
+        let col = table.column(column).map(|chunks| chunks[c].clone());
+        col.and_then(|a| {
+            ArrayFormatter::try_new(a.as_ref(), &FormatOptions::default()).ok().map(|f| f.value(i).to_string())
+        })
+        .unwrap_or_default()
+    };
+    Err(InputError::bad(
+        table.locate(a as usize, Some(column)),
+        format!(
+            "{total} key(s) have versions whose order is unknown; first: key {key}, versions {} and {} (the other at {}), \
+             both wall-clock times in the hour {tz} repeats when its clocks go back, so either may be the later. \
+             Write the version with its UTC offset and declare it `timestamp` (an instant)",
+            show(a),
+            show(b),
+            table.locate(b as usize, Some(column)),
+        ),
+    )
+    .into())
+}
+
+/// The wall-clock ranges `[start, end)` that `tz` repeats when its clocks go back, as zone-less
+/// timestamps in `unit` hold them, for the transitions between wall-clock times `lo` and `hi`
+/// (at most the first 1,000 years of them).
+fn repeated_hours(tz: chrono_tz::Tz, unit: arrow::datatypes::TimeUnit, lo: i64, hi: i64) -> Vec<(i64, i64)> {
+    use chrono::{Offset, TimeZone};
+    let per_second = crate::read::per_second(unit);
+    let at = |v: i64| chrono::DateTime::from_timestamp(v.div_euclid(per_second), 0);
+    let (Some(first), Some(last)) = (at(lo), at(hi)) else { return Vec::new() };
+    let offset = |t: i64| {
+        tz.offset_from_utc_datetime(&chrono::DateTime::from_timestamp(t, 0).unwrap_or_default().naive_utc())
+            .fix()
+            .local_minus_utc() as i64
+    };
+    let mut out = Vec::new();
+    // A day before the first wall-clock value to a day after the last, as UTC seconds.
+    let (start, end) = (first.timestamp() - 2 * 86_400, last.timestamp() + 2 * 86_400);
+    let end = end.min(start.saturating_add(1_000 * 366 * 86_400));
+    let mut day = start;
+    while day < end {
+        let (before, after) = (offset(day), offset(day + 86_400));
+        if after < before {
+            // The instant the clocks go back, to the second.
+            let (mut a, mut b) = (day, day + 86_400);
+            while b - a > 1 {
+                let mid = a + (b - a) / 2;
+                if offset(mid) == before {
+                    a = mid
+                } else {
+                    b = mid
+                }
+            }
+            let scale = |secs: i64| secs.checked_mul(per_second);
+            if let (Some(from), Some(to)) = (scale(b + after), scale(b + before)) {
+                out.push((from, to));
+            }
+        }
+        day += 86_400;
+    }
+    out
 }
 
 /// Sorts 64-bit hashes by their bytes, least significant first: the counts of all eight bytes

@@ -24,7 +24,7 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, Parq
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics;
 
-use super::text::{self, Declared};
+use super::text::{self, per_second, Declared};
 use super::unify;
 use super::Format;
 use super::Piece;
@@ -654,15 +654,6 @@ impl Decoder {
             out.pieces.push(Piece { date, batch, object: object.clone(), object_rows: rows, lines: piece_lines });
         }
         Ok(())
-    }
-}
-
-fn per_second(u: TimeUnit) -> i64 {
-    match u {
-        TimeUnit::Second => 1,
-        TimeUnit::Millisecond => 1_000,
-        TimeUnit::Microsecond => 1_000_000,
-        TimeUnit::Nanosecond => 1_000_000_000,
     }
 }
 

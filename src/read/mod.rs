@@ -25,7 +25,7 @@ pub mod list;
 pub mod text;
 pub mod unify;
 pub use decode::{footer_schema, parquet_footer, row_group_dates, DateSource, Decoded, Decoder};
-pub use text::{parse_type, Declared};
+pub use text::{parse_type, per_second, Declared};
 
 /// The format of input objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -250,7 +250,8 @@ pub fn parse_decimal(s: &str, precision: u8, scale: i8) -> Result<i128, String> 
     Ok(if neg { -v } else { v })
 }
 
-fn per_second(unit: TimeUnit) -> i64 {
+/// Ticks of `unit` in a second.
+pub fn per_second(unit: TimeUnit) -> i64 {
     match unit {
         TimeUnit::Second => 1,
         TimeUnit::Millisecond => 1_000,

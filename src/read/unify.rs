@@ -25,6 +25,7 @@
 
 use std::sync::Arc;
 
+use super::text::per_second;
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
@@ -283,15 +284,6 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
         });
     }
     Ok(out)
-}
-
-fn per_second(u: TimeUnit) -> i64 {
-    match u {
-        TimeUnit::Second => 1,
-        TimeUnit::Millisecond => 1_000,
-        TimeUnit::Microsecond => 1_000_000,
-        TimeUnit::Nanosecond => 1_000_000_000,
-    }
 }
 
 fn raw(arr: &ArrayRef) -> Result<Int64Array, Inexact> {

@@ -920,3 +920,54 @@ fn ndjson_text_and_numbers_are_told_apart_inside_objects_and_arrays() {
         assert!(text(&out).contains("holds text on some lines"), "{one}: {}", text(&out));
     }
 }
+
+/// Risk: a wall-clock (`timestamp_ntz`) version in the hour New York repeats on 2026-11-01.
+/// `01:40-04:00` came before `01:10-05:00`, but as wall-clock times 01:40 is the later, and the
+/// older row won without a word. Two versions of one key in that hour now fail the date naming
+/// the key, with offsets written or not; a key with one version in the hour orders as before;
+/// declared `timestamp` (instants), the later instant wins.
+#[test]
+fn wall_clock_versions_in_a_repeated_hour_are_not_guessed() {
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |rows: &[(u32, &str, u32)]| {
+        let body: String = rows.iter().map(|(k, v, a)| format!("{k},{v},{a}\n")).collect();
+        std::fs::write(dir.join("a.csv"), format!("k,v,amount\n{body}")).unwrap();
+    };
+    let sql = "SELECT k, amount FROM events";
+    let amounts = || {
+        let b = read_batch(&lake.partition_file("2026-11-01"));
+        (0..b.num_rows())
+            .map(|i| {
+                let v = |c| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), i).unwrap();
+                (v("k"), v("amount"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let one_in_the_hour = [(2, "2026-11-01T00:30:00-04:00", 1), (2, "2026-11-01T01:30:00-04:00", 2)];
+    for two_in_the_hour in [
+        [(1, "2026-11-01T01:40:00-04:00", 10), (1, "2026-11-01T01:10:00-05:00", 20)],
+        [(1, "2026-11-01 01:40:00", 10), (1, "2026-11-01 01:10:00", 20)],
+    ] {
+        write(&[two_in_the_hour[0], two_in_the_hour[1], one_in_the_hour[0], one_in_the_hour[1]]);
+        let out = job(&lake, "csv", "schema = { v = \"timestamp_ntz\" }", KV, sql, "2026-11-01");
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains("key 1, versions 2026-11-01T01:40:00 and 2026-11-01T01:10:00")
+                && t.contains("America/New_York repeats")
+                && t.contains("declare it `timestamp`"),
+            "{t}"
+        );
+        assert!(!lake.partition_file("2026-11-01").exists());
+    }
+    write(&one_in_the_hour);
+    let out = job(&lake, "csv", "schema = { v = \"timestamp_ntz\" }", KV, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(amounts(), [("2".to_string(), "2".to_string())]);
+    write(&[(1, "2026-11-01T01:40:00-04:00", 10), (1, "2026-11-01T01:10:00-05:00", 20)]);
+    let out = job(&lake, "csv", "schema = { v = \"timestamp\" }", KV, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(amounts(), [("1".to_string(), "20".to_string())], "the later instant");
+}
