@@ -353,11 +353,15 @@ async fn other_spellings(out: &StoreLocation, dir: &str) -> Result<Vec<Path>, Pa
     let Some((column, date)) = dir.split_once('=').and_then(|(c, v)| Some((c, lenient_date(v)?))) else {
         return Ok(Vec::new());
     };
-    let listed = out
-        .store
-        .list_with_delimiter(Some(&out.prefix))
-        .await
-        .map_err(|e| PartitionError::store("cannot list", out.url.clone(), e))?;
+    // A name the store cannot list (a local file name with a tab) must not stop every date:
+    // the check is skipped, and said.
+    let listed = match out.store.list_with_delimiter(Some(&out.prefix)).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(table = %out.url, error = %e, "cannot list the table's folders; folders spelling {dir}'s date another way are not looked for");
+            return Ok(Vec::new());
+        }
+    };
     Ok(listed
         .common_prefixes
         .into_iter()
@@ -369,26 +373,36 @@ async fn other_spellings(out: &StoreLocation, dir: &str) -> Result<Vec<Path>, Pa
         .collect())
 }
 
-/// The date a folder name's value spells as readers take it: `2026-11-01`, or with a one-digit
-/// month or day, spaces around it, or percent-escaped (as object stores and Hive escape names).
+/// The date a folder name's value spells as readers take it: DuckDB reads a partition value
+/// `2026-11-1`, `02026-11-01`, `2026 11 01`, `2026/11/01`, ` 2026-11-01 ` or
+/// `2026-11-01 00:00:00` as the date 2026-11-01 (unescaped once: `2026%2D11%2D01`).
 pub fn lenient_date(value: &str) -> Option<chrono::NaiveDate> {
-    let mut v = value.to_string();
-    // Escaped once by the writer, and once more where a store escapes `%` in a listed name.
-    for _ in 0..2 {
-        let decoded = percent_encoding::percent_decode_str(&v).decode_utf8().ok()?.into_owned();
-        if decoded == v {
-            break;
+    let v = percent_encoding::percent_decode_str(value).decode_utf8().ok()?;
+    let v = v.trim_matches(|c: char| c.is_ascii_whitespace());
+    // Leading digits of `s` (between `widths` of them) as a number, and the rest.
+    fn number(s: &str, widths: std::ops::RangeInclusive<usize>) -> Option<(u32, &str)> {
+        let n = s.bytes().take_while(u8::is_ascii_digit).count();
+        let value: u32 = s[..n].parse().ok()?;
+        widths.contains(&n).then_some((value, &s[n..]))
+    }
+    let (year, rest) = number(v, 1..=9)?;
+    let sep = rest.chars().next().filter(|c| matches!(c, '-' | '/' | ' ' | '\\'))?;
+    let (month, rest) = number(rest.strip_prefix(sep)?, 1..=2)?;
+    let (day, rest) = number(rest.strip_prefix(sep)?, 1..=2)?;
+    // Nothing more, or a time of day after a `T` or spaces (`2026-11-01 12:34:56`).
+    if !rest.is_empty() {
+        let time = rest.strip_prefix('T').unwrap_or(rest);
+        let trimmed = time.trim_start_matches(|c: char| c.is_ascii_whitespace());
+        if time.len() == rest.len() && trimmed.len() == time.len() {
+            return None;
         }
-        v = decoded;
+        let (hour, time) = number(trimmed, 1..=2)?;
+        let (minute, _) = number(time.strip_prefix(':')?, 1..=2)?;
+        if hour > 24 || minute > 59 {
+            return None;
+        }
     }
-    let parts: Vec<&str> = v.trim().split('-').collect();
-    let number = |s: &str, widths: std::ops::RangeInclusive<usize>| {
-        (widths.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u32>().ok()).flatten()
-    };
-    match parts.as_slice() {
-        [y, m, d] => chrono::NaiveDate::from_ymd_opt(number(y, 4..=4)? as i32, number(m, 1..=2)?, number(d, 1..=2)?),
-        _ => None,
-    }
+    chrono::NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)
 }
 
 /// Names of foreign objects (see [`foreign_objects`]) for messages, relative to the table; one in
@@ -397,9 +411,7 @@ pub fn foreign_names(out: &StoreLocation, dir: &str, objects: &[Path]) -> Vec<St
     objects
         .iter()
         .map(|p| {
-            // As the store names it: the path's own escaping undone.
             let name = out.relative(p);
-            let name = percent_encoding::percent_decode_str(&name).decode_utf8_lossy().into_owned();
             match name.split('/').next() {
                 Some(folder) if folder != dir => format!(
                     "{name} (its folder spells the same date as {dir}: readers that take the date from the folder \
@@ -417,19 +429,44 @@ mod tests {
 
     #[test]
     fn a_folder_value_is_read_as_the_date_readers_take_it_for() {
+        // What DuckDB's `TRY_CAST(v AS DATE)` gives 2026-11-01 for, and what it gives nothing for.
         let nov1 = chrono::NaiveDate::from_ymd_opt(2026, 11, 1);
-        for v in ["2026-11-01", "2026-11-1", " 2026-11-01 ", "2026%2D11%2D01", "2026%252D11%252D01"] {
+        for v in [
+            "2026-11-01",
+            "2026-11-1",
+            "02026-11-01",
+            "2026 11 01",
+            "2026/11/01",
+            "2026\\11\\01",
+            " 2026-11-01 ",
+            "\t2026-11-01",
+            "2026%2D11%2D01",
+            "2026-11-01 00:00:00",
+            "2026-11-01T00:00:00Z",
+            "2026-11-01 12:34:56",
+            "2026-11-01 0:0",
+            "2026-11-01T 00:00",
+            "2026-11-01  00:00:00-05:00",
+        ] {
             assert_eq!(lenient_date(v), nov1, "{v:?}");
         }
         for v in [
             "2026-11-01.bak",
             "20261101",
             "2026-13-01",
-            "02026-11-01",
+            "2026.11.01",
+            "2026-11/01",
             "2026-11-001",
             "2026-11",
             "+2026-11-01",
-            "2026-11-01T00:00",
+            "2026-11-01Z",
+            "2026-11-01t00:00",
+            "2026-11-01T00",
+            "2026-11-01 AD",
+            "2026-11-01 UTC",
+            "2026-11-01\u{a0}",
+            "\u{3000}2026-11-01",
+            "2026%252D11%252D01",
         ] {
             assert_eq!(lenient_date(v), None, "{v:?}");
         }

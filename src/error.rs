@@ -299,9 +299,9 @@ pub enum PartitionError {
     Fenced { path: String },
 
     #[error(
-        "the partition folder {dir} holds objects lakeswap did not write: {}. A partition is exactly one \
-         object, or readers mix other rows into it; lakeswap never deletes what it did not write. Move them \
-         away, or set `[output] foreign_files = \"remove\"`",
+        "readers of the partition {dir} would also read objects lakeswap did not write: {}. A partition is \
+         exactly one object, or readers mix other rows into it; lakeswap never deletes what it did not write. \
+         Move them away, or set `[output] foreign_files = \"remove\"`",
         objects.join(", ")
     )]
     Foreign { dir: String, objects: Vec<String> },

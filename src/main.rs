@@ -424,8 +424,9 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
     let max_ttl = run::MAX_LEASE_TTL.as_secs();
     if !(1..=max_ttl).contains(&a.lease_ttl) {
         return Err(usage(format!(
-            "--lease-ttl must be 1 to {max_ttl} seconds (7 days): a crashed run's partitions stay leased that \
-             long, and a live run renews its leases every third of it"
+            "--lease-ttl (or LAKESWAP_LEASE_TTL) must be 1 to {max_ttl} seconds (7 days), not {}: a crashed \
+             run's partitions stay leased that long, and a live run renews its leases every third of it",
+            a.lease_ttl
         )));
     }
     let n = dates.as_ref().map_or(0, Vec::len) as u64;

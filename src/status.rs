@@ -105,7 +105,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
         };
         let foreign: Vec<String> = if committed {
             let found = commit::foreign_objects(out, &dir).await.map_err(|e| Error::Usage(e.to_string()))?;
-            commit::foreign_names(out, &dir, &found)
+            found.iter().map(|p| out.relative(p)).collect()
         } else {
             Vec::new()
         };
