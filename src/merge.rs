@@ -27,7 +27,7 @@ use hashbrown::HashMap;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ConflictKey, Location, PartitionError};
+use crate::error::{ConflictKey, InputError, Location, PartitionError};
 use crate::predicate;
 use crate::prepare::{render_key, version_values, Identity, Prepared};
 
@@ -393,6 +393,10 @@ pub fn merge(
         None => None,
     };
 
+    // A wall-clock version in the hour the zone repeats cannot be ordered against a stored one.
+    let version_type = batch.column_by_name(version_col).map(|c| c.data_type().clone()).unwrap_or(DataType::Null);
+    let unordered = crate::prepare::Unordered::new(&version_type, id.tz, inc_v.iter().chain(&*stored_v).chain(&tomb_v));
+    let mut unordered_at: Option<(u32, usize, i64, i64)> = None;
     let mut state: HashMap<&[u8], Slot> = HashMap::with_capacity(stored_rows.num_rows() + stored_tombs.num_rows());
     for i in 0..stored_rows.num_rows() {
         state.insert(stored_k.row(i).data(), Slot::Row(i as u32));
@@ -430,7 +434,16 @@ pub fn merge(
     for &w in &p.winners {
         let r = p.table.dense(w as usize);
         let (v, del) = (inc_v[r], is_delete.as_ref().is_some_and(|m| m.value(r)));
-        match state.get(inc_k.row(r).data()).copied() {
+        let found = state.get(inc_k.row(r).data()).copied();
+        let stored_version = match found {
+            Some(Slot::Row(s)) => Some(stored_v[s as usize]),
+            Some(Slot::Tomb(t)) => tomb_v.get(t as usize).copied(),
+            None => None,
+        };
+        if let Some(sv) = stored_version.filter(|&sv| unordered.apart(v, sv)) {
+            unordered_at.get_or_insert((w, r, v, sv));
+        }
+        match found {
             None => adopt(&mut changes, r, del, false),
             Some(Slot::Row(s)) => match v.cmp(&stored_v[s as usize]) {
                 Ordering::Greater => {
@@ -451,6 +464,22 @@ pub fn merge(
                 Ordering::Less => changes.stats.ignored_older += 1,
             },
         }
+    }
+    if let Some((w, r, v, sv)) = unordered_at {
+        let show = |x: i64| crate::prepare::show_version(&version_type, x);
+        return Err(InputError::bad(
+            p.table.locate(w as usize, Some(version_col)),
+            format!(
+                "key {}: version {} and the stored version {} are both wall-clock times in the hour {} repeats \
+                 when its clocks go back, so either may be the later. Write the version with its UTC offset and \
+                 declare it `timestamp` (an instant)",
+                render_key(&inc_keys, r),
+                show(v),
+                show(sv),
+                id.tz
+            ),
+        )
+        .into());
     }
     let Changes { mut stats, rows: new_rows, tombs: new_tombs } = changes;
     let (conflict_rows, mut conflicts): (Vec<u32>, Vec<ConflictKey>) = conflicts.into_iter().unzip();

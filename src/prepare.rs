@@ -574,9 +574,8 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     }
 
     if let (Some(v), Some(values)) = (&id.version, &versions) {
-        let ty = table.column(v).and_then(|c| c.first().map(|a| a.data_type().clone()));
-        if let Some(DataType::Timestamp(unit, None)) = ty {
-            unordered_versions(&table, &shards, values, unit, id.tz, &key_cols, v)?;
+        if let Some(ty) = table.column(v).and_then(|c| c.first().map(|a| a.data_type().clone())) {
+            unordered_versions(&table, &shards, values, &ty, id.tz, &key_cols, v)?;
         }
     }
 
@@ -649,33 +648,31 @@ fn unordered_versions(
     table: &Table,
     shards: &[Shard],
     values: &[ScalarBuffer<i64>],
-    unit: arrow::datatypes::TimeUnit,
+    ty: &DataType,
     tz: chrono_tz::Tz,
     key_cols: &[Vec<ArrayRef>],
     column: &str,
 ) -> Result<(), PartitionError> {
-    let (lo, hi) =
-        values.iter().flat_map(|v| v.iter().copied()).fold((i64::MAX, i64::MIN), |(a, b), v| (a.min(v), b.max(v)));
-    let repeated = repeated_hours(tz, unit, lo, hi);
-    if repeated.is_empty() {
+    let unordered = Unordered::new(ty, tz, values.iter().flat_map(|v| v.iter()));
+    if unordered.0.is_empty() {
         return Ok(());
     }
     let version = |row: u32| {
         let (c, i) = split_id(row as usize);
         values[c][i]
     };
-    let hour_of = |v: i64| repeated.iter().position(|&(a, b)| (a..b).contains(&v));
     let mut found: Vec<(String, u32, u32)> = Vec::new();
     let mut total = 0usize;
     for s in shards {
         for h in s.heads.iter().filter(|h| !h.conflicted()) {
             let v = version(h.row);
-            let Some(hour) = hour_of(v) else { continue };
+            if !unordered.holds(v) {
+                continue;
+            }
             let mut cur = h.next();
             while cur != NONE {
                 let o = &s.others[cur as usize];
-                let u = version(o.row);
-                if u != v && hour_of(u) == Some(hour) {
+                if unordered.apart(v, version(o.row)) {
                     total += 1;
                     found.push((render_id(key_cols, h.row as usize), h.row, o.row));
                     break;
@@ -708,31 +705,30 @@ fn unordered_versions(
 }
 
 /// The wall-clock ranges `[start, end)` that `tz` repeats when its clocks go back, as zone-less
-/// timestamps in `unit` hold them, for the transitions between wall-clock times `lo` and `hi`
-/// (at most the first 1,000 years of them).
-fn repeated_hours(tz: chrono_tz::Tz, unit: arrow::datatypes::TimeUnit, lo: i64, hi: i64) -> Vec<(i64, i64)> {
+/// timestamps in `unit` hold them, on the wall-clock `days` (days since the epoch, sorted).
+pub(crate) fn repeated_hours(tz: chrono_tz::Tz, unit: arrow::datatypes::TimeUnit, days: &[i64]) -> Vec<(i64, i64)> {
     use chrono::{Offset, TimeZone};
+    const DAY: i64 = 86_400;
     let per_second = crate::read::per_second(unit);
-    let at = |v: i64| chrono::DateTime::from_timestamp(v.div_euclid(per_second), 0);
-    let (Some(first), Some(last)) = (at(lo), at(hi)) else { return Vec::new() };
     let offset = |t: i64| {
-        tz.offset_from_utc_datetime(&chrono::DateTime::from_timestamp(t, 0).unwrap_or_default().naive_utc())
-            .fix()
-            .local_minus_utc() as i64
+        chrono::DateTime::from_timestamp(t, 0)
+            .map(|t| tz.offset_from_utc_datetime(&t.naive_utc()).fix().local_minus_utc() as i64)
     };
     let mut out = Vec::new();
-    // A day before the first wall-clock value to a day after the last, as UTC seconds.
-    let (start, end) = (first.timestamp() - 2 * 86_400, last.timestamp() + 2 * 86_400);
-    let end = end.min(start.saturating_add(1_000 * 366 * 86_400));
-    let mut day = start;
-    while day < end {
-        let (before, after) = (offset(day), offset(day + 86_400));
-        if after < before {
+    let mut scanned = i64::MIN;
+    for &d in days {
+        // The UTC days around a wall-clock day hold its transitions, whatever the zone's offset.
+        for day in (d - 1).max(scanned + 1)..=d + 1 {
+            scanned = day;
+            let (Some(before), Some(after)) = (offset(day * DAY), offset((day + 1) * DAY)) else { continue };
+            if after >= before {
+                continue;
+            }
             // The instant the clocks go back, to the second.
-            let (mut a, mut b) = (day, day + 86_400);
+            let (mut a, mut b) = (day * DAY, (day + 1) * DAY);
             while b - a > 1 {
                 let mid = a + (b - a) / 2;
-                if offset(mid) == before {
+                if offset(mid) == Some(before) {
                     a = mid
                 } else {
                     b = mid
@@ -743,9 +739,50 @@ fn repeated_hours(tz: chrono_tz::Tz, unit: arrow::datatypes::TimeUnit, lo: i64, 
                 out.push((from, to));
             }
         }
-        day += 86_400;
     }
     out
+}
+
+/// A version (as int64) shown in its column's type.
+pub(crate) fn show_version(ty: &DataType, v: i64) -> String {
+    let a = arrow::array::Int64Array::from(vec![v]);
+    arrow::compute::cast(&a, ty)
+        .ok()
+        .and_then(|c| arrow::util::display::array_value_to_string(&c, 0).ok())
+        .unwrap_or_else(|| v.to_string())
+}
+
+/// The hours a zone-less timestamp version cannot be ordered in ([`repeated_hours`]): empty
+/// unless the version is wall-clock time in a zone that puts its clocks back.
+pub(crate) struct Unordered(Vec<(i64, i64)>);
+
+impl Unordered {
+    /// For versions of type `ty` in the job's zone `tz`, over the values `all`.
+    pub(crate) fn new<'a>(ty: &DataType, tz: chrono_tz::Tz, all: impl Iterator<Item = &'a i64>) -> Self {
+        let DataType::Timestamp(unit, None) = ty else { return Unordered(Vec::new()) };
+        // The wall-clock days the versions fall on (rows of one day come together).
+        let per_day = 86_400 * crate::read::per_second(*unit);
+        let mut days: Vec<i64> = Vec::new();
+        for &v in all {
+            let d = v.div_euclid(per_day);
+            if days.last() != Some(&d) {
+                days.push(d);
+            }
+        }
+        days.sort_unstable();
+        days.dedup();
+        Unordered(repeated_hours(tz, *unit, &days))
+    }
+
+    /// Two different versions in the same repeated hour: which is later is not in the values.
+    pub(crate) fn apart(&self, a: i64, b: i64) -> bool {
+        a != b && self.0.iter().any(|&(x, y)| (x..y).contains(&a) && (x..y).contains(&b))
+    }
+
+    /// Whether `v` is in a repeated hour.
+    fn holds(&self, v: i64) -> bool {
+        self.0.iter().any(|&(x, y)| (x..y).contains(&v))
+    }
 }
 
 /// Sorts 64-bit hashes by their bytes, least significant first: the counts of all eight bytes

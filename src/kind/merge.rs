@@ -41,7 +41,7 @@ use futures::StreamExt;
 use super::{Body, Computed, Context, Kind, Outcome, PartitionFile, Planned};
 use crate::commit::{self, Seen};
 use crate::config::{ConfigError, JobConfig, OnConflict, OnDateChange};
-use crate::error::{ConflictKey, Location, PartitionError};
+use crate::error::{ConflictKey, InputError, Location, PartitionError};
 use crate::lineage::Lineage;
 use crate::merge::{self as engine, MergeStats, Move, TombstonesAt};
 use crate::plan::PartitionPlan;
@@ -235,8 +235,16 @@ impl Merge {
     }
 
     /// A key the batch holds under several dates keeps its newest version only.
-    fn within_batch(&self, _cx: &Context<'_>, slots: &mut [Slot], shared: &mut Shared) {
+    fn within_batch(&self, cx: &Context<'_>, slots: &mut [Slot], shared: &mut Shared) {
         set_aside_everywhere(slots);
+        // The versions' type, for versions a zone-less clock cannot order.
+        let cfg = &cx.job.config;
+        let version_type = cfg.identity.version.as_ref().and_then(|v| {
+            slots.iter().find_map(|slot| match &slot.state {
+                Ok(Some(d)) => d.prepared.table.column(v).and_then(|c| c.first().map(|a| a.data_type().clone())),
+                _ => None,
+            })
+        });
         let mut all: Vec<(u64, usize, usize)> = Vec::new();
         for (s, slot) in slots.iter().enumerate() {
             if let Ok(Some(d)) = &slot.state {
@@ -280,6 +288,28 @@ impl Merge {
                     continue;
                 }
                 let newest = places.iter().map(|(_, k)| k.version).max().unwrap_or(i64::MIN);
+                if let Some(ty @ DataType::Timestamp(_, None)) = &version_type {
+                    let unordered =
+                        crate::prepare::Unordered::new(ty, cfg.timezone(), places.iter().map(|(_, k)| &k.version));
+                    if let Some(other) = places.iter().find(|(_, k)| unordered.apart(newest, k.version)) {
+                        let top = places.iter().find(|(_, k)| k.version == newest).unwrap_or(other);
+                        let (key, at) = named(top);
+                        let message = format!(
+                            "key {key}: two of its versions in this batch ({} and {}, under {} and {}) are wall-clock \
+                             times in the hour {} repeats when its clocks go back, so either may be the later. Write \
+                             the version with its UTC offset and declare it `timestamp` (an instant)",
+                            prepare::show_version(ty, newest),
+                            prepare::show_version(ty, other.1.version),
+                            slots[top.0].plan.date,
+                            slots[other.0].plan.date,
+                            cfg.timezone()
+                        );
+                        for s in &dates {
+                            failures.push((*s, InputError::bad(at.clone(), message.clone()).into()));
+                        }
+                        continue;
+                    }
+                }
                 let top: Vec<&(usize, KeyAt)> = places.iter().filter(|(_, k)| k.version == newest).collect();
                 let top_dates: BTreeSet<usize> = top.iter().map(|(s, _)| *s).collect();
                 if top_dates.len() > 1 {

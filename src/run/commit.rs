@@ -362,7 +362,10 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                         let names = commit::foreign_names(&job.output, &o.plan.dir, &foreign);
                         return Err(PartitionError::Differs {
                             path: job.output.display(&path),
-                            why: format!("readers of it would also read objects lakeswap did not write: {}", names.join(", ")),
+                            why: format!(
+                                "readers of it would also read objects lakeswap did not write: {}",
+                                names.join(", ")
+                            ),
                         });
                     }
                     let bytes = f.body.load().await?;

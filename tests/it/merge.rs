@@ -1142,3 +1142,64 @@ fn column_text(lake: &Lake, date: &str, column: &str) -> Vec<String> {
     let c = b.column_by_name(column).unwrap();
     (0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(c, i).unwrap()).collect()
 }
+
+/// Risk: a merge orders a zone-less (wall-clock) version against versions it never sees in one
+/// date's prepare: the stored row, a tombstone, the key's row under another date of the batch.
+/// 01:40-04:00 is 30 minutes before 01:10-05:00 in New York on 2026-11-01, but as wall-clock
+/// times it is the later: the table kept (or took back) the older row, or a deleted key came
+/// back. Each such pair now fails its dates (exit 3) and the table stays as it was.
+#[test]
+fn wall_clock_versions_in_a_repeated_hour_are_not_guessed_against_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = root.join("job.toml");
+    std::fs::write(
+        &cfg,
+        "[job]\nname = \"m\"\nkind = \"merge\"\ntimezone = \"America/New_York\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\n\
+         schema = { v = \"timestamp_ntz\", amount = \"int64\", event_date = \"date\" }\n\n[identity]\nkey = [\"id\"]\n\
+         version = \"v\"\ndeleted = { column = \"op\", equals = \"d\" }\n\n[partition]\ncolumn = \"event_date\"\n\n\
+         [output]\nurl = \"out\"\n",
+    )
+    .unwrap();
+    let batch = |rows: &[&str]| {
+        let _ = std::fs::remove_dir_all(root.join("in"));
+        std::fs::create_dir_all(root.join("in")).unwrap();
+        let body: String = rows.iter().map(|r| format!("{r}\n")).collect();
+        std::fs::write(root.join("in/a.csv"), format!("id,v,event_date,amount,op\n{body}")).unwrap();
+        cli(&["run", "--config", cfg.to_str().unwrap()], root)
+    };
+    let table = || walk(&root.join("out")).into_iter().map(|p| std::fs::read(p).unwrap()).collect::<Vec<_>>();
+    let (early, late) = ("2026-11-01T01:40:00-04:00", "2026-11-01T01:10:00-05:00");
+    for (first, second, what) in [
+        (format!("k1,{early},2026-11-01,10,u"), format!("k1,{late},2026-11-01,20,u"), "a newer row read as older"),
+        (format!("k1,{late},2026-11-01,20,u"), format!("k1,{early},2026-11-01,10,u"), "an older row read as newer"),
+        (format!("k1,{late},2026-11-01,20,d"), format!("k1,{early},2026-11-01,10,u"), "a deleted key brought back"),
+    ] {
+        let _ = std::fs::remove_dir_all(root.join("out"));
+        let o = batch(&[&first, "k2,2026-11-01T00:10:00-04:00,2026-11-01,5,u"]);
+        assert_eq!(o.status.code(), Some(0), "{what}: {}", text(&o));
+        let before = table();
+        let o = batch(&[&second]);
+        assert_eq!(o.status.code(), Some(3), "{what}: {}", text(&o));
+        assert!(
+            text(&o).contains("key k1: version") && text(&o).contains("the stored version"),
+            "{what}: {}",
+            text(&o)
+        );
+        assert_eq!(table(), before, "{what}: the table as it was");
+    }
+    // Under two dates of one batch.
+    let _ = std::fs::remove_dir_all(root.join("out"));
+    let o = batch(&[&format!("k1,{early},2026-11-01,10,u"), &format!("k1,{late},2026-11-02,20,u")]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    for date in ["2026-11-01", "2026-11-02"] {
+        assert!(
+            text(&o)
+                .lines()
+                .any(|l| l.starts_with(&format!("error: {date}")) && l.contains("two of its versions in this batch")),
+            "{}",
+            text(&o)
+        );
+    }
+    assert!(table().is_empty(), "nothing merged");
+}
