@@ -426,7 +426,7 @@ pub fn merge(
     let conflict = |list: &mut Vec<(u32, ConflictKey)>, w: u32, r: usize, other: String| {
         let key = ConflictKey {
             key: render_key(&inc_keys, r),
-            version: Some(inc_v[r].to_string()),
+            version: Some(crate::prepare::show_version(&version_type, inc_v[r])),
             at: vec![p.table.locate(w as usize, None), Location::object(other)],
         };
         list.push((w, key));

@@ -561,12 +561,13 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             .collect();
         named.sort();
         named.dedup_by(|x, y| x.0 == y.0);
+        let version_type = id.version.as_ref().and_then(|v| table.column(v)?.first().map(|a| a.data_type().clone()));
         let keys = named
             .into_iter()
             .take(5)
             .map(|(key, v, a, b)| ConflictKey {
                 key,
-                version: id.version.as_ref().map(|_| v.to_string()),
+                version: version_type.as_ref().map(|t| show_version(t, v)),
                 at: vec![table.locate(a as usize, None), table.locate(b as usize, None)],
             })
             .collect();

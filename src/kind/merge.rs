@@ -315,7 +315,9 @@ impl Merge {
                 if top_dates.len() > 1 {
                     // One version under two dates: the dates differ, so the payloads do.
                     let at: Vec<Location> = top.iter().map(|p| named(p).1).collect();
-                    let key = ConflictKey { key: named(top[0]).0, version: Some(newest.to_string()), at };
+                    let version =
+                        version_type.as_ref().map_or(newest.to_string(), |t| prepare::show_version(t, newest));
+                    let key = ConflictKey { key: named(top[0]).0, version: Some(version), at };
                     for (s, k) in places {
                         if self_quarantines(slots, *s) {
                             drops.push((*s, k.row));

@@ -964,6 +964,12 @@ fn wall_clock_versions_in_a_repeated_hour_are_not_guessed() {
         );
         assert!(!lake.partition_file("2026-11-01").exists());
     }
+    // 01:40 EDT and 01:40 EST are one wall-clock version with two payloads: a conflict, its
+    // version shown as the time it is.
+    write(&[(1, "2026-11-01T01:40:00-04:00", 10), (1, "2026-11-01T01:40:00-05:00", 20)]);
+    let out = job(&lake, "csv", "schema = { v = \"timestamp_ntz\" }", KV, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("key 1 version 2026-11-01T01:40:00 ("), "{}", text(&out));
     write(&one_in_the_hour);
     let out = job(&lake, "csv", "schema = { v = \"timestamp_ntz\" }", KV, sql, "2026-11-01");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
