@@ -719,14 +719,15 @@ pub(crate) fn repeated_hours(tz: chrono_tz::Tz, unit: arrow::datatypes::TimeUnit
     let mut scanned = i64::MIN;
     for &d in days {
         // The UTC days around a wall-clock day hold its transitions, whatever the zone's offset.
-        for day in (d - 1).max(scanned + 1)..=d + 1 {
+        for day in d.saturating_sub(1).max(scanned.saturating_add(1))..=d.saturating_add(1) {
             scanned = day;
-            let (Some(before), Some(after)) = (offset(day * DAY), offset((day + 1) * DAY)) else { continue };
+            let (start, end) = (day.saturating_mul(DAY), day.saturating_add(1).saturating_mul(DAY));
+            let (Some(before), Some(after)) = (offset(start), offset(end)) else { continue };
             if after >= before {
                 continue;
             }
             // The instant the clocks go back, to the second.
-            let (mut a, mut b) = (day * DAY, (day + 1) * DAY);
+            let (mut a, mut b) = (start, end);
             while b - a > 1 {
                 let mid = a + (b - a) / 2;
                 if offset(mid) == Some(before) {
