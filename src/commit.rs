@@ -378,46 +378,88 @@ async fn other_spellings(out: &StoreLocation, dir: &str) -> Result<Vec<Path>, Pa
 /// `2026-11-01 00:00:00` as the date 2026-11-01 (unescaped once: `2026%2D11%2D01`).
 pub fn lenient_date(value: &str) -> Option<chrono::NaiveDate> {
     let v = percent_encoding::percent_decode_str(value).decode_utf8().ok()?;
-    let v = v.trim_matches(|c: char| c.is_ascii_whitespace());
+    // DuckDB trims the vertical tab too.
+    let space = |c: char| c.is_ascii_whitespace() || c == '\x0b';
+    let v = v.trim_matches(space);
     // Leading digits of `s` (between `widths` of them) as a number, and the rest.
     fn number(s: &str, widths: std::ops::RangeInclusive<usize>) -> Option<(u32, &str)> {
         let n = s.bytes().take_while(u8::is_ascii_digit).count();
         let value: u32 = s[..n].parse().ok()?;
         widths.contains(&n).then_some((value, &s[n..]))
     }
+    // Any number of leading zeros before the year.
+    let zeros = v.len() - v.trim_start_matches('0').len();
+    let v = match v[zeros..].starts_with(|c: char| c.is_ascii_digit()) {
+        true => &v[zeros..],
+        false => &v[zeros.saturating_sub(1)..],
+    };
     let (year, rest) = number(v, 1..=9)?;
     let sep = rest.chars().next().filter(|c| matches!(c, '-' | '/' | ' ' | '\\'))?;
     let (month, rest) = number(rest.strip_prefix(sep)?, 1..=2)?;
     let (day, rest) = number(rest.strip_prefix(sep)?, 1..=2)?;
-    // Nothing more, or a time of day after a `T` or spaces (`2026-11-01 12:34:56`).
+    // Nothing more, or a time of day after a `T` or spaces (`2026-11-01 12:34:56`, `… 00:`). What
+    // follows the hour and minute is not looked at: a folder taken for the date by mistake
+    // fails its date, and is never removed (see [`removable`]).
     if !rest.is_empty() {
         let time = rest.strip_prefix('T').unwrap_or(rest);
-        let trimmed = time.trim_start_matches(|c: char| c.is_ascii_whitespace());
+        let trimmed = time.trim_start_matches(space);
         if time.len() == rest.len() && trimmed.len() == time.len() {
             return None;
         }
-        let (hour, time) = number(trimmed, 1..=2)?;
-        let (minute, _) = number(time.strip_prefix(':')?, 1..=2)?;
-        if hour > 24 || minute > 59 {
+        // The hour: any number of digits (`000:00`), then `:` and a minute, or none (`00:`).
+        let n = trimmed.bytes().take_while(u8::is_ascii_digit).count();
+        let hour: u64 = match trimmed[..n].trim_start_matches('0') {
+            _ if n == 0 => return None,
+            "" => 0,
+            h => h.parse().ok()?,
+        };
+        let time = trimmed[n..].strip_prefix(':')?;
+        let minute = match number(time, 1..=2) {
+            Some((m, _)) => m,
+            None if !time.starts_with(|c: char| c.is_ascii_digit()) => 0,
+            None => return None,
+        };
+        if hour > 24 || minute > 59 || (hour == 24 && minute > 0) {
             return None;
         }
     }
     chrono::NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)
 }
 
-/// Names of foreign objects (see [`foreign_objects`]) for messages, relative to the table; one in
-/// another folder says why it counts.
+/// Whether `foreign_files = "remove"` may remove foreign object `path` of partition folder
+/// `dir`: only an object in the partition's own folder, and on a local folder not one reached
+/// through a symbolic link (removing it would remove what the link points to: another
+/// partition, or this one). A folder that spells the date another way is the user's to move.
+pub fn removable(out: &StoreLocation, dir: &str, path: &Path) -> bool {
+    let name = out.relative(path);
+    name.split('/').next() == Some(dir) && !through_link(out, &name)
+}
+
+/// Whether a path of the table (relative to it) passes through a symbolic link on a local folder.
+fn through_link(out: &StoreLocation, relative: &str) -> bool {
+    let Some(mut at) = out.local_path(&out.prefix) else { return false };
+    relative.split('/').any(|part| {
+        at.push(part);
+        std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink())
+    })
+}
+
+/// Names of foreign objects (see [`foreign_objects`]) for messages, relative to the table; one
+/// that counts for a reason not plain from its name says why.
 pub fn foreign_names(out: &StoreLocation, dir: &str, objects: &[Path]) -> Vec<String> {
     objects
         .iter()
         .map(|p| {
             let name = out.relative(p);
-            match name.split('/').next() {
-                Some(folder) if folder != dir => format!(
+            if name.split('/').next() != Some(dir) {
+                format!(
                     "{name} (its folder spells the same date as {dir}: readers that take the date from the folder \
-                     name read its rows as this partition's)"
-                ),
-                _ => name,
+                     name read its rows as this partition's; lakeswap removes nothing outside the partition's folder)"
+                )
+            } else if through_link(out, &name) {
+                format!("{name} (reached through a symbolic link, which lakeswap does not remove through)")
+            } else {
+                name
             }
         })
         .collect()
@@ -447,6 +489,11 @@ mod tests {
             "2026-11-01 0:0",
             "2026-11-01T 00:00",
             "2026-11-01  00:00:00-05:00",
+            "00000002026-11-01",
+            "2026-11-01\x0b",
+            "2026-11-01 000:00",
+            "2026-11-01 00:",
+            "2026-11-01 24:00",
         ] {
             assert_eq!(lenient_date(v), nov1, "{v:?}");
         }
@@ -467,6 +514,9 @@ mod tests {
             "2026-11-01\u{a0}",
             "\u{3000}2026-11-01",
             "2026%252D11%252D01",
+            "2026-11-01 24:01",
+            "2026-11-01 23:60",
+            "2026-11-01 00",
         ] {
             assert_eq!(lenient_date(v), None, "{v:?}");
         }

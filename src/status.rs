@@ -103,12 +103,9 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
             (Some(t), Some(f)) => Some(if crate::schema::differences(t, &f).is_empty() { "current" } else { "older" }),
             _ => None,
         };
-        let foreign: Vec<String> = if committed {
-            let found = commit::foreign_objects(out, &dir).await.map_err(|e| Error::Usage(e.to_string()))?;
-            found.iter().map(|p| out.relative(p)).collect()
-        } else {
-            Vec::new()
-        };
+        // Also where no file is committed: a second spelling of the date is read all the same.
+        let found = commit::foreign_objects(out, &dir).await.map_err(|e| Error::Usage(e.to_string()))?;
+        let foreign: Vec<String> = found.iter().map(|p| out.relative(p)).collect();
         let run = last.get(&date);
         let failed = run.is_some_and(|(_, a, _)| *a == Action::Failed);
         let state = match (failed, committed) {

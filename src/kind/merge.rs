@@ -495,6 +495,26 @@ impl Merge {
             let Some(&stored_version) = found.get(&bytes) else { continue }; // a hash collision
             let to = slots[s].plan.date;
             let text = render(d, k.row);
+            let version_type =
+                d.prepared.table.column(&version_col).and_then(|c| c.first().map(|a| a.data_type().clone()));
+            if let Some(ty @ DataType::Timestamp(_, None)) = &version_type {
+                let unordered =
+                    prepare::Unordered::new(ty, cx.job.config.timezone(), [k.version, stored_version].iter());
+                if unordered.apart(k.version, stored_version) {
+                    let message = format!(
+                        "key {text}: version {} and the version {} stored under {from} are both wall-clock times in \
+                         the hour {} repeats when its clocks go back, so either may be the later. Write the version \
+                         with its UTC offset and declare it `timestamp` (an instant)",
+                        prepare::show_version(ty, k.version),
+                        prepare::show_version(ty, stored_version),
+                        cx.job.config.timezone()
+                    );
+                    let at = d.prepared.table.locate(k.row as usize, Some(&version_col));
+                    slots[s].fail(InputError::bad(at, message).into());
+                    continue;
+                }
+            }
+            let shown = version_type.as_ref().map_or(k.version.to_string(), |t| prepare::show_version(t, k.version));
             match k.version.cmp(&stored_version) {
                 std::cmp::Ordering::Greater if self.on_date_change == OnDateChange::Fail => {
                     let at = vec![
@@ -502,7 +522,7 @@ impl Merge {
                         Location::object(format!("the stored partition of {from}")),
                     ];
                     slots[s].fail(PartitionError::KeyUnderTwoDates {
-                        keys: vec![ConflictKey { key: text, version: Some(k.version.to_string()), at }],
+                        keys: vec![ConflictKey { key: text, version: Some(shown), at }],
                         total: 1,
                     });
                 }
@@ -521,7 +541,7 @@ impl Merge {
                         d.prepared.table.locate(k.row as usize, None),
                         Location::object(format!("the stored partition of {from}")),
                     ];
-                    let conflict = ConflictKey { key: text, version: Some(k.version.to_string()), at };
+                    let conflict = ConflictKey { key: text, version: Some(shown), at };
                     if d.id.on_conflict == OnConflict::Quarantine {
                         if let Ok(Some(d)) = &mut slots[s].state {
                             d.dropped.insert(k.row);

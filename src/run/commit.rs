@@ -132,7 +132,8 @@ fn finished(
 /// `foreign_files = "remove"`) the list to remove once the file is swapped in.
 async fn foreign(job: &Job, dir: &str) -> std::result::Result<Vec<object_store::path::Path>, PartitionError> {
     let found = commit::foreign_objects(&job.output, dir).await?;
-    if found.is_empty() || job.config.output.foreign_files == ForeignFiles::Remove {
+    let remove = job.config.output.foreign_files == ForeignFiles::Remove;
+    if found.is_empty() || (remove && found.iter().all(|p| commit::removable(&job.output, dir, p))) {
         return Ok(found);
     }
     Err(PartitionError::Foreign {

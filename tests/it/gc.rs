@@ -245,12 +245,59 @@ async fn a_second_spelling_of_a_partition_folder_is_refused(kind: crate::common:
     let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let first = st["partitions"].as_array().unwrap().iter().find(|p| p["date"] == "2026-11-01").unwrap();
     assert_eq!(first["foreign"], serde_json::json!(["event_date=2026-11-1/part-00000.parquet"]), "{st:#}");
+    // `remove` removes nothing outside a partition's own folder: a folder taken for the date
+    // by mistake must never be deleted. Moved away, the dates commit.
     std::fs::write(&cfg, job_text(&b, "foreign_files = \"remove\"")).unwrap();
     let o = run(&[]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("lakeswap removes nothing outside the partition's folder"), "{}", text(&o));
     let mut want = committed.clone();
     want.extend(left_alone.iter().map(|at| (at.to_string(), file("2026-11-03"))));
-    assert_eq!(b.partitions().await, want, "only the second spellings are gone, the partitions as they were");
+    let listed = b.partitions().await;
+    assert!(want.iter().all(|(k, v)| listed.get(k) == Some(v)), "nothing removed: {:?}", listed.keys());
+    for (_, folder) in &respelled {
+        match kind {
+            Kind::Local => std::fs::remove_dir_all(std::path::Path::new(&b.url("out")).join(folder)).unwrap(),
+            _ => b.delete("out", &format!("{folder}/part-00000.parquet")).await,
+        }
+    }
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(b.partitions().await, want, "the partitions as they were");
+}
+
+/// `foreign_files = "remove"` never removes through a symbolic link: removing
+/// `event_date=2026-11-01/old/part-00000.parquet` through `old -> ../event_date=2026-11-03`
+/// removed 11-03's partition. The date fails instead, naming the link, and every partition
+/// stays.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn remove_never_removes_through_a_link() {
+    use crate::common::backends::{Backend, Kind};
+    let b = Backend::new(Kind::Local);
+    b.write_input(&random_orders(97, 3, 40), 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("job.toml");
+    std::fs::write(&cfg, job_text(&b, "foreign_files = \"remove\"")).unwrap();
+    let c = cfg.to_str().unwrap();
+    let run = || cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], dir.path());
+    let o = run();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let committed = b.partitions().await;
+    let out = std::path::PathBuf::from(b.url("out"));
+    std::os::unix::fs::symlink("../event_date=2026-11-03", out.join("event_date=2026-11-01/old")).unwrap();
+    std::os::unix::fs::symlink("event_date=2026-11-02", out.join("event_date=2026-11-2")).unwrap();
+    let o = run();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("event_date=2026-11-01/old/part-00000.parquet (reached through a symbolic link"),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("event_date=2026-11-2/part-00000.parquet (its folder spells"), "{}", text(&o));
+    for (k, v) in &committed {
+        assert_eq!(std::fs::read(out.join(k)).ok().as_ref(), Some(v), "{k} was removed or changed");
+    }
 }
 
 /// A second object in a partition folder fails that partition (exit 1), naming it; status and

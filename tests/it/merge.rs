@@ -1188,6 +1188,17 @@ fn wall_clock_versions_in_a_repeated_hour_are_not_guessed_against_the_table() {
         );
         assert_eq!(table(), before, "{what}: the table as it was");
     }
+    // Stored under another date: the key would move.
+    for (first, second) in [(early, late), (late, early)] {
+        let _ = std::fs::remove_dir_all(root.join("out"));
+        let o = batch(&[&format!("k1,{first},2026-11-01,10,u")]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let before = table();
+        let o = batch(&[&format!("k1,{second},2026-11-02,20,u")]);
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+        assert!(text(&o).contains("stored under 2026-11-01 are both wall-clock times"), "{}", text(&o));
+        assert_eq!(table(), before, "the table as it was");
+    }
     // Under two dates of one batch.
     let _ = std::fs::remove_dir_all(root.join("out"));
     let o = batch(&[&format!("k1,{early},2026-11-01,10,u"), &format!("k1,{late},2026-11-02,20,u")]);
