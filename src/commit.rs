@@ -329,7 +329,8 @@ pub async fn swap_in(
     Ok(if seen.meta.is_some() { Action::Replaced } else { Action::Created })
 }
 
-/// Objects in a partition folder besides its one data file: another tool's or a person's.
+/// Objects in a partition folder besides its one data file (another tool's or a person's), and
+/// every object in a folder that spells the partition's date another way (`event_date=2026-11-1/`).
 pub async fn foreign_objects(out: &StoreLocation, dir: &str) -> Result<Vec<Path>, PartitionError> {
     let target = target_path(out, dir);
     let mut found = Vec::new();

@@ -470,13 +470,11 @@ pub fn merge(
         return Err(InputError::bad(
             p.table.locate(w as usize, Some(version_col)),
             format!(
-                "key {}: version {} and the stored version {} are both wall-clock times in the hour {} repeats \
-                 when its clocks go back, so either may be the later. Write the version with its UTC offset and \
-                 declare it `timestamp` (an instant)",
+                "key {}: version {} and the stored version {} are both {}",
                 render_key(&inc_keys, r),
                 show(v),
                 show(sv),
-                id.tz
+                crate::prepare::unordered_reason(id.tz)
             ),
         )
         .into());

@@ -683,23 +683,15 @@ fn unordered_versions(
         }
     }
     let Some((key, a, b)) = found.into_iter().min() else { return Ok(()) };
-    let show = |row: u32| {
-        let (c, i) = split_id(row as usize);
-        let col = table.column(column).map(|chunks| chunks[c].clone());
-        col.and_then(|a| {
-            ArrayFormatter::try_new(a.as_ref(), &FormatOptions::default()).ok().map(|f| f.value(i).to_string())
-        })
-        .unwrap_or_default()
-    };
     Err(InputError::bad(
         table.locate(a as usize, Some(column)),
         format!(
             "{total} key(s) have versions whose order is unknown; first: key {key}, versions {} and {} (the other at {}), \
-             both wall-clock times in the hour {tz} repeats when its clocks go back, so either may be the later. \
-             Write the version with its UTC offset and declare it `timestamp` (an instant)",
-            show(a),
-            show(b),
+             both {}",
+            show_version(ty, version(a)),
+            show_version(ty, version(b)),
             table.locate(b as usize, Some(column)),
+            unordered_reason(tz),
         ),
     )
     .into())
@@ -743,6 +735,14 @@ pub(crate) fn repeated_hours(tz: chrono_tz::Tz, unit: arrow::datatypes::TimeUnit
         }
     }
     out
+}
+
+/// Why two wall-clock versions in a repeated hour of `tz` cannot be ordered, and the fix.
+pub(crate) fn unordered_reason(tz: chrono_tz::Tz) -> String {
+    format!(
+        "wall-clock times in the hour {tz} repeats when its clocks go back, so either may be the later. Write the \
+         version with its UTC offset and declare it `timestamp` (an instant)"
+    )
 }
 
 /// A version (as int64) shown in its column's type.

@@ -295,14 +295,12 @@ impl Merge {
                         let top = places.iter().find(|(_, k)| k.version == newest).unwrap_or(other);
                         let (key, at) = named(top);
                         let message = format!(
-                            "key {key}: two of its versions in this batch ({} and {}, under {} and {}) are wall-clock \
-                             times in the hour {} repeats when its clocks go back, so either may be the later. Write \
-                             the version with its UTC offset and declare it `timestamp` (an instant)",
+                            "key {key}: two of its versions in this batch ({} and {}, under {} and {}) are {}",
                             prepare::show_version(ty, newest),
                             prepare::show_version(ty, other.1.version),
                             slots[top.0].plan.date,
                             slots[other.0].plan.date,
-                            cfg.timezone()
+                            prepare::unordered_reason(cfg.timezone())
                         );
                         for s in &dates {
                             failures.push((*s, InputError::bad(at.clone(), message.clone()).into()));
@@ -502,12 +500,10 @@ impl Merge {
                     prepare::Unordered::new(ty, cx.job.config.timezone(), [k.version, stored_version].iter());
                 if unordered.apart(k.version, stored_version) {
                     let message = format!(
-                        "key {text}: version {} and the version {} stored under {from} are both wall-clock times in \
-                         the hour {} repeats when its clocks go back, so either may be the later. Write the version \
-                         with its UTC offset and declare it `timestamp` (an instant)",
+                        "key {text}: version {} and the version {} stored under {from} are both {}",
                         prepare::show_version(ty, k.version),
                         prepare::show_version(ty, stored_version),
-                        cx.job.config.timezone()
+                        prepare::unordered_reason(cx.job.config.timezone())
                     );
                     let at = d.prepared.table.locate(k.row as usize, Some(&version_col));
                     slots[s].fail(InputError::bad(at, message).into());
