@@ -162,6 +162,7 @@ pub async fn plan(
             .filter_map(|(c, t)| read::parse_type(t).ok().map(|d| (c.clone(), d)))
             .collect(),
         required: Vec::new(),
+        run: None,
     };
     let lookups = Arc::new(read_lookups(cfg).await?);
     let reference = reference(&decoder, input, &sample, first_date.max(1), column).await?;
@@ -201,6 +202,7 @@ pub async fn plan(
             (Some(schema), Some(output), query_plan, used)
         }
     };
+    decoder.run = record_schema.clone();
     decoder.required = required_columns(cfg, kind, &decoder.date_source);
     for c in used {
         if !decoder.required.contains(&c) {
@@ -286,15 +288,18 @@ async fn reference(
     let name = input.display(&head.location);
     let schema = reference_schema(decoder, input, head).await?;
     if decoder.format != Format::Parquet {
+        let (mut schema, mut name, mut at) = (schema, name, 0);
         if schema.fields().is_empty() {
-            for m in &objects[1..] {
+            for (i, m) in objects.iter().enumerate().skip(1) {
                 let s = reference_schema(decoder, input, m).await?;
                 if !s.fields().is_empty() {
-                    return Ok(Some((s, input.display(&m.location), false)));
+                    (schema, name, at) = (s, input.display(&m.location), i);
+                    break;
                 }
             }
         }
-        return Ok(Some((schema, name, false)));
+        let typed = typed_from_later_objects(decoder, input, &objects[at + 1..], schema).await?;
+        return Ok(Some((typed, name, false)));
     }
     let footers: Vec<_> = objects[1..]
         .iter()
@@ -318,6 +323,111 @@ async fn reference(
         }
     }
     Ok(Some((Arc::new(arrow::datatypes::Schema::new(fields)), name, dated)))
+}
+
+/// Types the input columns that no object read to plan holds a value of (text left empty:
+/// type Null). A merge, whose table stores its input's columns, takes the table's type of such
+/// a column. A column still without a type is refused where the run needs one — a merge stores
+/// every column, an aggregate reads those its query uses — because any type chosen for it
+/// could be the wrong one: declare it in `[input.schema]`. Other empty columns stay Null (read
+/// as text, unused).
+pub fn type_empty_columns(
+    plan: &mut Plan,
+    cfg: &JobConfig,
+    input: &StoreLocation,
+    table: Option<&SchemaRef>,
+    stores_input: bool,
+) -> Result<()> {
+    let Some(record) = plan.record_schema.clone() else { return Ok(()) };
+    let empty: Vec<String> =
+        record.fields().iter().filter(|f| f.data_type() == &DataType::Null).map(|f| f.name().clone()).collect();
+    if empty.is_empty() {
+        return Ok(());
+    }
+    let stored = |c: &str| -> Option<DataType> {
+        let t = table?.field_with_name(c).ok()?.data_type();
+        (stores_input && t != &DataType::Null).then(|| t.clone())
+    };
+    let retype = |s: &SchemaRef| -> SchemaRef {
+        let fields: Vec<arrow::datatypes::Field> = s
+            .fields()
+            .iter()
+            .map(|f| match (f.data_type(), stored(f.name())) {
+                (DataType::Null, Some(t)) => f.as_ref().clone().with_data_type(t),
+                _ => f.as_ref().clone(),
+            })
+            .collect();
+        Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, s.metadata().clone()))
+    };
+    let record = retype(&record);
+    plan.output_schema = plan.output_schema.as_ref().map(|o| if stores_input { retype(o) } else { o.clone() });
+    plan.decoder.run = Some(record.clone());
+    plan.record_schema = Some(record.clone());
+    let needed: Vec<&String> =
+        empty.iter().filter(|c| stored(c).is_none() && (stores_input || plan.decoder.required.contains(c))).collect();
+    if needed.is_empty() {
+        return Ok(());
+    }
+    let (names, have) = match needed.as_slice() {
+        [one] => (format!("column `{one}` has"), "its type is"),
+        more => (
+            format!("columns {} have", more.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")),
+            "their types are",
+        ),
+    };
+    let read = plan.objects.first().map(|m| input.display(&m.location)).unwrap_or_default();
+    let why = if stores_input { "a merge stores every input column" } else { "the query reads it" };
+    Err(config_err(
+        cfg,
+        "input.schema",
+        format!(
+            "{names} no value in the objects read to plan ({read}, and up to {TYPE_SEARCH_OBJECTS} more of the \
+             run), so {have} unknown, and {why}: declare it, e.g. `{} = \"bigint\"`",
+            needed[0]
+        ),
+    ))
+}
+
+/// Objects read at most, past the first, to type the columns a text object leaves empty.
+const TYPE_SEARCH_OBJECTS: usize = 8;
+/// Bytes read at most, past the first object, to type them.
+const TYPE_SEARCH_BYTES: u64 = 256 << 20;
+
+/// A text object's record schema with the columns it leaves empty in every row (type Null)
+/// typed by the values of the run's next objects, when they hold some (a bounded search; a
+/// declared column needs none). A column still empty stays Null: the run refuses it where it
+/// needs its type.
+async fn typed_from_later_objects(
+    decoder: &Decoder,
+    input: &StoreLocation,
+    later: &[ObjectMeta],
+    schema: SchemaRef,
+) -> Result<SchemaRef> {
+    let untyped = |s: &SchemaRef| -> Vec<String> {
+        s.fields()
+            .iter()
+            .filter(|f| f.data_type() == &DataType::Null && decoder.column_type(f.name()).is_none())
+            .map(|f| f.name().clone())
+            .collect()
+    };
+    let mut fields: Vec<arrow::datatypes::Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut bytes = 0u64;
+    for m in later.iter().take(TYPE_SEARCH_OBJECTS) {
+        let open = untyped(&Arc::new(arrow::datatypes::Schema::new(fields.clone())));
+        if open.is_empty() || bytes + m.size > TYPE_SEARCH_BYTES {
+            break;
+        }
+        bytes += m.size;
+        let s = reference_schema(decoder, input, m).await?;
+        for f in fields.iter_mut().filter(|f| open.contains(f.name())) {
+            if let Ok(g) = s.field_with_name(f.name()) {
+                if g.data_type() != &DataType::Null {
+                    *f = f.clone().with_data_type(g.data_type().clone());
+                }
+            }
+        }
+    }
+    Ok(Arc::new(arrow::datatypes::Schema::new(fields)))
 }
 
 /// The record schema of one object: a Parquet footer (a few ranged reads), or a whole text
@@ -477,6 +587,7 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
             tz: cfg.timezone(),
             declared: t.schema.iter().filter_map(|(c, ty)| read::parse_type(ty).ok().map(|d| (c.clone(), d))).collect(),
             required: Vec::new(),
+            run: None,
         };
         // Every row of a lookup belongs to it: read under one placeholder date.
         let day = NaiveDate::default();

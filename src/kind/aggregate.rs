@@ -314,7 +314,7 @@ impl Aggregate {
         }
         let refs: Vec<(&str, &arrow::datatypes::Schema)> =
             schemas.iter().map(|(o, s)| (o.as_str(), s.as_ref())).collect();
-        let record = read::unified(&refs, &|c| decoder.column_type(c))?;
+        let record = read::unified(&refs, decoder)?;
         let objects: Vec<Arc<str>> = schemas.iter().map(|(o, _)| Arc::from(o.as_str())).collect();
         let key: Vec<String> = if cx.job.config.is_whole_record_key() {
             record.fields().iter().map(|f| f.name().clone()).collect()

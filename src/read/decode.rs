@@ -44,6 +44,9 @@ pub struct Decoder {
     pub declared: BTreeMap<String, Declared>,
     /// The columns the config uses: every object must hold them.
     pub required: Vec<String>,
+    /// The run's record schema, once planned: the types of columns a date's objects leave
+    /// empty (a text column with no value reads as type Null).
+    pub run: Option<SchemaRef>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +86,12 @@ impl Decoder {
     /// declared type.
     pub fn column_type(&self, column: &str) -> Option<DataType> {
         self.declared.get(column).map(|d| d.ty.clone())
+    }
+
+    /// The run's type of `column`, for a date whose objects hold no value of it.
+    pub fn run_type(&self, column: &str) -> Option<DataType> {
+        let t = self.run.as_ref()?.field_with_name(column).ok()?.data_type();
+        (t != &DataType::Null).then(|| t.clone())
     }
 
     /// The declared type of a column, including what the partition source implies: the

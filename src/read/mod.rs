@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use chrono::NaiveDate;
 use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStoreExt};
@@ -273,25 +273,19 @@ pub struct Piece {
 
 /// The rows of one date's pieces as one table: their schemas unified by the written rule
 /// ([`unify`]), every piece conformed to it by column name, exactly.
-pub fn assemble(
-    pieces: Vec<Piece>,
-    declared: &dyn Fn(&str) -> Option<DataType>,
-    tz: chrono_tz::Tz,
-) -> Result<Table, InputError> {
+pub fn assemble(pieces: Vec<Piece>, decoder: &Decoder) -> Result<Table, InputError> {
     let schemas: Vec<(&str, SchemaRef)> = pieces.iter().map(|p| (p.object.as_ref(), p.batch.schema())).collect();
     let refs: Vec<(&str, &arrow::datatypes::Schema)> = schemas.iter().map(|(o, s)| (*o, s.as_ref())).collect();
-    let schema = unified(&refs, declared)?;
+    let schema = unified(&refs, decoder)?;
     drop(schemas);
-    let conformed = pieces.into_iter().map(|p| conform(p, &schema, tz)).collect::<Result<Vec<_>, _>>()?;
+    let conformed = pieces.into_iter().map(|p| conform(p, &schema, decoder.tz)).collect::<Result<Vec<_>, _>>()?;
     Table::from_pieces(schema, conformed)
 }
 
-/// The schema the objects' schemas unify to (the written rule of [`unify`]).
-pub fn unified(
-    schemas: &[(&str, &arrow::datatypes::Schema)],
-    declared: &dyn Fn(&str) -> Option<DataType>,
-) -> Result<SchemaRef, InputError> {
-    unify::unify(schemas, declared).map_err(|c| {
+/// The schema the objects' schemas unify to (the written rule of [`unify`]): declared types
+/// first, and a column with no value in any of them in the run's type.
+pub fn unified(schemas: &[(&str, &arrow::datatypes::Schema)], decoder: &Decoder) -> Result<SchemaRef, InputError> {
+    unify::unify(schemas, &|c| decoder.column_type(c), &|c| decoder.run_type(c)).map_err(|c| {
         let objects = format!("{} and {}", c.types[0].1, c.types[1].1);
         InputError::bad(
             Location { object: objects, row: None, line: None, column: Some(c.column.clone()) },
@@ -467,7 +461,7 @@ pub async fn read_date(
         }
         pieces.append(&mut d.pieces);
     }
-    Ok(assemble(pieces, &|c| decoder.column_type(c), decoder.tz)?)
+    Ok(assemble(pieces, decoder)?)
 }
 
 /// A flat input, read once for every wanted date: each object's rows split by date.
@@ -513,7 +507,7 @@ impl FlatInput {
             return Err(e.clone().into());
         }
         let pieces = self.by_date.get(&date).cloned().unwrap_or_default();
-        Ok(assemble(pieces, &|c| decoder.column_type(c), decoder.tz)?)
+        Ok(assemble(pieces, decoder)?)
     }
 }
 

@@ -185,8 +185,13 @@ pub fn parquet_native(t: &DataType) -> DataType {
 
 /// The record schema of some objects: every column of any of them, in order of first
 /// appearance, each of its unified type (or its declared type) as Parquet holds it
-/// ([`parquet_native`]).
-pub fn unify(objects: &[(&str, &Schema)], declared: &dyn Fn(&str) -> Option<DataType>) -> Result<SchemaRef, Clash> {
+/// ([`parquet_native`]). A column with no value in any of them (type Null: text left empty)
+/// takes the type `empty` gives it (the run's), else text.
+pub fn unify(
+    objects: &[(&str, &Schema)],
+    declared: &dyn Fn(&str) -> Option<DataType>,
+    empty: &dyn Fn(&str) -> Option<DataType>,
+) -> Result<SchemaRef, Clash> {
     let mut fields: Vec<(String, DataType, String)> = Vec::new();
     for (object, schema) in objects {
         for f in schema.fields() {
@@ -209,7 +214,13 @@ pub fn unify(objects: &[(&str, &Schema)], declared: &dyn Fn(&str) -> Option<Data
     Ok(Arc::new(Schema::new(
         fields
             .into_iter()
-            .map(|(n, t, _)| Field::new(n, if t == DataType::Null { DataType::Utf8 } else { parquet_native(&t) }, true))
+            .map(|(n, t, _)| {
+                let t = match t {
+                    DataType::Null => empty(&n).unwrap_or(DataType::Utf8),
+                    t => parquet_native(&t),
+                };
+                Field::new(n, t, true)
+            })
             .collect::<Vec<_>>(),
     )))
 }
@@ -403,11 +414,11 @@ mod tests {
         let a = Schema::new(vec![Field::new("id", Utf8, true), Field::new("v", Int32, true)]);
         let b =
             Schema::new(vec![Field::new("v", Int64, true), Field::new("id", Utf8, true), Field::new("x", Utf8, true)]);
-        let s = unify(&[("a.parquet", &a), ("b.parquet", &b)], &|_| None).unwrap();
+        let s = unify(&[("a.parquet", &a), ("b.parquet", &b)], &|_| None, &|_| None).unwrap();
         let names: Vec<_> = s.fields().iter().map(|f| (f.name().as_str(), f.data_type().clone())).collect();
         assert_eq!(names, [("id", Utf8), ("v", Int64), ("x", Utf8)]);
         let c = Schema::new(vec![Field::new("v", Utf8, true)]);
-        let e = unify(&[("a.parquet", &a), ("c.parquet", &c)], &|_| None).unwrap_err().to_string();
+        let e = unify(&[("a.parquet", &a), ("c.parquet", &c)], &|_| None, &|_| None).unwrap_err().to_string();
         assert!(e.contains("`v`") && e.contains("Int32 in a.parquet") && e.contains("Utf8 in c.parquet"), "{e}");
     }
 

@@ -49,6 +49,7 @@ impl Planned {
             flat = Some(Arc::new(read));
         }
         let table = schema::table_schema(&job.output, &job.state, &cfg.partition.column).await?;
+        plan::type_empty_columns(&mut plan, cfg, &job.input, table.as_ref(), job.kind.reads_stored_state())?;
         // A merge stores rows by column name: the same columns in another order (the first
         // object's header order) keep the table's order.
         if let (Some(t), Some(o)) = (&table, &plan.output_schema) {

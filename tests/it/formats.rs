@@ -108,6 +108,7 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
         tz: chrono_tz::UTC,
         declared: Default::default(),
         required: vec!["event_date".into()],
+        run: None,
     };
     let bytes = bytes::Bytes::from(buf);
     let pieces = decoder.decode("events.parquet", bytes.clone(), &[d("2026-11-01")], None).unwrap().pieces;
@@ -978,4 +979,105 @@ fn wall_clock_versions_in_a_repeated_hour_are_not_guessed() {
     let out = job(&lake, "csv", "schema = { v = \"timestamp\" }", KV, sql, "2026-11-01");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(amounts(), [("1".to_string(), "20".to_string())], "the later instant");
+}
+
+/// A text column left empty in every row of a date (an optional field nobody filled that day)
+/// takes the type the run gives it; with no type anywhere it is refused before anything runs,
+/// not guessed.
+#[test]
+fn a_column_left_empty_takes_the_run_type_or_is_refused() {
+    let lake = Lake::new();
+    let write = |date: &str, rows: &str| {
+        let dir = lake.input().join(format!("event_date={date}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("p.csv"), format!("k,v,amount,coupon,qty\n{rows}")).unwrap();
+    };
+    let run = |kind: &str, body: &str, schema: &str, from: &str, to: &str| {
+        let text = format!(
+            "[job]\nname = \"t\"\nkind = \"{kind}\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n{schema}\n\n{KV}\n\n{body}\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let cfg = lake.input().parent().unwrap().join("job.toml");
+        std::fs::write(&cfg, text).unwrap();
+        cli(&["run", "--config", cfg.to_str().unwrap(), "--from", from, "--to", to], lake.input().parent().unwrap())
+    };
+    let rows = |date: &str| {
+        let b = read_batch(&lake.partition_file(date));
+        let shown = (0..b.num_rows())
+            .map(|i| {
+                (0..b.num_columns())
+                    .map(|c| arrow::util::display::array_value_to_string(b.column(c), i).unwrap())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect::<Vec<_>>();
+        let types = b.schema().fields().iter().map(|f| f.data_type().to_string()).collect::<Vec<_>>().join(",");
+        (shown, types)
+    };
+    let fresh = || {
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.state());
+    };
+    let merge = |schema: &str, from: &str, to: &str| run("merge", "", schema, from, to);
+    let typed = ("2026-11-01", "a,1,10.5,X,5\nb,1,3.25,,\n");
+    let empty = ("2026-11-02", "c,1,2.5,,\nd,1,1.0,,\n");
+    let merged_types = "Utf8,Int64,Float64,Utf8,Int64";
+
+    // The empty date after a typed one, and before it: both dates in the run's types.
+    for order in [[typed, empty], [(typed.0, empty.1), (empty.0, typed.1)]] {
+        fresh();
+        for (date, body) in order {
+            write(date, body);
+        }
+        let out = merge("", "2026-11-01", "2026-11-02");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        for date in ["2026-11-01", "2026-11-02"] {
+            assert_eq!(rows(date).1, merged_types, "{date}");
+        }
+    }
+    let (shown, _) = rows("2026-11-01");
+    assert_eq!(shown, ["c,1,2.5,,", "d,1,1.0,,"]);
+    // A later run of the empty date alone takes the table's types.
+    let out = merge("", "2026-11-01", "2026-11-01");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(rows("2026-11-01").1, merged_types);
+
+    // No value anywhere and no table: refused, nothing written; declared, it runs.
+    fresh();
+    std::fs::remove_dir_all(lake.input().join("event_date=2026-11-02")).unwrap();
+    write("2026-11-01", empty.1);
+    let out = merge("", "2026-11-01", "2026-11-01");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("`input.schema`")
+            && t.contains("columns `coupon`, `qty` have no value in the objects read to plan")
+            && t.contains("a merge stores every input column")
+            && t.contains("declare it"),
+        "{t}"
+    );
+    assert!(!lake.output().exists() || walk(&lake.output()).is_empty());
+    let out = merge("schema = { coupon = \"string\", qty = \"bigint\" }", "2026-11-01", "2026-11-01");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(rows("2026-11-01").1, merged_types);
+
+    // An aggregate: the query's column in the run's type, or refused when it has none; a
+    // column the query does not read may stay empty.
+    let sql = "[aggregate]\nsql = \"SELECT count(*) AS n, max(qty) AS top, arrow_typeof(max(qty)) AS t FROM events\"";
+    fresh();
+    write(typed.0, empty.1);
+    write(empty.0, typed.1);
+    let out = run("aggregate", sql, "", "2026-11-01", "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(rows("2026-11-01"), (vec!["2,,Int64".to_string()], "Int64,Int64,Utf8".to_string()));
+    assert_eq!(rows("2026-11-02"), (vec!["2,5,Int64".to_string()], "Int64,Int64,Utf8".to_string()));
+    let out = run("aggregate", sql, "", "2026-11-01", "2026-11-01");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("column `qty` has no value") && text(&out).contains("the query reads it"));
+    fresh();
+    let out =
+        run("aggregate", "[aggregate]\nsql = \"SELECT count(*) AS n FROM events\"", "", "2026-11-01", "2026-11-01");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(rows("2026-11-01"), (vec!["2".to_string()], "Int64".to_string()));
 }

@@ -36,6 +36,7 @@ fn decoder(format: Format) -> Decoder {
         tz: chrono_tz::UTC,
         declared,
         required: ["event_date", "order_id", "source_version"].map(String::from).to_vec(),
+        run: None,
     }
 }
 
@@ -52,7 +53,7 @@ fn pipeline(format: Format, bytes: Vec<u8>) {
     let dec = decoder(format);
     let wanted = [d("2026-11-01")];
     let Ok(decoded) = dec.decode("fuzz", bytes::Bytes::from(bytes), &wanted, None) else { return };
-    let Ok(table) = assemble(decoded.pieces, &|_| None, chrono_tz::UTC) else { return };
+    let Ok(table) = assemble(decoded.pieces, &dec) else { return };
     let cfg = JobConfig::parse(VALID, "fuzz").unwrap();
     let id = lakeswap::prepare::Identity::from_config(&cfg, &[]);
     let _ = lakeswap::prepare::prepare(table, &id);
