@@ -202,7 +202,9 @@ pub async fn plan(
             (Some(schema), Some(output), query_plan, used)
         }
     };
-    decoder.run = record_schema.clone();
+    // A merge's empty columns take the run's types; an aggregate date's file depends on its
+    // own objects alone (G2), so its empty columns are not typed from other dates.
+    decoder.run = record_schema.clone().filter(|_| kind.reads_stored_state());
     decoder.required = required_columns(cfg, kind, &decoder.date_source);
     for c in used {
         if !decoder.required.contains(&c) {
@@ -361,7 +363,9 @@ pub fn type_empty_columns(
     };
     let record = retype(&record);
     plan.output_schema = plan.output_schema.as_ref().map(|o| if stores_input { retype(o) } else { o.clone() });
-    plan.decoder.run = Some(record.clone());
+    if stores_input {
+        plan.decoder.run = Some(record.clone());
+    }
     plan.record_schema = Some(record.clone());
     let needed: Vec<&String> =
         empty.iter().filter(|c| stored(c).is_none() && (stores_input || plan.decoder.required.contains(c))).collect();
