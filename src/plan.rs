@@ -361,12 +361,12 @@ pub fn type_empty_columns(
             .collect();
         Arc::new(arrow::datatypes::Schema::new_with_metadata(fields, s.metadata().clone()))
     };
-    let record = retype(&record);
-    plan.output_schema = plan.output_schema.as_ref().map(|o| if stores_input { retype(o) } else { o.clone() });
     if stores_input {
+        let record = retype(&record);
+        plan.output_schema = plan.output_schema.as_ref().map(retype);
         plan.decoder.run = Some(record.clone());
+        plan.record_schema = Some(record);
     }
-    plan.record_schema = Some(record.clone());
     let needed: Vec<&String> =
         empty.iter().filter(|c| stored(c).is_none() && (stores_input || plan.decoder.required.contains(c))).collect();
     if needed.is_empty() {
@@ -385,8 +385,8 @@ pub fn type_empty_columns(
         cfg,
         "input.schema",
         format!(
-            "{names} no value in the objects read to plan ({read}, and up to {TYPE_SEARCH_OBJECTS} more of the \
-             run), so {have} unknown, and {why}: declare it, e.g. `{} = \"bigint\"`",
+            "{names} no value in the objects read to plan (from {read} on, at most {TYPE_SEARCH_OBJECTS} more), \
+             so {have} unknown, and {why}: declare it, e.g. `{} = \"bigint\"` or `\"string\"`",
             needed[0]
         ),
     ))
@@ -407,8 +407,8 @@ async fn typed_from_later_objects(
     later: &[ObjectMeta],
     schema: SchemaRef,
 ) -> Result<SchemaRef> {
-    let untyped = |s: &SchemaRef| -> Vec<String> {
-        s.fields()
+    let untyped = |fields: &[arrow::datatypes::Field]| -> Vec<String> {
+        fields
             .iter()
             .filter(|f| f.data_type() == &DataType::Null && decoder.column_type(f.name()).is_none())
             .map(|f| f.name().clone())
@@ -417,7 +417,7 @@ async fn typed_from_later_objects(
     let mut fields: Vec<arrow::datatypes::Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     let mut bytes = 0u64;
     for m in later.iter().take(TYPE_SEARCH_OBJECTS) {
-        let open = untyped(&Arc::new(arrow::datatypes::Schema::new(fields.clone())));
+        let open = untyped(&fields);
         if open.is_empty() || bytes + m.size > TYPE_SEARCH_BYTES {
             break;
         }
