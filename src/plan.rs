@@ -79,6 +79,8 @@ pub struct Plan {
     pub lookups: Arc<Vec<crate::engine::Lookup>>,
     /// The query's plan, for `--dry-run`.
     pub query_plan: Option<String>,
+    /// The input columns the daily table's query reads.
+    pub query_columns: Vec<String>,
 }
 
 fn config_err(cfg: &JobConfig, key: &str, message: String) -> Error {
@@ -195,10 +197,29 @@ pub async fn plan(
             // The date source's column has the type it will have once read.
             let schema = decoder_schema(&decoder, schema);
             check_columns(cfg, &schema, &name)?;
-            let (output, query_plan, used) = kind
-                .output_schema(cfg, &schema, &lookups)
-                .await
-                .map_err(|(key, m)| config_err(cfg, &key, format!("{m} (the input read from {name})")))?;
+            let (output, query_plan, used) = kind.output_schema(cfg, &schema, &lookups).await.map_err(|(key, m)| {
+                // A column with no value in the objects read has no type the query can use.
+                let empty: Vec<String> = schema
+                    .fields()
+                    .iter()
+                    .filter(|f| f.data_type() == &DataType::Null)
+                    .map(|f| format!("`{}`", f.name()))
+                    .collect();
+                let (m, hint) = match empty.as_slice() {
+                    [] => (m, String::new()),
+                    cols => (
+                        m.replace(crate::engine::NULL_HINT, ""),
+                        format!(
+                            "; {} no value in the objects read to plan, so no type: declare it in [input.schema]",
+                            match cols {
+                                [one] => format!("column {one} has"),
+                                more => format!("columns {} have", more.join(", ")),
+                            }
+                        ),
+                    ),
+                };
+                config_err(cfg, &key, format!("{m} (the input read from {name}){hint}"))
+            })?;
             (Some(schema), Some(output), query_plan, used)
         }
     };
@@ -206,9 +227,9 @@ pub async fn plan(
     // own objects alone (G2), so its empty columns are not typed from other dates.
     decoder.run = record_schema.clone().filter(|_| kind.reads_stored_state());
     decoder.required = required_columns(cfg, kind, &decoder.date_source);
-    for c in used {
-        if !decoder.required.contains(&c) {
-            decoder.required.push(c);
+    for c in &used {
+        if !decoder.required.contains(c) {
+            decoder.required.push(c.clone());
         }
     }
     if layout == Layout::Hive {
@@ -237,7 +258,18 @@ pub async fn plan(
         let dir = commit::partition_dir(column, date);
         partitions.push(PartitionPlan { date, dir, inputs: objs, seen: Seen::default() });
     }
-    Ok(Plan { layout, partitions, objects, object_dates, decoder, record_schema, output_schema, lookups, query_plan })
+    Ok(Plan {
+        layout,
+        partitions,
+        objects,
+        object_dates,
+        decoder,
+        record_schema,
+        output_schema,
+        lookups,
+        query_plan,
+        query_columns: used,
+    })
 }
 
 /// The dates an object's row groups may hold, from its footer (`None`: any date).
@@ -367,8 +399,23 @@ pub fn type_empty_columns(
         plan.decoder.run = Some(record.clone());
         plan.record_schema = Some(record);
     }
-    let needed: Vec<&String> =
-        empty.iter().filter(|c| stored(c).is_none() && (stores_input || plan.decoder.required.contains(c))).collect();
+    if stores_input {
+        // The tombstone value is checked against the type the table gives the column.
+        if let Some(d) = cfg.identity.deleted.as_ref().filter(|d| empty.contains(&d.column)) {
+            if let Some(t) = stored(&d.column) {
+                crate::predicate::Equals::new(&t, &d.equals, cfg.timezone())
+                    .map_err(|m| config_err(cfg, "identity.deleted.equals", m))?;
+            }
+        }
+    }
+    // A merge needs the type of every column it stores. An aggregate needs the type of the
+    // columns its query reads, but for a key or version: a null one is bad input of its date,
+    // which fails naming the row (exit 3), before any query.
+    let identity = |c: &String| cfg.identity.key.contains(c) || cfg.identity.version.as_ref() == Some(c);
+    let needed: Vec<&String> = empty
+        .iter()
+        .filter(|c| stored(c).is_none() && (stores_input || (plan.query_columns.contains(c) && !identity(c))))
+        .collect();
     if needed.is_empty() {
         return Ok(());
     }
@@ -530,10 +577,16 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
             ));
         }
     }
+    // A key, version or tombstone column with no value in the objects read to plan (type Null)
+    // is checked where it has values: a null key or version fails its date, naming the row, and
+    // an empty tombstone column means no deletes.
     if let Some(v) = &cfg.identity.version {
         let f = schema.field_with_name(v).map_err(|_| missing("identity.version", v))?;
-        let arr = arrow::array::new_empty_array(f.data_type());
-        prepare::version_values(&arr).map_err(|m| config_err(cfg, "identity.version", format!("column `{v}` {m}")))?;
+        if f.data_type() != &DataType::Null {
+            let arr = arrow::array::new_empty_array(f.data_type());
+            prepare::version_values(&arr)
+                .map_err(|m| config_err(cfg, "identity.version", format!("column `{v}` {m}")))?;
+        }
     }
     if let Some(d) = &cfg.identity.deleted {
         let f = schema.field_with_name(&d.column).map_err(|_| missing("identity.deleted.column", &d.column))?;

@@ -1,7 +1,8 @@
 //! The tombstone test of `[identity] deleted = { column = "op", equals = "D" }`: a row is a
 //! delete when its value equals the configured one, compared in the column's own type (`1`
 //! equals an integer 1, `"2026-11-01"` a date, `0.7` a decimal 0.70). A value the column can
-//! never hold is refused when the job is planned. Nulls never match.
+//! never hold is refused when the job is planned. Nulls never match: a column with no value in a
+//! date's objects (type Null) means that date has no deletes.
 
 use std::sync::Arc;
 
@@ -11,7 +12,8 @@ use arrow::datatypes::DataType;
 /// `column = value`, in the column's type.
 #[derive(Debug, Clone)]
 pub struct Equals {
-    value: Scalar<ArrayRef>,
+    /// None: the column is of type Null, all nulls, and no row matches.
+    value: Option<Scalar<ArrayRef>>,
 }
 
 /// A TOML float compared with a column that is not a float: refused past 15 significant
@@ -61,6 +63,9 @@ impl Equals {
             toml::Value::Table(_) | toml::Value::Array(_) => return Err(format!("`{v}` is not one value")),
             other => other.to_string(),
         };
+        if ty == &DataType::Null {
+            return Ok(Equals { value: None });
+        }
         let never = |why: &str| format!("`{text}` can never equal a value of type {ty}: {why}");
         exact_float(v, ty)?;
         quoted_integer(v, ty)?;
@@ -85,19 +90,25 @@ impl Equals {
                 parsed.array
             }
         };
-        Ok(Equals { value: Scalar::new(value) })
+        Ok(Equals { value: Some(Scalar::new(value)) })
     }
 
     /// Which rows of `array` (of the column's type, or a dictionary of it) equal the value.
     pub fn matches(&self, array: &ArrayRef) -> Result<BooleanArray, String> {
+        let Some(value) = &self.value else {
+            return Ok(BooleanArray::from(vec![false; array.len()]));
+        };
+        if array.data_type() == &DataType::Null {
+            return Ok(BooleanArray::from(vec![false; array.len()]));
+        }
         let plain = match array.data_type() {
             DataType::Dictionary(_, v) => arrow::compute::cast(array, v).map_err(|e| e.to_string())?,
-            t if t != self.value.get().0.data_type() => {
-                arrow::compute::cast(array, self.value.get().0.data_type()).map_err(|e| e.to_string())?
+            t if t != value.get().0.data_type() => {
+                arrow::compute::cast(array, value.get().0.data_type()).map_err(|e| e.to_string())?
             }
             _ => array.clone(),
         };
-        let eq = arrow::compute::kernels::cmp::eq(&plain, &self.value).map_err(|e| e.to_string())?;
+        let eq = arrow::compute::kernels::cmp::eq(&plain, value).map_err(|e| e.to_string())?;
         // Nulls never match.
         Ok(match eq.nulls() {
             Some(n) => BooleanArray::new(eq.values() & n.inner(), None),
@@ -139,5 +150,13 @@ mod tests {
         assert!(Equals::new(&DataType::Int32, &"+7".into(), tz).unwrap_err().contains("write 7"));
         let m = Equals::new(&DataType::Int64, &"2".into(), tz).unwrap().matches(&n).unwrap();
         assert_eq!(m, BooleanArray::from(vec![false, true]));
+        // A column with no value that day: no deletes, whatever the value.
+        let empty: ArrayRef = Arc::new(arrow::array::NullArray::new(3));
+        for v in [toml::Value::from("D"), toml::Value::Integer(1)] {
+            let m = Equals::new(&DataType::Null, &v, tz).unwrap().matches(&empty).unwrap();
+            assert_eq!(m, BooleanArray::from(vec![false; 3]));
+        }
+        let m = Equals::new(&DataType::Utf8, &"D".into(), tz).unwrap().matches(&empty).unwrap();
+        assert_eq!(m, BooleanArray::from(vec![false; 3]));
     }
 }

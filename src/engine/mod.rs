@@ -111,6 +111,10 @@ pub fn parse(sql: &str) -> Result<(), String> {
     statements.iter().try_for_each(unlike::unlike_syntax)
 }
 
+/// Said of an engine error about a column of type Null.
+pub const NULL_HINT: &str = ". A column read from text whose every value is empty has no type of its own (Null): \
+                             declare its type in [input.schema]";
+
 /// The engine's reason, with the line and column it points at when it has them.
 fn reason(e: &DataFusionError, _sql: &str) -> String {
     // An analyzer rule's refusal: its own message, not the rule's name.
@@ -136,10 +140,7 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
     }
     // A text column empty in every row of its objects reads as type Null.
     if msg.contains("for Null") || msg.contains("take Null") || msg.contains("(Null") {
-        msg.push_str(
-            ". A column read from text whose every value is empty has no type of its own (Null): declare its \
-             type in [input.schema]",
-        );
+        msg.push_str(NULL_HINT);
     }
     if msg.contains("duplicate unqualified field name") {
         msg.push_str(

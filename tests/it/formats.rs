@@ -1082,3 +1082,105 @@ fn a_column_left_empty_takes_the_run_type_or_is_refused() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(rows("2026-11-01"), (vec!["2".to_string()], "Int64".to_string()));
 }
+
+#[test]
+fn an_empty_tombstone_column_means_no_deletes_and_an_empty_key_fails_its_date() {
+    let lake = Lake::new();
+    let write = |date: &str, rows: &str| {
+        let dir = lake.input().join(format!("event_date={date}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("p.csv"), format!("k,v,amount,op\n{rows}")).unwrap();
+    };
+    let run = |kind: &str, identity: &str, body: &str, schema: &str, from: &str, to: &str| {
+        let text = format!(
+            "[job]\nname = \"t\"\nkind = \"{kind}\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n{schema}\n\n{identity}\n\n{body}\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let cfg = lake.input().parent().unwrap().join("job.toml");
+        std::fs::write(&cfg, text).unwrap();
+        cli(&["run", "--config", cfg.to_str().unwrap(), "--from", from, "--to", to], lake.input().parent().unwrap())
+    };
+    let rows = |date: &str| {
+        let b = read_batch(&lake.partition_file(date));
+        let shown = (0..b.num_rows())
+            .map(|i| {
+                (0..b.num_columns())
+                    .map(|c| arrow::util::display::array_value_to_string(b.column(c), i).unwrap())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect::<Vec<_>>();
+        let types = b.schema().fields().iter().map(|f| f.data_type().to_string()).collect::<Vec<_>>().join(",");
+        (shown, types)
+    };
+    let fresh = || {
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.state());
+    };
+    let deletes = |equals: &str| format!("{KV}\n\n[identity.deleted]\ncolumn = \"op\"\nequals = {equals}");
+    let merge = |equals: &str, schema: &str, from: &str, to: &str| run("merge", &deletes(equals), "", schema, from, to);
+    // 2026-11-01 deletes `b`; 2026-11-02 has no deletes, its `op` empty in every row.
+    write("2026-11-01", "a,1,10.5,\nb,1,3.25,\nb,2,3.25,D\n");
+    write("2026-11-02", "c,1,2.5,\nd,1,1.0,\n");
+
+    // A merge: the quiet date takes the run's (then the table's) type, and deletes nothing.
+    for (from, to) in [("2026-11-01", "2026-11-02"), ("2026-11-02", "2026-11-02")] {
+        let out = merge("\"D\"", "", from, to);
+        assert_eq!(out.status.code(), Some(0), "{from}..{to}: {}", text(&out));
+    }
+    assert_eq!(rows("2026-11-01"), (vec!["a,1,10.5,".into()], "Utf8,Int64,Float64,Utf8".into()));
+    assert_eq!(rows("2026-11-02").0, ["c,1,2.5,", "d,1,1.0,"]);
+    assert_eq!(rows("2026-11-02").1, "Utf8,Int64,Float64,Utf8");
+    // The value is checked against the type the table holds.
+    let out = merge("1", "", "2026-11-02", "2026-11-02");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("identity.deleted.equals") && text(&out).contains("quote the value"), "{}", text(&out));
+    // No table and no value anywhere: the merge stores the column, so it needs a type.
+    fresh();
+    let out = merge("\"D\"", "", "2026-11-02", "2026-11-02");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("column `op` has no value") && text(&out).contains("a merge stores every"));
+    let out = merge("\"D\"", "schema = { op = \"string\" }", "2026-11-02", "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(rows("2026-11-02").0, ["c,1,2.5,", "d,1,1.0,"]);
+
+    // An aggregate: the quiet date alone, and in a range after a date with deletes.
+    let sql = "[aggregate]\nsql = \"SELECT count(*) AS n, sum(amount) AS total FROM events\"";
+    let aggregate = |identity: &str, from: &str, to: &str| run("aggregate", identity, sql, "", from, to);
+    fresh();
+    let out = aggregate(&deletes("\"D\""), "2026-11-02", "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(rows("2026-11-02").0, ["2,3.5"]);
+    fresh();
+    let out = aggregate(&deletes("\"D\""), "2026-11-01", "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(rows("2026-11-01").0, ["1,10.5"]);
+    assert_eq!(rows("2026-11-02").0, ["2,3.5"]);
+
+    // A query the engine cannot plan over the empty column: its reason, and the column named.
+    fresh();
+    let out =
+        run("aggregate", KV, "[aggregate]\nsql = \"SELECT sum(op) AS s FROM events\"", "", "2026-11-02", "2026-11-02");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("SUM not supported for Null") && t.contains("column `op` has no value in the objects read"),
+        "{t}"
+    );
+    assert_eq!(t.matches("[input.schema]").count(), 1, "{t}");
+
+    // An empty key or version fails its date naming the row, alone as in a range (exit 3).
+    for (day, what, column) in
+        [(",,1.0,\n,,2.0,\n", "the key is null", "`k`"), ("x,,1.0,\n", "the version is null", "`v`")]
+    {
+        write("2026-11-03", day);
+        for from in ["2026-11-01", "2026-11-03"] {
+            fresh();
+            let out = aggregate(KV, from, "2026-11-03");
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(3), "{what} from {from}: {t}");
+            assert!(t.contains(what) && t.contains("event_date=2026-11-03/p.csv") && t.contains(column), "{t}");
+        }
+    }
+}
