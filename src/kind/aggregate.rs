@@ -235,7 +235,12 @@ impl Aggregate {
         let batch = batch?;
         let compute_s = phase.elapsed().as_secs_f64();
         let schema = batch.schema();
-        cx.check_output(&schema)?;
+        cx.check_output(&schema).map_err(|e| match e {
+            PartitionError::OutputSchema { why } => {
+                PartitionError::OutputSchema { why: format!("{why}{}", query_input_differences(cx.plan, &record)) }
+            }
+            e => e,
+        })?;
         let inputs = cx.plan.lineage_inputs(p, &cx.job.input);
         let lineage = Lineage::new(cx.job.config.fingerprint(), inputs, stats, batch.num_rows() as u64);
         let bytes = commit::encode(&batch, &lineage, &[])?;
@@ -510,4 +515,33 @@ fn add_stats(to: &mut PrepareStats, s: &PrepareStats) {
     to.conflicting_keys += s.conflicting_keys;
     to.quarantined_rows += s.quarantined_rows;
     to.keys += s.keys;
+}
+
+/// The input columns the query reads whose type on a date is not the one the run was planned
+/// with: where a date's output type comes from. A column with no value in any of the date's
+/// objects reads as text.
+fn query_input_differences(plan: &crate::plan::Plan, record: &SchemaRef) -> String {
+    let Some(planned) = &plan.record_schema else { return String::new() };
+    let differ: Vec<String> = plan
+        .query_columns
+        .iter()
+        .filter_map(|c| {
+            let (here, there) = (record.field_with_name(c).ok()?, planned.field_with_name(c).ok()?);
+            (here.data_type() != there.data_type()).then(|| {
+                format!(
+                    "`{c}` is {} in this date's objects, {} where the run was planned",
+                    here.data_type(),
+                    there.data_type()
+                )
+            })
+        })
+        .collect();
+    match differ.is_empty() {
+        true => String::new(),
+        false => format!(
+            " (of the input columns the query reads, {}; a column with no value in any of a date's objects \
+             reads as text)",
+            differ.join(", ")
+        ),
+    }
 }

@@ -272,8 +272,10 @@ impl RunSummary {
 /// Runs a job over a set of dates: plan, hold, compute, commit, record.
 pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
     check_options(opts)?;
-    job.check_layout(true).await?;
+    // Checked first, claimed once the plan holds: a run refused by its plan writes nothing.
+    job.check_layout(false).await?;
     let planned = Planned::new(job, opts, false).await?;
+    job.check_layout(true).await?;
     let held = hold::hold(job, opts, planned).await?;
     let computed = job.kind.compute(&held.context(job, opts)).await;
     let committed = commit::commit(job, opts, held, computed).await;

@@ -1071,6 +1071,11 @@ fn a_column_left_empty_takes_the_run_type_or_is_refused() {
     // The empty date is not typed from another date: its file depends on its own objects.
     let out = run("aggregate", sql, "", "2026-11-01", "2026-11-02");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains("`qty` is Utf8 in this date's objects, Int64 where the run was planned"),
+        "{}",
+        text(&out)
+    );
     assert!(!lake.partition_file("2026-11-01").exists());
     assert_eq!(rows("2026-11-02"), (vec!["2,5,Int64".to_string()], "Int64,Int64,Utf8".to_string()));
     let out = run("aggregate", sql, "", "2026-11-01", "2026-11-01");
@@ -1141,6 +1146,9 @@ fn an_empty_tombstone_column_means_no_deletes_and_an_empty_key_fails_its_date() 
     let out = merge("\"D\"", "", "2026-11-02", "2026-11-02");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("column `op` has no value") && text(&out).contains("a merge stores every"));
+    for written in [lake.output(), lake.state()] {
+        assert!(!written.exists() || walk(&written).is_empty(), "{:?}", walk(&written));
+    }
     let out = merge("\"D\"", "schema = { op = \"string\" }", "2026-11-02", "2026-11-02");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(rows("2026-11-02").0, ["c,1,2.5,", "d,1,1.0,"]);
