@@ -384,11 +384,7 @@ pub fn merge(
     let is_delete = match &id.deleted {
         Some(d) => {
             let col = batch.column_by_name(&d.column).ok_or_else(|| other("no tombstone column".into()))?;
-            Some(
-                predicate::Equals::new(col.data_type(), &d.equals, id.tz)
-                    .and_then(|e| e.matches(col))
-                    .map_err(other)?,
-            )
+            Some(predicate::Equals::rows(col, &d.equals, id.tz).map_err(other)?)
         }
         None => None,
     };

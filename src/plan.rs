@@ -27,6 +27,7 @@ use crate::error::{Error, InputError, Location, Result};
 use crate::kind::Kind;
 use crate::lineage::InputObject;
 use crate::prepare;
+use crate::read::unify::{fill_nulls, has_null};
 use crate::read::{self, list, DateSource, Decoder};
 use crate::store::StoreLocation;
 
@@ -206,6 +207,7 @@ pub async fn plan(
                     .map(|f| format!("`{}`", f.name()))
                     .collect();
                 let (m, hint) = match empty.as_slice() {
+                    _ if !m.contains(crate::engine::NULL_HINT) => (m, String::new()),
                     [] => (m, String::new()),
                     cols => (
                         m.replace(crate::engine::NULL_HINT, ""),
@@ -373,21 +375,25 @@ pub fn type_empty_columns(
     stores_input: bool,
 ) -> Result<()> {
     let Some(record) = plan.record_schema.clone() else { return Ok(()) };
-    let empty: Vec<String> =
-        record.fields().iter().filter(|f| f.data_type() == &DataType::Null).map(|f| f.name().clone()).collect();
-    if empty.is_empty() {
+    let untyped = |c: &str| record.field_with_name(c).is_ok_and(|f| has_null(f.data_type()));
+    if !record.fields().iter().any(|f| untyped(f.name())) {
         return Ok(());
     }
+    let empty: Vec<String> =
+        record.fields().iter().filter(|f| f.data_type() == &DataType::Null).map(|f| f.name().clone()).collect();
+    // The table's type of a column the plan has no value in (anywhere in it: a nested one may
+    // lack values in a list or a struct field), where it fills those places.
     let stored = |c: &str| -> Option<DataType> {
         let t = table?.field_with_name(c).ok()?.data_type();
-        (stores_input && t != &DataType::Null).then(|| t.clone())
+        let mine = record.field_with_name(c).ok()?.data_type();
+        (stores_input && !has_null(t) && fill_nulls(mine, t).as_ref() == Some(t)).then(|| t.clone())
     };
     let retype = |s: &SchemaRef| -> SchemaRef {
         let fields: Vec<arrow::datatypes::Field> = s
             .fields()
             .iter()
-            .map(|f| match (f.data_type(), stored(f.name())) {
-                (DataType::Null, Some(t)) => f.as_ref().clone().with_data_type(t),
+            .map(|f| match stored(f.name()) {
+                Some(t) if untyped(f.name()) => f.as_ref().clone().with_data_type(t),
                 _ => f.as_ref().clone(),
             })
             .collect();
@@ -457,7 +463,7 @@ async fn typed_from_later_objects(
     let untyped = |fields: &[arrow::datatypes::Field]| -> Vec<String> {
         fields
             .iter()
-            .filter(|f| f.data_type() == &DataType::Null && decoder.column_type(f.name()).is_none())
+            .filter(|f| crate::read::unify::has_null(f.data_type()) && decoder.column_type(f.name()).is_none())
             .map(|f| f.name().clone())
             .collect()
     };
@@ -471,10 +477,8 @@ async fn typed_from_later_objects(
         bytes += m.size;
         let s = reference_schema(decoder, input, m).await?;
         for f in fields.iter_mut().filter(|f| open.contains(f.name())) {
-            if let Ok(g) = s.field_with_name(f.name()) {
-                if g.data_type() != &DataType::Null {
-                    *f = f.clone().with_data_type(g.data_type().clone());
-                }
+            if let Some(t) = s.field_with_name(f.name()).ok().and_then(|g| fill_nulls(f.data_type(), g.data_type())) {
+                *f = f.clone().with_data_type(t);
             }
         }
     }

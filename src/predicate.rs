@@ -93,6 +93,16 @@ impl Equals {
         Ok(Equals { value: Some(Scalar::new(value)) })
     }
 
+    /// Which rows of `array` equal `v` in the array's type. An array with no value (nulls only:
+    /// a column left empty in a date's objects, read as text where the date gives it no other
+    /// type) has no match, whatever `v` is.
+    pub fn rows(array: &ArrayRef, v: &toml::Value, tz: chrono_tz::Tz) -> Result<BooleanArray, String> {
+        if array.logical_null_count() == array.len() {
+            return Ok(BooleanArray::from(vec![false; array.len()]));
+        }
+        Equals::new(array.data_type(), v, tz)?.matches(array)
+    }
+
     /// Which rows of `array` (of the column's type, or a dictionary of it) equal the value.
     pub fn matches(&self, array: &ArrayRef) -> Result<BooleanArray, String> {
         let Some(value) = &self.value else {
@@ -158,5 +168,9 @@ mod tests {
         }
         let m = Equals::new(&DataType::Utf8, &"D".into(), tz).unwrap().matches(&empty).unwrap();
         assert_eq!(m, BooleanArray::from(vec![false; 3]));
+        // Also read as text, an empty column holds no value an integer could be refused against.
+        let text: ArrayRef = Arc::new(StringArray::from(vec![None::<&str>, None]));
+        assert_eq!(Equals::rows(&text, &toml::Value::Integer(1), tz).unwrap(), BooleanArray::from(vec![false; 2]));
+        assert!(Equals::rows(&s, &toml::Value::Integer(1), tz).is_err());
     }
 }

@@ -608,7 +608,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             .ok_or_else(|| missing(&del.column, "missing tombstone column of [identity] deleted"))?;
         let masks: Vec<_> = chunks
             .iter()
-            .map(|a| predicate::Equals::new(a.data_type(), &del.equals, id.tz)?.matches(a))
+            .map(|a| predicate::Equals::rows(a, &del.equals, id.tz))
             .collect::<Result<_, _>>()
             .map_err(|m| missing(&del.column, &format!("[identity] deleted: {m}")))?;
         let is_delete = |r: u32| {

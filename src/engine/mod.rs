@@ -1279,6 +1279,12 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
         toml::Value::Datetime(d) => d.to_string(),
         other => other.to_string(),
     };
+    if ty == &DataType::Null {
+        return Err(format!(
+            "column `{column}` has no value in the objects read to plan, so its type is unknown and `{text}` \
+             cannot be compared in it: declare its type in [input.schema]"
+        ));
+    }
     let never = |why: String| format!("`{text}` can never equal a value of column `{column}` ({ty}): {why}");
     crate::predicate::exact_float(v, ty).map_err(|why| format!("column `{column}`: {why}"))?;
     crate::predicate::quoted_integer(v, ty).map_err(|why| format!("column `{column}`: {why}"))?;

@@ -232,7 +232,12 @@ impl Aggregate {
         if spilled {
             cx.spill.remove(&p.dir);
         }
-        let batch = batch?;
+        let batch = batch.map_err(|e| match e {
+            PartitionError::Query { message } => {
+                PartitionError::Query { message: format!("{message}{}", query_input_differences(cx.plan, &record)) }
+            }
+            e => e,
+        })?;
         let compute_s = phase.elapsed().as_secs_f64();
         let schema = batch.schema();
         cx.check_output(&schema).map_err(|e| match e {

@@ -154,8 +154,45 @@ pub fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
             let zone = if za == zb { za.clone() } else { Some("UTC".into()) };
             Some(Timestamp(unit, zone))
         }
+        _ => fill_nulls(a, b),
+    }
+}
+
+/// `a` and `b` when they differ only where one of them has no value at all (type Null, at any
+/// depth: an NDJSON field `[]` or `{"x": null}` in every row of one object, values in another):
+/// the other's type there. Lists of other types, or structs of other fields, stay apart.
+pub fn fill_nulls(a: &DataType, b: &DataType) -> Option<DataType> {
+    use DataType::*;
+    let child = |fa: &arrow::datatypes::FieldRef, fb: &arrow::datatypes::FieldRef| {
+        let t = (fa.name() == fb.name()).then(|| fill_nulls(fa.data_type(), fb.data_type()))??;
+        Some(Arc::new(fa.as_ref().clone().with_data_type(t).with_nullable(fa.is_nullable() || fb.is_nullable())))
+    };
+    match (a, b) {
+        _ if a == b => Some(a.clone()),
+        (Null, t) | (t, Null) => Some(t.clone()),
+        (List(fa), List(fb)) => Some(List(child(fa, fb)?)),
+        (LargeList(fa), LargeList(fb)) => Some(LargeList(child(fa, fb)?)),
+        (Struct(fa), Struct(fb)) if fa.len() == fb.len() => {
+            Some(Struct(fa.iter().zip(fb.iter()).map(|(x, y)| child(x, y)).collect::<Option<_>>()?))
+        }
         _ => None,
     }
+}
+
+/// Whether `t` has no value somewhere: it is Null, or holds Null in a list or a struct.
+pub fn has_null(t: &DataType) -> bool {
+    match t {
+        DataType::Null => true,
+        DataType::List(f) | DataType::LargeList(f) => has_null(f.data_type()),
+        DataType::Struct(fs) => fs.iter().any(|f| has_null(f.data_type())),
+        _ => false,
+    }
+}
+
+/// `empty`'s type for a column of type `t` that has no value somewhere, when it is `t` with
+/// those places filled.
+fn filled(t: &DataType, empty: Option<DataType>) -> Option<DataType> {
+    empty.filter(|e| fill_nulls(t, e).as_ref() == Some(e))
 }
 
 /// `t` as Parquet holds it, at any depth (in lists, structs and maps): times in seconds in
@@ -217,6 +254,7 @@ pub fn unify(
             .map(|(n, t, _)| {
                 let t = match t {
                     DataType::Null => empty(&n).unwrap_or(DataType::Utf8),
+                    t if has_null(&t) => filled(&t, empty(&n)).unwrap_or_else(|| parquet_native(&t)),
                     t => parquet_native(&t),
                 };
                 Field::new(n, t, true)
@@ -265,6 +303,11 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
     }
     if from == &DataType::Null {
         return Ok(arrow::array::new_null_array(to, arr.len()));
+    }
+    if has_null(from) && fill_nulls(from, to).as_ref() == Some(to) {
+        // Only places without a value take a type: nothing to lose.
+        return cast_with_options(arr, to, &CastOptions { safe: false, ..Default::default() })
+            .map_err(|e| fail(format!("cannot convert {from} to {to}: {e}")));
     }
     if let (DataType::Timestamp(fu, None), DataType::Timestamp(tu, Some(_))) = (from, to) {
         return wall_clock_to_instant(arr, *fu, *tu, to, tz);
@@ -382,6 +425,27 @@ mod tests {
     use super::*;
     use arrow::array::{Decimal128Array, Int32Array, StringArray};
     use DataType::*;
+
+    #[test]
+    fn nulls_inside_lists_and_structs_take_the_other_type() {
+        let list = |t: DataType| List(Arc::new(Field::new("item", t, true)));
+        let obj = |fs: Vec<(&str, DataType)>| {
+            Struct(fs.into_iter().map(|(n, t)| Field::new(n, t, true)).collect::<Vec<_>>().into())
+        };
+        assert_eq!(unify_types(&list(Null), &list(Utf8)), Some(list(Utf8)));
+        assert_eq!(unify_types(&list(Int64), &list(Null)), Some(list(Int64)));
+        assert_eq!(unify_types(&list(Int64), &list(Utf8)), None);
+        assert_eq!(unify_types(&list(Int32), &list(Int64)), None);
+        let full = obj(vec![("x", Utf8), ("y", list(Int64))]);
+        assert_eq!(unify_types(&obj(vec![("x", Null), ("y", list(Null))]), &full), Some(full.clone()));
+        assert_eq!(unify_types(&obj(vec![("y", Null), ("x", Utf8)]), &full), None);
+        assert_eq!(unify_types(&obj(vec![("x", Null)]), &full), None);
+        assert!(has_null(&obj(vec![("x", Utf8), ("y", list(Null))])) && !has_null(&full));
+        // Conformed exactly: only places without a value take a type.
+        let empty = arrow::array::new_null_array(&list(Null), 2);
+        let filled = exact_cast(&empty, &list(Utf8), chrono_tz::UTC).unwrap();
+        assert_eq!((filled.data_type(), filled.null_count()), (&list(Utf8), 2));
+    }
 
     #[test]
     fn the_written_rule() {

@@ -1166,6 +1166,38 @@ fn an_empty_tombstone_column_means_no_deletes_and_an_empty_key_fails_its_date() 
     assert_eq!(rows("2026-11-01").0, ["1,10.5"]);
     assert_eq!(rows("2026-11-02").0, ["2,3.5"]);
 
+    // An integer flag: a day without deletes reads its empty column as text, and deletes nothing.
+    write("2026-11-04", "e,1,1.0,\nf,1,2.0,1\n");
+    write("2026-11-05", "g,1,4.0,\n");
+    for from in ["2026-11-04", "2026-11-05"] {
+        fresh();
+        let out = aggregate(&deletes("1"), from, "2026-11-05");
+        assert_eq!(out.status.code(), Some(0), "{from}: {}", text(&out));
+        assert_eq!(rows("2026-11-05").0, ["1,4.0"]);
+        if from == "2026-11-04" {
+            assert_eq!(rows("2026-11-04").0, ["1,1.0"]);
+        }
+    }
+    // A date that leaves the summed column empty fails, naming it and both types.
+    write("2026-11-06", "h,1,,\n");
+    let out = aggregate(KV, "2026-11-04", "2026-11-06");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{t}");
+    assert!(t.contains("2026-11-06") && t.contains("`amount` is Utf8 in this date's objects, Float64 where"), "{t}");
+    std::fs::remove_dir_all(lake.input().join("event_date=2026-11-06")).unwrap();
+    // An error of the query's own is not blamed on a column that is empty that day.
+    let out = run(
+        "aggregate",
+        KV,
+        "[aggregate]\nsql = \"SELECT sum(amont) AS s FROM events\"",
+        "",
+        "2026-11-05",
+        "2026-11-05",
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("amont") && !t.contains("no value"), "{t}");
+
     // A query the engine cannot plan over the empty column: its reason, and the column named.
     fresh();
     let out =
@@ -1191,4 +1223,61 @@ fn an_empty_tombstone_column_means_no_deletes_and_an_empty_key_fails_its_date() 
             assert!(t.contains(what) && t.contains("event_date=2026-11-03/p.csv") && t.contains(column), "{t}");
         }
     }
+}
+
+/// Risk: an NDJSON field with no value in every row of one object (`[]`, `{"x": null}`: a list
+/// of Null, a struct of Null) beside values in another object of the date failed the date as
+/// two types. It is one column of the values' type; in a merge, a date with no value takes the
+/// table's; types that differ inside stay refused.
+#[test]
+fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
+    let empty = "{\"k\": 1, \"v\": 1, \"tags\": [], \"m\": {\"x\": null}}\n{\"k\": 2, \"v\": 1, \"tags\": [], \"m\": {\"x\": null}}\n";
+    let full = "{\"k\": 3, \"v\": 1, \"tags\": [\"p\", \"q\"], \"m\": {\"x\": \"s\"}}\n";
+    let sql = "SELECT count(*) AS n, max(get_field(m, 'x')) AS x FROM events";
+    for files in [[("a.ndjson", empty), ("b.ndjson", full)], [("a.ndjson", full), ("b.ndjson", empty)]] {
+        let lake = text_objects(&files);
+        let out = job(&lake, "ndjson", "", KV, sql, "2026-11-02");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert_eq!(first_row(&lake, &["n", "x"]), ["3", "s"]);
+    }
+    // Values of other types inside a list stay apart.
+    let lake = text_objects(&[
+        ("a.ndjson", "{\"k\": 1, \"v\": 1, \"tags\": [1]}\n"),
+        ("b.ndjson", "{\"k\": 2, \"v\": 1, \"tags\": [\"p\"]}\n"),
+    ]);
+    let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("column `tags` cannot be unified"), "{}", text(&out));
+
+    // A merge: the mixed date, then a date with no value takes the table's types.
+    let lake = text_objects(&[("a.ndjson", empty), ("b.ndjson", full)]);
+    let later = lake.input().join("event_date=2026-11-03");
+    std::fs::create_dir_all(&later).unwrap();
+    std::fs::write(later.join("a.ndjson"), empty.replace("\"k\": 1", "\"k\": 4").replace("\"k\": 2", "\"k\": 5"))
+        .unwrap();
+    let cfg = lake.input().parent().unwrap().join("merge.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[job]\nname = \"t\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"ndjson\"\n\n{KV}\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        ),
+    )
+    .unwrap();
+    let types = |date: &str| {
+        let b = read_batch(&lake.partition_file(date));
+        ["tags", "m"].map(|c| b.schema().field_with_name(c).unwrap().data_type().clone())
+    };
+    let merge = |from: &str, to: &str| {
+        cli(&["run", "--config", cfg.to_str().unwrap(), "--from", from, "--to", to], lake.input().parent().unwrap())
+    };
+    let out = merge("2026-11-02", "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let typed = types("2026-11-02");
+    assert!(!typed.iter().any(|t| t.to_string().contains("Null")), "{typed:?}");
+    let out = merge("2026-11-03", "2026-11-03");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(types("2026-11-03"), typed);
+    assert_eq!(read_batch(&lake.partition_file("2026-11-03")).num_rows(), 2);
 }
