@@ -28,9 +28,18 @@ pub struct InputObject {
     pub e_tag: Option<String>,
 }
 
+/// The rules a partition's rows follow from its input and config. Raised by every fix that
+/// changes what some input and config compute (a value read another way, a refusal that made a
+/// date fail), so that `--skip-unchanged` recomputes a partition written under older rules
+/// rather than keep what a fixed bug wrote.
+pub const RULES: u32 = 1;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lineage {
     pub tool: String,
+    /// The [`RULES`] the file was written under; 0 for a file older than the record.
+    #[serde(default)]
+    pub rules: u32,
     pub config_fingerprint: String,
     pub input_fingerprint: String,
     pub inputs: Vec<InputObject>,
@@ -61,6 +70,7 @@ impl Lineage {
         inputs.sort();
         Lineage {
             tool: tool(),
+            rules: RULES,
             config_fingerprint,
             input_fingerprint: input_fingerprint(&inputs),
             inputs,

@@ -88,7 +88,8 @@ struct RunArgs {
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
     /// Skip partitions whose committed file was made by the same config from the same input
-    /// objects (sizes and e-tags), without reading their input: cheap trailing-window runs.
+    /// objects (sizes and e-tags), without reading their input: cheap trailing-window runs. A
+    /// file written under older rules (before a fix that changes what it holds) is recomputed.
     #[arg(long)]
     skip_unchanged: bool,
     /// Log records on stderr as text or as JSON objects (for log collectors): one per partition

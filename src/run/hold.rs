@@ -124,8 +124,8 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     if let Err(e) = gc::remove_stale_staging(&job.state, &cfg.partition.column, &run_id, &dirs, &keep).await {
         tracing::warn!(error = %e, "could not remove stale staging");
     }
-    // --skip-unchanged: a committed partition whose footer names the same config and the same
-    // input objects (paths, sizes, e-tags), alone in its folder, is skipped without reading its
+    // --skip-unchanged: a committed partition whose footer names the same rules, the same
+    // config and the same input objects (paths, sizes, e-tags), alone in its folder, is skipped without reading its
     // input. A folder holding a foreign object is computed, which fails or removes it.
     let mut todo = Vec::with_capacity(held.len());
     for p in held {
@@ -217,8 +217,8 @@ async fn read_input(job: &Job, plan: &mut Plan, flat: Option<Arc<FlatInput>>) ->
     Some(flat)
 }
 
-/// The lineage of the committed file of a partition when it was made by this config from
-/// exactly the input objects listed now.
+/// The lineage of the committed file of a partition when it was made by this config, under
+/// the current rules, from exactly the input objects listed now.
 async fn unchanged_inputs(job: &Job, plan: &Plan, p: &PartitionPlan) -> Option<crate::lineage::Lineage> {
     let Ok(Some(Some(lineage))) =
         commit::committed_lineage(&job.output, &commit::target_path(&job.output, &p.dir)).await
@@ -227,7 +227,8 @@ async fn unchanged_inputs(job: &Job, plan: &Plan, p: &PartitionPlan) -> Option<c
     };
     let mut inputs = plan.lineage_inputs(p, &job.input);
     inputs.sort();
-    let same = lineage.config_fingerprint == job.config.fingerprint()
+    let same = lineage.rules == crate::lineage::RULES
+        && lineage.config_fingerprint == job.config.fingerprint()
         && lineage.input_fingerprint == crate::lineage::input_fingerprint(&inputs)
         && !inputs.is_empty();
     same.then_some(lineage)

@@ -48,6 +48,37 @@ async fn skip_unchanged_reads_only_the_changed_days() {
     let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
     assert_eq!(actions, [Action::Failed, Action::Skipped, Action::Skipped], "{}", lakeswap::report::table(&s));
     assert!(s.partitions[0].error.as_deref().is_some_and(|e| e.contains("part-00001.parquet")), "{s:?}");
+    std::fs::remove_file(first.with_file_name("part-00001.parquet")).unwrap();
+
+    // The 3rd as an older lakeswap wrote it, under a rule since fixed (a row short, its footer
+    // without the rules it followed): recomputed, not kept as unchanged.
+    let third = lake.partition_file("2026-11-03");
+    let right = std::fs::read(&third).unwrap();
+    let reader =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&third).unwrap())
+            .unwrap();
+    let kv = reader.metadata().file_metadata().key_value_metadata().cloned().unwrap();
+    let lineage = kv.iter().find(|k| k.key == lakeswap::lineage::FOOTER_KEY).unwrap().value.clone().unwrap();
+    let mut older: serde_json::Value = serde_json::from_str(&lineage).unwrap();
+    assert_eq!(older["rules"], lakeswap::lineage::RULES);
+    older.as_object_mut().unwrap().remove("rules");
+    let b = reader.build().unwrap().next().unwrap().unwrap();
+    let short = b.slice(1, b.num_rows() - 1);
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
+            lakeswap::lineage::FOOTER_KEY.to_string(),
+            older.to_string(),
+        )]))
+        .build();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&third).unwrap(), short.schema(), Some(props))
+            .unwrap();
+    w.write(&short).unwrap();
+    w.close().unwrap();
+    let s = run::run(&Job::load(&lake.config()).unwrap(), &opts).await.unwrap();
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Skipped, Action::Skipped, Action::Replaced], "{}", lakeswap::report::table(&s));
+    assert_eq!(std::fs::read(&third).unwrap(), right);
 }
 
 #[test]
