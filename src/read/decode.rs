@@ -431,6 +431,7 @@ impl Decoder {
         let batches: Vec<RecordBatch> =
             reader.collect::<Result<_, _>>().map_err(|e: arrow::error::ArrowError| malformed(e.to_string()))?;
         self.one_json_type(object, bytes, &inferred)?;
+        self.exact_nested_numbers(object, bytes, &inferred)?;
         let typed: Vec<(String, DataType)> = numbers
             .into_iter()
             .map(|name| {
@@ -505,6 +506,81 @@ impl Decoder {
             at(object, None, None, field.as_deref()),
             format!("this field holds text on some lines and other JSON values (numbers, booleans) on others{remedy}"),
         ))
+    }
+
+    /// Refuses a field whose objects or arrays hold numbers read as doubles (some are
+    /// fractions) among which an integer a double cannot hold (past 2^53): it would be stored
+    /// rounded, `9007199254740993` as `9007199254740992`. At the top of a record such a field
+    /// stays text, by the rule of CSV; inside, a type cannot be declared, so the writer must
+    /// write such numbers as strings.
+    fn exact_nested_numbers(&self, object: &str, bytes: &Bytes, inferred: &Schema) -> Result<(), InputError> {
+        fn floats_as_text(t: &DataType) -> Option<DataType> {
+            let field = |f: &arrow::datatypes::FieldRef| {
+                floats_as_text(f.data_type()).map(|t| Arc::new(f.as_ref().clone().with_data_type(t)))
+            };
+            match t {
+                DataType::Float64 => Some(DataType::Utf8),
+                DataType::List(f) => Some(DataType::List(field(f)?)),
+                DataType::Struct(fs) => {
+                    let fields: Vec<_> = fs.iter().map(|f| field(f).unwrap_or_else(|| f.clone())).collect();
+                    (fields.iter().zip(fs.iter()).any(|(a, b)| a != b)).then(|| DataType::Struct(fields.into()))
+                }
+                _ => None,
+            }
+        }
+        // The values of `a` that were numbers read as doubles (of type Float64 in `inferred`).
+        fn texts<'a>(a: &'a dyn Array, inferred: &DataType, out: &mut Vec<&'a arrow::array::StringArray>) {
+            match (a.data_type(), inferred) {
+                (DataType::Utf8, DataType::Float64) => out.push(a.as_string::<i32>()),
+                (DataType::List(_), DataType::List(f)) => {
+                    texts(a.as_list::<i32>().values().as_ref(), f.data_type(), out)
+                }
+                (DataType::Struct(_), DataType::Struct(fs)) => a
+                    .as_struct()
+                    .columns()
+                    .iter()
+                    .zip(fs.iter())
+                    .for_each(|(c, f)| texts(c.as_ref(), f.data_type(), out)),
+                _ => {}
+            }
+        }
+        let nested: Vec<Field> = inferred
+            .fields()
+            .iter()
+            .filter(|f| matches!(f.data_type(), DataType::List(_) | DataType::Struct(_)))
+            .filter(|f| self.declared(f.name()).is_none() && self.implied_text(f.name()).is_none())
+            .filter_map(|f| floats_as_text(f.data_type()).map(|t| Field::new(f.name(), t, true)))
+            .collect();
+        if nested.is_empty() {
+            return Ok(());
+        }
+        let batches = arrow::json::ReaderBuilder::new(Arc::new(Schema::new(nested.clone())))
+            .with_batch_size(65_536)
+            .with_coerce_primitive(true)
+            .build(Cursor::new(bytes))
+            .and_then(|r| r.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| InputError::bad(Location::object(object), format!("malformed NDJSON: {e}")))?;
+        let past_a_double =
+            |v: &str| !v.contains(['.', 'e', 'E']) && v.parse::<i128>().is_ok_and(|n| n.unsigned_abs() > 1 << 53);
+        for f in &nested {
+            for b in &batches {
+                let mut leaves = Vec::new();
+                if let (Some(c), Ok(i)) = (b.column_by_name(f.name()), inferred.field_with_name(f.name())) {
+                    texts(c.as_ref(), i.data_type(), &mut leaves);
+                }
+                if let Some(v) = leaves.iter().flat_map(|a| a.iter().flatten()).find(|v| past_a_double(v)) {
+                    return Err(InputError::bad(
+                        at(object, None, None, Some(f.name())),
+                        format!(
+                            "this field holds numbers with fractions and the integer {v} inside its objects or arrays; \
+                             as a double it would be rounded, and a nested field's type cannot be declared: fix the \
+                             writer to write such numbers as strings"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The partition date of every row, as days since the epoch (`None`: the path gives it).

@@ -1249,6 +1249,25 @@ fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("column `tags` cannot be unified"), "{}", text(&out));
 
+    // Integers a double cannot hold beside fractions, inside a list or an object: refused, not
+    // rounded; as text, or among integers only, they are kept.
+    for body in [
+        "{\"k\": 1, \"v\": 1, \"t\": [9007199254740993, 1.5]}\n",
+        "{\"k\": 1, \"v\": 1, \"m\": {\"f\": 9007199254740993}}\n{\"k\": 2, \"v\": 1, \"m\": {\"f\": 1.5}}\n",
+    ] {
+        let lake = text_objects(&[("a.ndjson", body)]);
+        let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
+        assert_eq!(out.status.code(), Some(3), "{body}: {}", text(&out));
+        assert!(text(&out).contains("the integer 9007199254740993 inside its objects or arrays"), "{}", text(&out));
+    }
+    let kept =
+        "{\"k\": 1, \"v\": 1, \"m\": {\"id\": \"9007199254740993\", \"p\": 1.5}, \"t\": [9007199254740993, 2]}\n";
+    let lake = text_objects(&[("a.ndjson", kept)]);
+    let sql = "SELECT max(get_field(m, 'id')) AS id, max(get_field(m, 'p')) AS p FROM events";
+    let out = job(&lake, "ndjson", "", KV, sql, "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(first_row(&lake, &["id", "p"]), ["9007199254740993", "1.5"]);
+
     // A merge: the mixed date, then a date with no value takes the table's types.
     let lake = text_objects(&[("a.ndjson", empty), ("b.ndjson", full)]);
     let later = lake.input().join("event_date=2026-11-03");
