@@ -430,6 +430,7 @@ impl Decoder {
             .map_err(|e| malformed(e.to_string()))?;
         let batches: Vec<RecordBatch> =
             reader.collect::<Result<_, _>>().map_err(|e: arrow::error::ArrowError| malformed(e.to_string()))?;
+        let batches = self.unvalued_nested_text(batches).map_err(|e| malformed(e.to_string()))?;
         self.one_json_type(object, bytes, &inferred)?;
         self.exact_nested_numbers(object, bytes, &inferred)?;
         let typed: Vec<(String, DataType)> = numbers
@@ -506,6 +507,81 @@ impl Decoder {
             at(object, None, None, field.as_deref()),
             format!("this field holds text on some lines and other JSON values (numbers, booleans) on others{remedy}"),
         ))
+    }
+
+    /// The reader types a place inside a list or an object that holds only nulls (`[null]`) as
+    /// text; it has no value, like `[]`: typed Null, it takes the type other objects give it.
+    fn unvalued_nested_text(&self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>, arrow::error::ArrowError> {
+        // `t` with its text places that hold no value in any of `arrays` as Null.
+        fn nulled(t: &DataType, arrays: &[&dyn Array]) -> DataType {
+            let field = |f: &arrow::datatypes::FieldRef, children: &[&dyn Array]| {
+                Arc::new(f.as_ref().clone().with_data_type(nulled(f.data_type(), children)))
+            };
+            match t {
+                DataType::Utf8 if arrays.iter().all(|a| a.logical_null_count() == a.len()) => DataType::Null,
+                DataType::List(f) => {
+                    let children: Vec<&dyn Array> =
+                        arrays.iter().map(|a| a.as_list::<i32>().values().as_ref()).collect();
+                    DataType::List(field(f, &children))
+                }
+                DataType::Struct(fs) => DataType::Struct(
+                    fs.iter()
+                        .enumerate()
+                        .map(|(i, f)| {
+                            let children: Vec<&dyn Array> =
+                                arrays.iter().map(|a| a.as_struct().column(i).as_ref()).collect();
+                            field(f, &children)
+                        })
+                        .collect(),
+                ),
+                t => t.clone(),
+            }
+        }
+        let Some(schema) = batches.first().map(|b| b.schema()) else { return Ok(batches) };
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut changed = false;
+        for (i, f) in fields.iter_mut().enumerate() {
+            let nested = matches!(f.data_type(), DataType::List(_) | DataType::Struct(_));
+            if !nested || self.declared(f.name()).is_some() || self.implied_text(f.name()).is_some() {
+                continue;
+            }
+            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(i).as_ref()).collect();
+            let t = nulled(f.data_type(), &arrays);
+            if &t != f.data_type() {
+                *f = f.clone().with_data_type(t);
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(batches);
+        }
+        // `a` as `to`, which it is but for places of no value (all nulls) typed Null.
+        fn renulled(a: &ArrayRef, to: &DataType) -> ArrayRef {
+            match to {
+                t if t == a.data_type() => a.clone(),
+                DataType::Null => Arc::new(arrow::array::NullArray::new(a.len())),
+                DataType::List(f) => {
+                    let l = a.as_list::<i32>();
+                    let values = renulled(l.values(), f.data_type());
+                    Arc::new(arrow::array::ListArray::new(f.clone(), l.offsets().clone(), values, l.nulls().cloned()))
+                }
+                DataType::Struct(fs) => {
+                    let st = a.as_struct();
+                    let columns = st.columns().iter().zip(fs.iter()).map(|(c, f)| renulled(c, f.data_type())).collect();
+                    Arc::new(arrow::array::StructArray::new(fs.clone(), columns, st.nulls().cloned()))
+                }
+                _ => a.clone(),
+            }
+        }
+        let schema = Arc::new(Schema::new(fields));
+        batches
+            .iter()
+            .map(|b| {
+                let columns =
+                    b.columns().iter().zip(schema.fields()).map(|(c, f)| renulled(c, f.data_type())).collect();
+                RecordBatch::try_new(schema.clone(), columns)
+            })
+            .collect()
     }
 
     /// Refuses a field whose objects or arrays hold numbers read as doubles (some are

@@ -1240,6 +1240,14 @@ fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         assert_eq!(first_row(&lake, &["n", "x"]), ["3", "s"]);
     }
+    // A list of nulls only (`[null]`, which the reader types as text) has no value either.
+    let lake = text_objects(&[
+        ("a.ndjson", "{\"k\": 1, \"v\": 1, \"t\": [null], \"m\": [{\"a\": null}]}\n"),
+        ("b.ndjson", "{\"k\": 2, \"v\": 1, \"t\": [1], \"m\": [{\"a\": 5}]}\n"),
+    ]);
+    let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(first_row(&lake, &["n"]), ["2"]);
     // Values of other types inside a list stay apart.
     let lake = text_objects(&[
         ("a.ndjson", "{\"k\": 1, \"v\": 1, \"tags\": [1]}\n"),
