@@ -168,7 +168,7 @@ pub async fn plan(
         run: None,
     };
     let lookups = Arc::new(read_lookups(cfg).await?);
-    let reference = reference(&decoder, input, &sample, first_date.max(1), column).await?;
+    let reference = reference(&decoder, input, &sample, first_date.max(1), column, kind.reads_stored_state()).await?;
     let (record_schema, output_schema, query_plan, used) = match reference {
         None => (None, None, None, Vec::new()),
         Some((schema, name, dated)) => {
@@ -312,13 +312,15 @@ fn objects_for(objects: &[ObjectMeta], object_dates: &[Vec<Option<(i32, i32)>>],
 /// object's where they do not), so no object's place in the listing decides the plan; every
 /// object's footer is read for the partition column. Each date still reads its own objects'
 /// types: a date's output depends on its own input alone. Text: the first object that has rows
-/// (a header alone gives no types).
+/// (a header alone gives no types). `stored`: the run stores its input columns (a merge), so a
+/// nested column's places with no value are typed from any object of the run that has them.
 async fn reference(
     decoder: &Decoder,
     input: &StoreLocation,
     objects: &[ObjectMeta],
     first: usize,
     column: &str,
+    stored: bool,
 ) -> Result<Option<(SchemaRef, String, bool)>> {
     let Some(head) = objects.first() else { return Ok(None) };
     let name = input.display(&head.location);
@@ -334,7 +336,7 @@ async fn reference(
                 }
             }
         }
-        let typed = typed_from_later_objects(decoder, input, &objects[at + 1..], schema).await?;
+        let typed = typed_from_later_objects(decoder, input, &objects[at + 1..], schema, stored).await?;
         return Ok(Some((typed, name, false)));
     }
     let footers: Vec<_> = objects[1..]
@@ -453,12 +455,15 @@ const TYPE_SEARCH_BYTES: u64 = 256 << 20;
 /// A text object's record schema with the columns it leaves empty in every row (type Null)
 /// typed by the values of the run's next objects, when they hold some (a bounded search; a
 /// declared column needs none). A column still empty stays Null: the run refuses it where it
-/// needs its type.
+/// needs its type. With `nested_everywhere`, a nested column's places with no value (`[]`,
+/// `{"x": null}`) are searched for in every object: a merge stores them, and a type cannot be
+/// declared for them, nor changed once a table holds it.
 async fn typed_from_later_objects(
     decoder: &Decoder,
     input: &StoreLocation,
     later: &[ObjectMeta],
     schema: SchemaRef,
+    nested_everywhere: bool,
 ) -> Result<SchemaRef> {
     let untyped = |fields: &[arrow::datatypes::Field]| -> Vec<String> {
         fields
@@ -469,9 +474,14 @@ async fn typed_from_later_objects(
     };
     let mut fields: Vec<arrow::datatypes::Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     let mut bytes = 0u64;
-    for m in later.iter().take(TYPE_SEARCH_OBJECTS) {
-        let open = untyped(&fields);
-        if open.is_empty() || bytes + m.size > TYPE_SEARCH_BYTES {
+    for (i, m) in later.iter().enumerate() {
+        let mut open = untyped(&fields);
+        let bounded = i < TYPE_SEARCH_OBJECTS && bytes + m.size <= TYPE_SEARCH_BYTES;
+        if !bounded {
+            let nested = |c: &String| fields.iter().any(|f| f.name() == c && f.data_type() != &DataType::Null);
+            open.retain(|c| nested_everywhere && nested(c));
+        }
+        if open.is_empty() {
             break;
         }
         bytes += m.size;

@@ -1307,4 +1307,32 @@ fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(types("2026-11-03"), typed);
     assert_eq!(read_batch(&lake.partition_file("2026-11-03")).num_rows(), 2);
+
+    // A first merge whose values come only after more objects than the bounded search reads:
+    // the nested column is typed from them, not stored as a list of Null that no later run
+    // could change.
+    let lake = Lake::new();
+    for day in 1..=11 {
+        let dir = lake.input().join(format!("event_date=2026-11-{day:02}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tags = if day == 11 { "[\"p\"]" } else { "[]" };
+        std::fs::write(dir.join("a.ndjson"), format!("{{\"k\": {day}, \"v\": 1, \"tags\": {tags}}}\n")).unwrap();
+    }
+    let cfg = lake.input().parent().unwrap().join("merge.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[job]\nname = \"t\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"ndjson\"\n\n{KV}\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        ),
+    )
+    .unwrap();
+    let out = cli(&["run", "--config", cfg.to_str().unwrap()], lake.input().parent().unwrap());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for date in ["2026-11-01", "2026-11-11"] {
+        let b = read_batch(&lake.partition_file(date));
+        let t = b.schema().field_with_name("tags").unwrap().data_type().to_string();
+        assert!(t.contains("Utf8") && !t.contains("Null"), "{date}: {t}");
+    }
 }
