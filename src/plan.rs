@@ -550,10 +550,18 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
     let has = |c: &str| schema.field_with_name(c).is_ok();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let missing = |key: &str, col: &str| {
+        let hint = match cfg.input.format {
+            Format::Ndjson => format!(
+                "; if the objects simply have no value for it (JSON leaves such fields out: a day with no \
+                 deletes), declare its type in [input.schema], e.g. `{col} = \"utf8\"`, and objects without it \
+                 read as null there"
+            ),
+            _ => String::new(),
+        };
         config_err(
             cfg,
             key,
-            format!("no column `{col}` in the input (read from {object}; it has: {})", names.join(", ")),
+            format!("no column `{col}` in the input (read from {object}; it has: {}){hint}", names.join(", ")),
         )
     };
     if !cfg.is_whole_record_key() {

@@ -243,9 +243,16 @@ impl Decoder {
         for c in &self.required {
             if schema.field_with_name(c).is_err() {
                 let has: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                let hint = match self.format {
+                    Format::Ndjson => format!(
+                        "; if no line of it has a value for `{c}` (JSON leaves such fields out), declare the \
+                         column's type in [input.schema] and objects without it read as null there"
+                    ),
+                    _ => String::new(),
+                };
                 return Err(InputError::bad(
                     at(object, None, None, Some(c)),
-                    format!("missing column: the config uses it, and this object has only {}", has.join(", ")),
+                    format!("missing column: the config uses it, and this object has only {}{hint}", has.join(", ")),
                 ));
             }
         }
@@ -401,6 +408,17 @@ impl Decoder {
         };
         let (inferred, _) =
             arrow::json::reader::infer_json_schema(Cursor::new(bytes), None).map_err(|e| malformed(e.to_string()))?;
+        // A JSON line leaves out a field with no value, and an object whose lines all do has no
+        // such field: a declared column it lacks is null in each of its rows (a tombstone column
+        // on a day without deletes).
+        let absent: Vec<Field> = (self.declared.keys())
+            .filter(|c| inferred.field_with_name(c).is_err())
+            .map(|c| Field::new(c, DataType::Utf8, true))
+            .collect();
+        let inferred = match absent.is_empty() {
+            true => inferred,
+            false => Schema::new([inferred.fields().iter().map(|f| f.as_ref().clone()).collect(), absent].concat()),
+        };
         // Declared and implied columns are read as text and parsed exactly here; so are
         // numbers the reader would take for doubles, typed then by the rule of CSV (a double
         // would round an integer past int64: two 20-digit ids would become one key).

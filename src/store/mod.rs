@@ -31,6 +31,37 @@ pub struct StoreLocation {
     pub url: String,
     /// How partitions are swapped in and leases taken over on this store.
     pub protocol: Arc<dyn Protocol>,
+    /// The local folders opening this location created, removed again if still empty when the
+    /// last clone is dropped: a `--dry-run`, a `status` or a refused run leaves no trace.
+    created: Arc<CreatedFolders>,
+}
+
+/// Folders made by [`open`] for an output that did not exist yet. Dropped, each one still empty
+/// is removed, the deepest first; one something was written into stays.
+#[derive(Default)]
+struct CreatedFolders(Mutex<Vec<std::path::PathBuf>>);
+
+impl CreatedFolders {
+    fn add(&self, dirs: impl IntoIterator<Item = std::path::PathBuf>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend(dirs);
+    }
+}
+
+impl Drop for CreatedFolders {
+    fn drop(&mut self) {
+        let mut dirs = std::mem::take(self.0.get_mut().unwrap_or_else(|e| e.into_inner()));
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for d in dirs {
+            // Fails, as it should, for a folder that holds anything.
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// The folders `create_dir_all(dir)` would make: `dir` and its missing ancestors.
+fn missing_folders(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    absolute.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(|d| d.to_path_buf()).collect()
 }
 
 impl fmt::Debug for StoreLocation {
@@ -47,7 +78,7 @@ impl fmt::Display for StoreLocation {
 
 impl StoreLocation {
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>, protocol: Arc<dyn Protocol>) -> Self {
-        StoreLocation { store, prefix, url: url.into(), protocol }
+        StoreLocation { store, prefix, url: url.into(), protocol, created: Default::default() }
     }
 
     /// `prefix/<parts...>`.
@@ -117,7 +148,10 @@ pub fn open_state(
     options: &BTreeMap<String, String>,
     output: &StoreLocation,
 ) -> Result<StoreLocation, ConfigError> {
-    let state = open(url, options, "output.state_url", true)?;
+    let mut state = open(url, options, "output.state_url", true)?;
+    // One record for both, so a parent they share is removed after both children.
+    output.created.add(std::mem::take(&mut *state.created.0.lock().unwrap_or_else(|e| e.into_inner())));
+    state.created = output.created.clone();
     if let (Some(from), Some(to)) = (state.protocol.local_root(), output.protocol.local_root()) {
         let invalid =
             |message: String| ConfigError::Invalid { path: "config".into(), key: "output.state_url".into(), message };
@@ -197,7 +231,9 @@ pub fn open(
     match scheme.as_str() {
         "file" => {
             let dir = std::path::PathBuf::from(rest);
+            let mut made = Vec::new();
             if create {
+                made = missing_folders(&dir);
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
                 // Writable, found now rather than after every partition was computed.
@@ -220,7 +256,9 @@ pub fn open(
                 .with_automatic_cleanup(true);
             let root = std::fs::canonicalize(&dir)
                 .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?;
-            Ok(StoreLocation::new(Arc::new(fs), Path::default(), url_shown, Arc::new(LocalFolder { root })))
+            let location = StoreLocation::new(Arc::new(fs), Path::default(), url_shown, Arc::new(LocalFolder { root }));
+            location.created.add(made);
+            Ok(location)
         }
         "memory" => {
             let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));

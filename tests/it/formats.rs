@@ -1089,6 +1089,80 @@ fn a_column_left_empty_takes_the_run_type_or_is_refused() {
 }
 
 #[test]
+fn an_ndjson_day_without_its_tombstone_field_deletes_nothing_once_the_field_is_declared() {
+    // JSON leaves out a field with no value: a day with no deletes has no `op` field at all.
+    let lake = Lake::new();
+    let write = |date: &str, name: &str, lines: &str| {
+        let dir = lake.input().join(format!("event_date={date}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), lines).unwrap();
+    };
+    write("2026-11-01", "a.json", "{\"k\": \"a\", \"v\": 1, \"amount\": 5, \"op\": \"U\"}\n{\"k\": \"b\", \"v\": 1, \"amount\": 7, \"op\": \"D\"}\n");
+    write("2026-11-02", "a.json", "{\"k\": \"c\", \"v\": 1, \"amount\": 9}\n{\"k\": \"a\", \"v\": 2, \"amount\": 6}\n");
+    // Beside an object that has it, in one date.
+    write("2026-11-03", "a.json", "{\"k\": \"d\", \"v\": 1, \"amount\": 1, \"op\": \"D\"}\n");
+    write("2026-11-03", "b.json", "{\"k\": \"e\", \"v\": 1, \"amount\": 2}\n");
+    let run = |kind: &str, schema: &str, body: &str, from: &str, to: &str| {
+        let text = format!(
+            "[job]\nname = \"t\"\nkind = \"{kind}\"\n\n[input]\nurl = \"{}\"\nformat = \"ndjson\"\n{schema}\n\n{KV}\n\n[identity.deleted]\ncolumn = \"op\"\nequals = \"D\"\n\n{body}\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let cfg = lake.input().parent().unwrap().join("job.toml");
+        std::fs::write(&cfg, text).unwrap();
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.state());
+        cli(&["run", "--config", cfg.to_str().unwrap(), "--from", from, "--to", to], lake.input().parent().unwrap())
+    };
+    let keys = |date: &str| {
+        let bytes = bytes::Bytes::from(std::fs::read(lake.partition_file(date)).unwrap());
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        let mut keys = Vec::new();
+        for b in reader.build().unwrap() {
+            let b = b.unwrap();
+            let k = b.column_by_name("k").unwrap();
+            keys.extend((0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(k, i).unwrap()));
+        }
+        keys
+    };
+    let sql = "[aggregate]\nsql = \"SELECT count(*) AS n, sum(amount) AS total FROM events\"";
+    for (kind, body) in [("merge", ""), ("aggregate", sql)] {
+        // Undeclared, the field is refused where it is missing, with the way out.
+        let out = run(kind, "", body, "2026-11-02", "2026-11-02");
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{kind}: {t}");
+        assert!(t.contains("no column `op`") && t.contains("declare its type in [input.schema]"), "{kind}: {t}");
+        let out = run(kind, "", body, "2026-11-03", "2026-11-03");
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{kind}: {t}");
+        assert!(t.contains("b.json") && t.contains("`op`") && t.contains("declare the column's type"), "{kind}: {t}");
+        // Declared, an object without it has no deletes.
+        let declared = "schema = { op = \"utf8\" }";
+        let out = run(kind, declared, body, "2026-11-03", "2026-11-03");
+        assert_eq!(out.status.code(), Some(0), "{kind}: {}", text(&out));
+        if kind == "merge" {
+            assert_eq!(keys("2026-11-03"), ["e"]);
+        } else {
+            assert_eq!(first_values(&lake, "2026-11-03"), ["1", "2"]);
+        }
+        let out = run(kind, declared, body, "2026-11-02", "2026-11-02");
+        assert_eq!(out.status.code(), Some(0), "{kind}: {}", text(&out));
+    }
+    // A merge of the range: `b` deleted on the first day, `a` moved by its newer version.
+    let out = run("merge", "schema = { op = \"utf8\" }", "", "2026-11-01", "2026-11-03");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(keys("2026-11-01"), Vec::<String>::new());
+    assert_eq!(keys("2026-11-02"), ["a", "c"]);
+    assert_eq!(keys("2026-11-03"), ["e"]);
+}
+
+/// The first row of a date's partition, every column as text.
+fn first_values(lake: &Lake, date: &str) -> Vec<String> {
+    let b = read_batch(&lake.partition_file(date));
+    (0..b.num_columns()).map(|c| arrow::util::display::array_value_to_string(b.column(c), 0).unwrap()).collect()
+}
+
+#[test]
 fn an_empty_tombstone_column_means_no_deletes_and_an_empty_key_fails_its_date() {
     let lake = Lake::new();
     let write = |date: &str, rows: &str| {
