@@ -222,6 +222,21 @@ pub async fn plan(
                 };
                 config_err(cfg, &key, format!("{m} (the input read from {name}){hint}"))
             })?;
+            // A merge's record may take its types from the table (checked then).
+            let fieldless = (output.fields().iter())
+                .find(|f| !kind.reads_stored_state() && crate::read::unify::has_fieldless_struct(f.data_type()));
+            if let Some(f) = fieldless {
+                return Err(config_err(
+                    cfg,
+                    "aggregate.sql",
+                    format!(
+                        "the output column `{}` is {}: an object with no fields (`{{}}` in every row of the input \
+                         read from {name}), which Parquet cannot store; leave it out of the output",
+                        f.name(),
+                        f.data_type()
+                    ),
+                ));
+            }
             (Some(schema), Some(output), query_plan, used)
         }
     };
@@ -406,6 +421,30 @@ pub fn type_empty_columns(
         plan.output_schema = plan.output_schema.as_ref().map(retype);
         plan.decoder.run = Some(record.clone());
         plan.record_schema = Some(record);
+    }
+    if let Some(record) = plan.record_schema.as_ref().filter(|_| stores_input) {
+        let fieldless: Vec<String> = (record.fields().iter())
+            .filter(|f| crate::read::unify::has_fieldless_struct(f.data_type()))
+            .map(|f| format!("`{}`", f.name()))
+            .collect();
+        if !fieldless.is_empty() {
+            let read = plan.objects.first().map(|m| input.display(&m.location)).unwrap_or_default();
+            return Err(config_err(
+                cfg,
+                "input.url",
+                format!(
+                    "{} only empty objects (`{{}}`) in the objects read to plan (from {read} on), so the \
+                     fields of {} unknown, and a merge stores every input column: Parquet cannot store an \
+                     object with no fields. Merge first a batch where some of its objects have a field: the \
+                     table then holds the column's type",
+                    match fieldless.as_slice() {
+                        [one] => format!("column {one} holds"),
+                        more => format!("columns {} hold", more.join(", ")),
+                    },
+                    if fieldless.len() == 1 { "its objects are" } else { "their objects are" }
+                ),
+            ));
+        }
     }
     if stores_input {
         // The tombstone value is checked against the type the table gives the column.

@@ -160,17 +160,23 @@ pub fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
 }
 
 /// `a` and `b` when they differ only where one of them has no value at all (type Null, at any
-/// depth: an NDJSON field `[]` or `{"x": null}` in every row of one object, values in another):
-/// the other's type there. Lists of other types, or structs of other fields, stay apart.
+/// depth: an NDJSON field `[]` or `{"x": null}` in every row of one object, values in another;
+/// or an object with no fields, `{}` in every row): the other's type there. Lists of other
+/// types, or structs of other fields, stay apart.
 pub fn fill_nulls(a: &DataType, b: &DataType) -> Option<DataType> {
     use DataType::*;
     let child = |fa: &arrow::datatypes::FieldRef, fb: &arrow::datatypes::FieldRef| {
         let t = (fa.name() == fb.name()).then(|| fill_nulls(fa.data_type(), fb.data_type()))??;
         Some(Arc::new(fa.as_ref().clone().with_data_type(t).with_nullable(fa.is_nullable() || fb.is_nullable())))
     };
+    // `{}`: every field of the other is absent, so null.
+    let nullable = |fs: &arrow::datatypes::Fields| {
+        Struct(fs.iter().map(|f| Arc::new(f.as_ref().clone().with_nullable(true))).collect())
+    };
     match (a, b) {
         _ if a == b => Some(a.clone()),
         (Null, t) | (t, Null) => Some(t.clone()),
+        (Struct(none), Struct(fs)) | (Struct(fs), Struct(none)) if none.is_empty() => Some(nullable(fs)),
         (List(fa), List(fb)) => Some(List(child(fa, fb)?)),
         (LargeList(fa), LargeList(fb)) => Some(LargeList(child(fa, fb)?)),
         (Struct(fa), Struct(fb)) if fa.len() == fb.len() => {
@@ -180,12 +186,22 @@ pub fn fill_nulls(a: &DataType, b: &DataType) -> Option<DataType> {
     }
 }
 
-/// Whether `t` has no value somewhere: it is Null, or holds Null in a list or a struct.
+/// Whether `t` has no value somewhere: it is Null, or holds Null or an object with no fields
+/// (`{}`) in a list or a struct.
 pub fn has_null(t: &DataType) -> bool {
     match t {
         DataType::Null => true,
         DataType::List(f) | DataType::LargeList(f) => has_null(f.data_type()),
-        DataType::Struct(fs) => fs.iter().any(|f| has_null(f.data_type())),
+        DataType::Struct(fs) => fs.is_empty() || fs.iter().any(|f| has_null(f.data_type())),
+        _ => false,
+    }
+}
+
+/// Whether `t` holds an object with no fields (`{}` in every row), which Parquet cannot store.
+pub fn has_fieldless_struct(t: &DataType) -> bool {
+    match t {
+        DataType::List(f) | DataType::LargeList(f) => has_fieldless_struct(f.data_type()),
+        DataType::Struct(fs) => fs.is_empty() || fs.iter().any(|f| has_fieldless_struct(f.data_type())),
         _ => false,
     }
 }
@@ -194,6 +210,40 @@ pub fn has_null(t: &DataType) -> bool {
 /// those places filled.
 fn filled(t: &DataType, empty: Option<DataType>) -> Option<DataType> {
     empty.filter(|e| fill_nulls(t, e).as_ref() == Some(e))
+}
+
+/// `arr` with its places that have no value (Null, `{}`) typed as in `to`, every value kept.
+fn typed_places(arr: &ArrayRef, to: &DataType) -> Result<ArrayRef, arrow::error::ArrowError> {
+    use arrow::array::{LargeListArray, ListArray, StructArray};
+    let from = arr.data_type();
+    match (from, to) {
+        _ if from == to => Ok(arr.clone()),
+        (DataType::Null, _) => Ok(arrow::array::new_null_array(to, arr.len())),
+        (DataType::Struct(had), DataType::Struct(fs)) => {
+            let s = arr.as_struct();
+            let columns = match had.is_empty() {
+                true => fs.iter().map(|f| arrow::array::new_null_array(f.data_type(), s.len())).collect(),
+                false => s
+                    .columns()
+                    .iter()
+                    .zip(fs.iter())
+                    .map(|(c, f)| typed_places(c, f.data_type()))
+                    .collect::<Result<_, _>>()?,
+            };
+            Ok(Arc::new(StructArray::try_new_with_length(fs.clone(), columns, s.nulls().cloned(), s.len())?))
+        }
+        (DataType::List(_), DataType::List(f)) => {
+            let l = arr.as_list::<i32>();
+            let values = typed_places(l.values(), f.data_type())?;
+            Ok(Arc::new(ListArray::try_new(f.clone(), l.offsets().clone(), values, l.nulls().cloned())?))
+        }
+        (DataType::LargeList(_), DataType::LargeList(f)) => {
+            let l = arr.as_list::<i64>();
+            let values = typed_places(l.values(), f.data_type())?;
+            Ok(Arc::new(LargeListArray::try_new(f.clone(), l.offsets().clone(), values, l.nulls().cloned())?))
+        }
+        _ => cast_with_options(arr, to, &CastOptions { safe: false, ..Default::default() }),
+    }
 }
 
 /// `t` as Parquet holds it, at any depth (in lists, structs and maps): times in seconds in
@@ -307,8 +357,7 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
     }
     if has_null(from) && fill_nulls(from, to).as_ref() == Some(to) {
         // Only places without a value take a type: nothing to lose.
-        return cast_with_options(arr, to, &CastOptions { safe: false, ..Default::default() })
-            .map_err(|e| fail(format!("cannot convert {from} to {to}: {e}")));
+        return typed_places(arr, to).map_err(|e| fail(format!("cannot convert {from} to {to}: {e}")));
     }
     if let (DataType::Timestamp(fu, None), DataType::Timestamp(tu, Some(_))) = (from, to) {
         return wall_clock_to_instant(arr, *fu, *tu, to, tz);
@@ -446,6 +495,21 @@ mod tests {
         let empty = arrow::array::new_null_array(&list(Null), 2);
         let filled = exact_cast(&empty, &list(Utf8), chrono_tz::UTC).unwrap();
         assert_eq!((filled.data_type(), filled.null_count()), (&list(Utf8), 2));
+        // `{}` in every row: an object whose fields are all absent, not a null object.
+        let none = obj(vec![]);
+        assert!(has_null(&none) && has_null(&list(none.clone())));
+        assert_eq!(unify_types(&none, &full), Some(full.clone()));
+        assert_eq!(unify_types(&list(full.clone()), &list(none.clone())), Some(list(full.clone())));
+        let json = b"{\"m\": {}}\n{\"m\": null}\n{\"m\": {}}\n";
+        let (schema, _) = arrow::json::reader::infer_json_schema(std::io::Cursor::new(&json[..]), None).unwrap();
+        let batch =
+            arrow::json::ReaderBuilder::new(Arc::new(schema)).build(&json[..]).unwrap().next().unwrap().unwrap();
+        assert_eq!(batch.column(0).data_type(), &none);
+        let filled = exact_cast(batch.column(0), &full, chrono_tz::UTC).unwrap();
+        assert_eq!(filled.data_type(), &full);
+        assert_eq!((0..3).map(|i| filled.is_null(i)).collect::<Vec<_>>(), [false, true, false]);
+        let inner = filled.as_struct().column(0);
+        assert_eq!(inner.null_count(), 3);
     }
 
     #[test]

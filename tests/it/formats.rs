@@ -1304,6 +1304,70 @@ fn an_empty_tombstone_column_means_no_deletes_and_an_empty_key_fails_its_date() 
 /// two types. It is one column of the values' type; in a merge, a date with no value takes the
 /// table's; types that differ inside stay refused.
 #[test]
+fn an_ndjson_object_with_no_fields_takes_the_fields_of_the_others() {
+    // `{}` in every row of a date: its objects have every field of the others' absent (null),
+    // and stay objects (not null); with no fields anywhere, Parquet cannot store the column.
+    let lake = Lake::new();
+    let write = |date: &str, lines: &str| {
+        let dir = lake.input().join(format!("event_date={date}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.json"), lines).unwrap();
+    };
+    write("2026-11-01", "{\"k\": 1, \"v\": 1, \"m\": {\"x\": 1}, \"l\": [{\"y\": \"p\"}]}\n");
+    write("2026-11-02", "{\"k\": 2, \"v\": 1, \"m\": {}, \"l\": [{}]}\n{\"k\": 3, \"v\": 1, \"m\": null, \"l\": []}\n");
+    let run = |kind: &str, body: &str, from: &str, to: &str| {
+        let text = format!(
+            "[job]\nname = \"t\"\nkind = \"{kind}\"\n\n[input]\nurl = \"{}\"\nformat = \"ndjson\"\n\n{KV}\n\n{body}\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let cfg = lake.input().parent().unwrap().join("job.toml");
+        std::fs::write(&cfg, text).unwrap();
+        cli(&["run", "--config", cfg.to_str().unwrap(), "--from", from, "--to", to], lake.input().parent().unwrap())
+    };
+    let fresh = || {
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.state());
+    };
+    // A merge stores the column: alone, the quiet date has nothing to type it (exit 2, nothing
+    // written); in a range, or into a table that has it, it takes that type.
+    let out = run("merge", "", "2026-11-02", "2026-11-02");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("columns `l`, `m` hold only empty objects") && t.contains("merge stores every"), "{t}");
+    assert!(!lake.output().exists(), "nothing written");
+    let got = || {
+        let b = read_batch(&lake.partition_file("2026-11-02"));
+        let (m, l) = (b.column_by_name("m").unwrap(), b.column_by_name("l").unwrap());
+        let shown = |a: &arrow::array::ArrayRef, i| arrow::util::display::array_value_to_string(a, i).unwrap();
+        (
+            b.schema().field_with_name("m").unwrap().data_type().to_string(),
+            (0..2).map(|i| (m.is_null(i), shown(m, i), shown(l, i))).collect::<Vec<_>>(),
+        )
+    };
+    let want = vec![(false, "{x: }".to_string(), "[{y: }]".to_string()), (true, "".to_string(), "[]".to_string())];
+    for (from, to) in [("2026-11-01", "2026-11-02"), ("2026-11-02", "2026-11-02")] {
+        let out = run("merge", "", from, to);
+        assert_eq!(out.status.code(), Some(0), "{from}: {}", text(&out));
+        assert_eq!(got(), ("Struct(\"x\": Int64)".to_string(), want.clone()), "{from}");
+    }
+    // An aggregate: a query that reads the fields counts the absent ones as null; one that
+    // would store the fieldless objects is refused before it runs.
+    fresh();
+    let sql = "[aggregate]\nsql = \"SELECT count(*) AS n, count(m) AS objects FROM events\"";
+    let out = run("aggregate", sql, "2026-11-02", "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(first_values(&lake, "2026-11-02"), ["2", "1"]);
+    let out = run("aggregate", "[aggregate]\nsql = \"SELECT k, m FROM events\"", "2026-11-02", "2026-11-02");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("aggregate.sql") && t.contains("output column `m`") && t.contains("Parquet cannot store"),
+        "{t}"
+    );
+}
+
+#[test]
 fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
     let empty = "{\"k\": 1, \"v\": 1, \"tags\": [], \"m\": {\"x\": null}}\n{\"k\": 2, \"v\": 1, \"tags\": [], \"m\": {\"x\": null}}\n";
     let full = "{\"k\": 3, \"v\": 1, \"tags\": [\"p\", \"q\"], \"m\": {\"x\": \"s\"}}\n";
