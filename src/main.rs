@@ -702,7 +702,7 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
 }
 
 async fn cmd_status(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
-    let job = Job::load_with(&a.config, vars)?;
+    let job = Job::load_read_only(&a.config, vars)?;
     let (journals, parts) = lakeswap::status::status(&job, a.dates(job.config.timezone())?).await?;
     if a.json {
         let runs: Vec<_> = journals.iter().rev().take(20).collect();
@@ -717,7 +717,7 @@ async fn cmd_status(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
 }
 
 async fn cmd_verify(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
-    let job = Job::load_with(&a.config, vars)?;
+    let job = Job::load_read_only(&a.config, vars)?;
     let dates = a
         .dates(job.config.timezone())?
         .ok_or_else(|| usage("name the dates to verify: --date D or --from A --to B"))?;

@@ -62,8 +62,19 @@ impl Job {
         Job::from_config(config, &path.display().to_string())
     }
 
+    /// Loads a config file and opens its stores for a command that only reads (`status`,
+    /// `verify`): nothing is created or written, and a table not written yet reads as empty.
+    pub fn load_read_only(path: &std::path::Path, vars: &crate::vars::Vars) -> Result<Job> {
+        let config = JobConfig::load_with(path, vars)?;
+        Job::open(config, &path.display().to_string(), false)
+    }
+
     /// Opens the stores of a validated config.
-    pub fn from_config(mut config: JobConfig, origin: &str) -> Result<Job> {
+    pub fn from_config(config: JobConfig, origin: &str) -> Result<Job> {
+        Job::open(config, origin, true)
+    }
+
+    fn open(mut config: JobConfig, origin: &str, writes: bool) -> Result<Job> {
         config.origin = origin.to_string();
         let fix = |e: ConfigError| match e {
             ConfigError::Invalid { key, message, .. } => {
@@ -72,9 +83,18 @@ impl Job {
             other => other,
         };
         let input = store::open(&config.input.url, &config.input.options, "input.url", false).map_err(fix)?;
-        let output = store::open(&config.output.url, &config.output.options, "output.url", true).map_err(fix)?;
+        let (url, options) = (&config.output.url, &config.output.options);
+        let output = match writes {
+            true => store::open(url, options, "output.url", true),
+            false => store::open_read(url, options, "output.url"),
+        }
+        .map_err(fix)?;
         let state_url = config.output.state_url().unwrap_or_default();
-        let state = store::open_state(&state_url, &config.output.options, &output).map_err(fix)?;
+        let state = match writes {
+            true => store::open_state(&state_url, options, &output),
+            false => store::open_state_read(&state_url, options, &output),
+        }
+        .map_err(fix)?;
         let kind = kind::of(&config)?;
         Ok(Job { config, kind, input, output, state })
     }

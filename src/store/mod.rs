@@ -152,19 +152,10 @@ pub fn open_state(
     // One record for both, so a parent they share is removed after both children.
     output.created.add(std::mem::take(&mut *state.created.0.lock().unwrap_or_else(|e| e.into_inner())));
     state.created = output.created.clone();
+    apart(&state, output)?;
     if let (Some(from), Some(to)) = (state.protocol.local_root(), output.protocol.local_root()) {
         let invalid =
             |message: String| ConfigError::Invalid { path: "config".into(), key: "output.state_url".into(), message };
-        // Resolved folders (symlinks followed): the state must not lie inside the table, nor
-        // the table inside the state.
-        if from.starts_with(to) || to.starts_with(from) {
-            return Err(invalid(format!(
-                "the state folder {} and the output folder {} lie inside one another (symlinks followed): \
-                 readers of the table would read lakeswap's run state as data",
-                from.display(),
-                to.display()
-            )));
-        }
         let name = probe_name();
         let (a, b) = (from.join(&name), to.join(&name));
         let moved = std::fs::write(&a, b"").and_then(|()| std::fs::rename(&a, &b));
@@ -191,6 +182,57 @@ pub fn open_state(
         }
     }
     Ok(state)
+}
+
+/// Opens the state location of a job's `output` for a command that only reads (`status`,
+/// `verify`): nothing is created or written, so read-only credentials and mounts do.
+pub fn open_state_read(
+    url: &str,
+    options: &BTreeMap<String, String>,
+    output: &StoreLocation,
+) -> Result<StoreLocation, ConfigError> {
+    let state = open_read(url, options, "output.state_url")?;
+    apart(&state, output)?;
+    Ok(state)
+}
+
+/// Refuses a local state folder inside the output folder, or the other way round (resolved:
+/// symlinks followed): readers of the table would read lakeswap's run state as data.
+fn apart(state: &StoreLocation, output: &StoreLocation) -> Result<(), ConfigError> {
+    if let (Some(from), Some(to)) = (state.protocol.local_root(), output.protocol.local_root()) {
+        if from.starts_with(to) || to.starts_with(from) {
+            return Err(ConfigError::Invalid {
+                path: "config".into(),
+                key: "output.state_url".into(),
+                message: format!(
+                    "the state folder {} and the output folder {} lie inside one another (symlinks followed): \
+                     readers of the table would read lakeswap's run state as data",
+                    from.display(),
+                    to.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Resolves a job URL for a command that only reads: a local folder that does not exist yet
+/// reads as an empty one, and nothing is written to find out whether it could be.
+pub fn open_read(url: &str, options: &BTreeMap<String, String>, key: &str) -> Result<StoreLocation, ConfigError> {
+    let (scheme, rest) = scheme_of(url);
+    if scheme == "file" && !std::path::Path::new(rest).is_dir() {
+        let url_shown = url.trim_end_matches('/').to_string();
+        return Ok(StoreLocation::new(Arc::new(InMemory::new()), Path::default(), url_shown, Arc::new(ConditionalPut)));
+    }
+    open(url, options, key, false)
+}
+
+/// A URL's scheme, lower case (`file` for a plain path), and the rest.
+fn scheme_of(url: &str) -> (String, &str) {
+    match url.split_once("://") {
+        Some((s, r)) => (s.to_ascii_lowercase(), r),
+        None => ("file".to_string(), url),
+    }
 }
 
 /// A name for a probe file no other process picks at the same moment (pids repeat across
@@ -223,10 +265,7 @@ pub fn open(
     create: bool,
 ) -> Result<StoreLocation, ConfigError> {
     let invalid = |message: String| ConfigError::Invalid { path: "config".into(), key: key.into(), message };
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (s.to_ascii_lowercase(), r),
-        None => ("file".to_string(), url),
-    };
+    let (scheme, rest) = scheme_of(url);
     let url_shown = url.trim_end_matches('/').to_string();
     match scheme.as_str() {
         "file" => {

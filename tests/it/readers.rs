@@ -195,9 +195,24 @@ fn state_url_puts_the_state_where_it_says() {
     assert!(elsewhere.join("table-schema").exists() && elsewhere.join("table.json").exists());
     assert!(!lake.state().exists(), "the default location is not made");
     assert_eq!(lake.snapshot().len(), 2, "the table holds its two partitions only");
+    // `status` and `verify` write nothing at all, not even a probe of whether they could
+    // (a read-only mount does): every folder keeps its modification time.
+    let stamps = || {
+        [lake.output(), elsewhere.clone()]
+            .iter()
+            .flat_map(|root| {
+                walk(root).into_iter().filter_map(|f| f.parent().map(|p| p.to_path_buf())).chain([root.clone()])
+            })
+            .map(|d| (d.clone(), std::fs::metadata(&d).unwrap().modified().unwrap()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let before = stamps();
     let o = cli(&["status", "--config", cfg], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(table_of(&o).contains("committed"), "{}", text(&o));
+    let o = cli(&["verify", "--config", cfg, "--from", "2026-11-01", "--to", "2026-11-02"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(stamps(), before);
     // A new schema is refused while the table holds partitions under the old one ...
     let renamed = std::fs::read_to_string(cfg).unwrap().replace("name = \"orders\"", "name = \"order_count\"");
     std::fs::write(cfg, renamed).unwrap();
