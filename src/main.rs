@@ -400,7 +400,11 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
     if memory_limit < SMALL_BUDGET {
         return_freed_memory();
     }
-    let job = Job::load_with(&a.config, vars)?;
+    // A dry run writes nothing, not even the folders of a first run.
+    let job = match a.dry_run {
+        true => Job::load_read_only(&a.config, vars)?,
+        false => Job::load_with(&a.config, vars)?,
+    };
     let tz = job.config.timezone();
     let mut dates = match (&a.date, &a.from, &a.to, &a.retry_failed) {
         (Some(d), _, _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),

@@ -165,6 +165,7 @@ pub async fn plan(
             .filter_map(|(c, t)| read::parse_type(t).ok().map(|d| (c.clone(), d)))
             .collect(),
         required: Vec::new(),
+        tombstone: None,
         run: None,
     };
     let lookups = Arc::new(read_lookups(cfg).await?);
@@ -198,6 +199,15 @@ pub async fn plan(
             // The date source's column has the type it will have once read.
             let schema = decoder_schema(&decoder, schema);
             check_columns(cfg, &schema, &name)?;
+            // A declared NDJSON tombstone column these objects leave out: nulls, where the
+            // objects are read to have it.
+            let schema = match (cfg.identity.deleted.as_ref(), absent_tombstone(cfg)) {
+                (Some(d), Some(t)) if schema.field_with_name(&d.column).is_err() => {
+                    let field = arrow::datatypes::Field::new(&d.column, t, true);
+                    Arc::new(arrow::datatypes::Schema::new(read::in_name_order(schema.fields(), field)))
+                }
+                _ => schema,
+            };
             let (output, query_plan, used) = kind.output_schema(cfg, &schema, &lookups).await.map_err(|(key, m)| {
                 // A column with no value in the objects read has no type the query can use.
                 let empty: Vec<String> = schema
@@ -244,6 +254,7 @@ pub async fn plan(
     // own objects alone (G2), so its empty columns are not typed from other dates.
     decoder.run = record_schema.clone().filter(|_| kind.reads_stored_state());
     decoder.required = required_columns(cfg, kind, &decoder.date_source);
+    decoder.tombstone = cfg.identity.deleted.as_ref().map(|d| d.column.clone());
     for c in &used {
         if !decoder.required.contains(c) {
             decoder.required.push(c.clone());
@@ -433,7 +444,7 @@ pub fn type_empty_columns(
                 cfg,
                 "input.url",
                 format!(
-                    "{} only empty objects (`{{}}`) in the objects read to plan (from {read} on), so the \
+                    "{}, at its top or inside it, only empty objects (`{{}}`) in the objects read to plan (from {read} on), so the \
                      fields of {} unknown, and a merge stores every input column: Parquet cannot store an \
                      object with no fields. Merge first a batch where some of its objects have a field: the \
                      table then holds the column's type",
@@ -589,11 +600,10 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
     let has = |c: &str| schema.field_with_name(c).is_ok();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let missing = |key: &str, col: &str| {
-        let hint = match cfg.input.format {
-            Format::Ndjson => format!(
-                "; if the objects simply have no value for it (JSON leaves such fields out: a day with no \
-                 deletes), declare its type in [input.schema], e.g. `{col} = \"utf8\"`, and objects without it \
-                 read as null there"
+        let hint = match (cfg.input.format, key) {
+            (Format::Ndjson, "identity.deleted.column") => format!(
+                "; if these objects simply have no deletes (JSON leaves out a field with no value), declare \
+                 its type in [input.schema], e.g. `{col} = \"utf8\"`: an object without it then deletes nothing"
             ),
             _ => String::new(),
         };
@@ -650,8 +660,23 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
         }
     }
     if let Some(d) = &cfg.identity.deleted {
-        let f = schema.field_with_name(&d.column).map_err(|_| missing("identity.deleted.column", &d.column))?;
-        crate::predicate::Equals::new(f.data_type(), &d.equals, cfg.timezone())
+        let t = match schema.field_with_name(&d.column) {
+            Ok(f) => f.data_type().clone(),
+            Err(_) => {
+                // Read as nulls, a misspelt tombstone would delete nothing: a name one letter
+                // off a column these objects have is taken for one, however short.
+                let c = &d.column;
+                if let Some(like) = names.iter().find(|n| n.eq_ignore_ascii_case(c) || strsim::levenshtein(n, c) <= 1) {
+                    return Err(config_err(
+                        cfg,
+                        "identity.deleted.column",
+                        format!("no column `{c}` in the input (read from {object}); did you mean `{like}`?"),
+                    ));
+                }
+                absent_tombstone(cfg).ok_or_else(|| missing("identity.deleted.column", c))?
+            }
+        };
+        crate::predicate::Equals::new(&t, &d.equals, cfg.timezone())
             .map_err(|m| config_err(cfg, "identity.deleted.equals", m))?;
     }
     if let Some(ts) = &cfg.partition.from_timestamp {
@@ -669,6 +694,15 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
         }
     }
     Ok(())
+}
+
+/// The type of an NDJSON tombstone column that no object read to plan has (a day without
+/// deletes), when it is declared: declared, and not a misspelling of a column they have
+/// (checked before), it is a column of nulls there.
+fn absent_tombstone(cfg: &JobConfig) -> Option<DataType> {
+    let d = cfg.identity.deleted.as_ref().filter(|_| cfg.input.format == Format::Ndjson)?;
+    let declared = read::parse_type(cfg.input.schema.get(&d.column)?).ok()?;
+    Some(read::unify::parquet_native(&declared.ty))
 }
 
 /// The column of `names` that `column` looks like a misspelling of: the same but for case, or
@@ -705,6 +739,7 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
             tz: cfg.timezone(),
             declared: t.schema.iter().filter_map(|(c, ty)| read::parse_type(ty).ok().map(|d| (c.clone(), d))).collect(),
             required: Vec::new(),
+            tombstone: None,
             run: None,
         };
         // Every row of a lookup belongs to it: read under one placeholder date.

@@ -31,6 +31,16 @@ use super::Piece;
 use crate::dates;
 use crate::error::{InputError, Location};
 
+/// `fields` with `field` placed where an object holding it has it: NDJSON fields are inferred
+/// in name order, so a date whose objects leave the field out reads its columns in the order of
+/// a date whose objects have it.
+pub fn in_name_order(fields: &arrow::datatypes::Fields, field: Field) -> Vec<Field> {
+    let mut out: Vec<Field> = fields.iter().map(|f| f.as_ref().clone()).collect();
+    let at = out.iter().position(|f| f.name() > field.name()).unwrap_or(out.len());
+    out.insert(at, field);
+    out
+}
+
 /// How to turn the bytes of an input object into rows.
 #[derive(Debug, Clone)]
 pub struct Decoder {
@@ -44,6 +54,9 @@ pub struct Decoder {
     pub declared: BTreeMap<String, Declared>,
     /// The columns the config uses: every object must hold them.
     pub required: Vec<String>,
+    /// The tombstone column (`identity.deleted.column`), once planned: an NDJSON object that
+    /// leaves it out of every line has no deletes.
+    pub tombstone: Option<String>,
     /// The run's record schema, once planned: the types of columns a date's objects leave
     /// empty (a text column with no value reads as type Null).
     pub run: Option<SchemaRef>,
@@ -243,16 +256,9 @@ impl Decoder {
         for c in &self.required {
             if schema.field_with_name(c).is_err() {
                 let has: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                let hint = match self.format {
-                    Format::Ndjson => format!(
-                        "; if no line of it has a value for `{c}` (JSON leaves such fields out), declare the \
-                         column's type in [input.schema] and objects without it read as null there"
-                    ),
-                    _ => String::new(),
-                };
                 return Err(InputError::bad(
                     at(object, None, None, Some(c)),
-                    format!("missing column: the config uses it, and this object has only {}{hint}", has.join(", ")),
+                    format!("missing column: the config uses it, and this object has only {}", has.join(", ")),
                 ));
             }
         }
@@ -409,15 +415,16 @@ impl Decoder {
         let (inferred, _) =
             arrow::json::reader::infer_json_schema(Cursor::new(bytes), None).map_err(|e| malformed(e.to_string()))?;
         // A JSON line leaves out a field with no value, and an object whose lines all do has no
-        // such field: a declared column it lacks is null in each of its rows (a tombstone column
-        // on a day without deletes).
-        let absent: Vec<Field> = (self.declared.keys())
-            .filter(|c| inferred.field_with_name(c).is_err())
-            .map(|c| Field::new(c, DataType::Utf8, true))
-            .collect();
-        let inferred = match absent.is_empty() {
-            true => inferred,
-            false => Schema::new([inferred.fields().iter().map(|f| f.as_ref().clone()).collect(), absent].concat()),
+        // such field: an object without the tombstone field has no deletes (a day without
+        // any). Other columns the config uses stay required: a renamed field is an error, not
+        // a column of nulls.
+        let absent = self.tombstone.as_ref().filter(|c| inferred.field_with_name(c).is_err()).map(|c| {
+            let declared = self.declared(c).is_some();
+            Field::new(c, if declared { DataType::Utf8 } else { DataType::Null }, true)
+        });
+        let inferred = match absent {
+            None => inferred,
+            Some(f) => Schema::new(in_name_order(inferred.fields(), f)),
         };
         // Declared and implied columns are read as text and parsed exactly here; so are
         // numbers the reader would take for doubles, typed then by the rule of CSV (a double

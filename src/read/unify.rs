@@ -14,8 +14,8 @@
 //!   timestamp without a zone (wall-clock time in the job's `timezone`) joins a zoned one as UTC;
 //! - date32 and date64 give date32;
 //! - a column missing from an object is null there (a column the config uses must be in every
-//!   object: that is checked when the object is read; an NDJSON object lacking a declared
-//!   column reads it as null);
+//!   object: that is checked when the object is read; an NDJSON object without the tombstone
+//!   field has no deletes);
 //! - a declared type (`[input.schema]`) is the column's type, whatever the objects hold;
 //! - anything else — a string where a number was — cannot be unified: the date fails, and the
 //!   error names the column, both types and an object of each.

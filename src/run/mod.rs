@@ -63,7 +63,8 @@ impl Job {
     }
 
     /// Loads a config file and opens its stores for a command that only reads (`status`,
-    /// `verify`): nothing is created or written, and a table not written yet reads as empty.
+    /// `verify`, `--dry-run`): nothing is created or written, and a table not written yet
+    /// reads as empty.
     pub fn load_read_only(path: &std::path::Path, vars: &crate::vars::Vars) -> Result<Job> {
         let config = JobConfig::load_with(path, vars)?;
         Job::open(config, &path.display().to_string(), false)

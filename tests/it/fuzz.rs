@@ -36,6 +36,7 @@ fn decoder(format: Format) -> Decoder {
         tz: chrono_tz::UTC,
         declared,
         required: ["event_date", "order_id", "source_version"].map(String::from).to_vec(),
+        tombstone: None,
         run: None,
     }
 }
