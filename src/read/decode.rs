@@ -410,6 +410,20 @@ impl Decoder {
             Some((row, line, why)) => {
                 InputError::bad(at(object, Some(row), Some(line), None), format!("malformed NDJSON: {why}"))
             }
+            // Every line parses: JSON the reader cannot type (`[{"y": 1}, null]`: a null among
+            // the objects of a list).
+            None if ["for struct array", "for scalar array", "non array element"]
+                .iter()
+                .any(|m| fallback.contains(m)) =>
+            {
+                InputError::bad(
+                    Location::object(object),
+                    format!(
+                        "NDJSON the reader cannot type: {fallback}. A list mixing objects, lists and other values \
+                         (nulls among objects, as in `[{{\"y\": 1}}, null]`, too) is not supported"
+                    ),
+                )
+            }
             None => InputError::bad(Location::object(object), format!("malformed NDJSON: {fallback}")),
         };
         let (inferred, _) =

@@ -1420,6 +1420,15 @@ fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("column `tags` cannot be unified"), "{}", text(&out));
 
+    // Valid JSON the reader cannot type is not called malformed.
+    for list in ["[{\"y\": \"p\"}, null]", "[null, {\"y\": \"p\"}]"] {
+        let lake = text_objects(&[("a.ndjson", &format!("{{\"k\": 1, \"v\": 1, \"l\": {list}}}\n"))]);
+        let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{t}");
+        assert!(t.contains("a.ndjson") && t.contains("cannot type") && !t.contains("malformed"), "{t}");
+    }
+
     // Integers a double cannot hold beside fractions, inside a list or an object: refused, not
     // rounded; as text, or among integers only, they are kept.
     for body in [
