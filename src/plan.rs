@@ -444,15 +444,14 @@ pub fn type_empty_columns(
                 cfg,
                 "input.url",
                 format!(
-                    "{}, at its top or inside it, only empty objects (`{{}}`) in the objects read to plan (from {read} on), so the \
-                     fields of {} unknown, and a merge stores every input column: Parquet cannot store an \
-                     object with no fields. Merge first a batch where some of its objects have a field: the \
-                     table then holds the column's type",
+                    "{} only empty objects (`{{}}`), at the top or inside, in the objects read to plan (from \
+                     {read} on), so the fields of those objects are unknown, and a merge stores every input \
+                     column: Parquet cannot store an object with no fields. Merge first a batch where some of \
+                     them have a field: the table then holds the type",
                     match fieldless.as_slice() {
                         [one] => format!("column {one} holds"),
                         more => format!("columns {} hold", more.join(", ")),
-                    },
-                    if fieldless.len() == 1 { "its objects are" } else { "their objects are" }
+                    }
                 ),
             ));
         }
@@ -639,7 +638,8 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
     }
     // A declared type for a column no object of the run has, spelled like one they have, is a
     // misspelling (a column these objects lack may come in others: an optional field).
-    for c in cfg.input.schema.keys().filter(|c| !has(c)) {
+    let tombstone = |c: &str| cfg.identity.deleted.as_ref().is_some_and(|d| d.column == c);
+    for c in cfg.input.schema.keys().filter(|c| !has(c) && !tombstone(c)) {
         if let Some(like) = misspelling_of(c, &names) {
             return Err(config_err(
                 cfg,
@@ -663,15 +663,17 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
         let t = match schema.field_with_name(&d.column) {
             Ok(f) => f.data_type().clone(),
             Err(_) => {
-                // Read as nulls, a misspelt tombstone would delete nothing: a name one letter
-                // off a column these objects have is taken for one, however short.
+                // Read as nulls, a misspelt tombstone would delete nothing.
                 let c = &d.column;
-                if let Some(like) = names.iter().find(|n| n.eq_ignore_ascii_case(c) || strsim::levenshtein(n, c) <= 1) {
-                    return Err(config_err(
-                        cfg,
-                        "identity.deleted.column",
-                        format!("no column `{c}` in the input (read from {object}); did you mean `{like}`?"),
-                    ));
+                let known = |n: &str| {
+                    cfg.input.schema.contains_key(n)
+                        || cfg.identity.key.iter().any(|k| k == n)
+                        || cfg.identity.version.as_deref() == Some(n)
+                        || cfg.partition.column == n
+                };
+                if let Some(like) = read::tombstone_like(c, names.iter().map(String::as_str), known) {
+                    let why = read::tombstone_missing(c, like);
+                    return Err(config_err(cfg, "identity.deleted.column", format!("{why} (read from {object})")));
                 }
                 absent_tombstone(cfg).ok_or_else(|| missing("identity.deleted.column", c))?
             }

@@ -31,6 +31,40 @@ use super::Piece;
 use crate::dates;
 use crate::error::{InputError, Location};
 
+/// A field of `names` the tombstone column `tombstone` may be a misspelling of (the same but
+/// for case, a letter or two off), or the object it would be a field of (`meta` of
+/// `meta.op`): an object with such a field and without the tombstone is not read as one
+/// without deletes, since a misspelt tombstone would delete nothing. `known`: the columns the
+/// config names otherwise (declared, used), columns of their own.
+pub fn tombstone_like<'a>(
+    tombstone: &str,
+    names: impl IntoIterator<Item = &'a str>,
+    known: impl Fn(&str) -> bool,
+) -> Option<&'a str> {
+    let near = |n: &str| {
+        let d = strsim::levenshtein(n, tombstone);
+        n.eq_ignore_ascii_case(tombstone) || d <= 1 || (tombstone.len() > 3 && d <= 2)
+    };
+    names.into_iter().find(|n| {
+        *n != tombstone
+            && (tombstone.strip_prefix(*n).is_some_and(|rest| rest.starts_with('.')) || (!known(n) && near(n)))
+    })
+}
+
+/// Why an object without the tombstone column `tombstone`, but with the field `like`, is refused.
+pub fn tombstone_missing(tombstone: &str, like: &str) -> String {
+    if tombstone.strip_prefix(like).is_some_and(|rest| rest.starts_with('.')) {
+        return format!(
+            "no column `{tombstone}`: a field inside the object `{like}` cannot be the tombstone column; \
+             name a column of the input"
+        );
+    }
+    format!(
+        "no column `{tombstone}`, but a column `{like}`: did you mean `{like}`? A misspelt tombstone column \
+         would delete nothing. If `{like}` is another column, declare its type in [input.schema] to say so"
+    )
+}
+
 /// `fields` with `field` placed where an object holding it has it: NDJSON fields are inferred
 /// in name order, so a date whose objects leave the field out reads its columns in the order of
 /// a date whose objects have it.
@@ -432,7 +466,15 @@ impl Decoder {
         // such field: an object without the tombstone field has no deletes (a day without
         // any). Other columns the config uses stay required: a renamed field is an error, not
         // a column of nulls.
-        let absent = self.tombstone.as_ref().filter(|c| inferred.field_with_name(c).is_err()).map(|c| {
+        let absent = self.tombstone.as_ref().filter(|c| inferred.field_with_name(c).is_err());
+        if let Some(c) = absent {
+            let names = inferred.fields().iter().map(|f| f.name().as_str());
+            let known = |n: &str| self.declared.contains_key(n) || self.required.iter().any(|r| r == n);
+            if let Some(like) = tombstone_like(c, names, known) {
+                return Err(InputError::bad(at(object, None, None, Some(c)), tombstone_missing(c, like)));
+            }
+        }
+        let absent = absent.map(|c| {
             let declared = self.declared(c).is_some();
             Field::new(c, if declared { DataType::Utf8 } else { DataType::Null }, true)
         });

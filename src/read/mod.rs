@@ -24,7 +24,10 @@ mod decode;
 pub mod list;
 pub mod text;
 pub mod unify;
-pub use decode::{footer_schema, in_name_order, parquet_footer, row_group_dates, DateSource, Decoded, Decoder};
+pub use decode::{
+    footer_schema, in_name_order, parquet_footer, row_group_dates, tombstone_like, tombstone_missing, DateSource,
+    Decoded, Decoder,
+};
 pub use text::{parse_type, per_second, Declared};
 
 /// The format of input objects.

@@ -160,6 +160,25 @@ pub fn open_state_read(
 ) -> Result<StoreLocation, ConfigError> {
     let state = open_read(url, options, "output.state_url")?;
     apart(&state, output)?;
+    // A run moves a probe file from one to the other; without writing, the file systems
+    // they are (or would be made) on are compared.
+    if let (Some(from), Some(to)) = (state.protocol.local_root(), output.protocol.local_root()) {
+        if let (Some(a), Some(b)) = (device(from), device(to)) {
+            if a != b {
+                return Err(ConfigError::Invalid {
+                    path: "config".into(),
+                    key: "output.state_url".into(),
+                    message: format!(
+                        "the state folder {} and the output folder {} are on different file systems. \
+                         Partitions are staged in the state folder and swapped in by a rename, which cannot \
+                         cross file systems: put `state_url` on the output's file system",
+                        from.display(),
+                        to.display()
+                    ),
+                });
+            }
+        }
+    }
     Ok(state)
 }
 
@@ -188,11 +207,64 @@ fn apart(state: &StoreLocation, output: &StoreLocation) -> Result<(), ConfigErro
 /// whether a run could write there.
 pub fn open_read(url: &str, options: &BTreeMap<String, String>, key: &str) -> Result<StoreLocation, ConfigError> {
     let (scheme, rest) = scheme_of(url);
-    if scheme == "file" && !std::path::Path::new(rest).is_dir() {
+    let dir = std::path::Path::new(rest);
+    if scheme == "file" && !dir.is_dir() {
+        // What a run could not make a folder of is refused as the run would refuse it.
+        if std::fs::symlink_metadata(dir).is_ok() {
+            return Err(ConfigError::Invalid {
+                path: "config".into(),
+                key: key.into(),
+                message: format!("{} is not a folder (a file, or a link to nothing)", dir.display()),
+            });
+        }
+        // Empty, where a run would make it: the same resolved folder names the table and is
+        // checked against the state's.
+        let root = resolved(dir);
         let url_shown = url.trim_end_matches('/').to_string();
-        return Ok(StoreLocation::new(Arc::new(InMemory::new()), Path::default(), url_shown, Arc::new(ConditionalPut)));
+        return Ok(StoreLocation::new(
+            Arc::new(InMemory::new()),
+            Path::default(),
+            url_shown,
+            Arc::new(LocalFolder { root }),
+        ));
     }
     open(url, options, key, false)
+}
+
+/// The folder `dir` names once made: its nearest existing ancestor resolved (symlinks
+/// followed), then the rest of the path, with `..` and `.` taken as the file system would
+/// take them once the missing folders exist.
+fn resolved(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut base = absolute.as_path();
+    let mut rest = Vec::new();
+    while !base.exists() {
+        match (base.parent(), base.components().next_back()) {
+            (Some(parent), Some(last)) => {
+                rest.push(last);
+                base = parent;
+            }
+            _ => break,
+        }
+    }
+    let mut out = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+    for c in rest.into_iter().rev() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// The device of `dir`'s nearest existing ancestor: where a folder made there would live.
+fn device(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    dir.ancestors().find_map(|d| std::fs::metadata(d).ok()).map(|m| m.dev())
 }
 
 /// A URL's scheme, lower case (`file` for a plain path), and the rest.

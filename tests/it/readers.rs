@@ -213,6 +213,21 @@ fn state_url_puts_the_state_where_it_says() {
     let o = cli(&["run", "--config", cfg, "--date", "2026-11-03", "--dry-run"], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(stamps(), before);
+    // With the table folder gone, they still know it as the table its state names, as a run
+    // does; and what a run would refuse, they refuse without writing.
+    let table = lake.output();
+    std::fs::rename(&table, lake.dir.path().join("aside")).unwrap();
+    for args in [&["status", "--config", cfg][..], &["run", "--config", cfg, "--date", "2026-11-01", "--dry-run"]] {
+        let o = cli(args, lake.dir.path());
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+    }
+    assert!(!table.exists());
+    std::fs::write(&table, "a file").unwrap();
+    let o = cli(&["status", "--config", cfg], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("is not a folder"), "{}", text(&o));
+    std::fs::remove_file(&table).unwrap();
+    std::fs::rename(lake.dir.path().join("aside"), &table).unwrap();
     // A new schema is refused while the table holds partitions under the old one ...
     let renamed = std::fs::read_to_string(cfg).unwrap().replace("name = \"orders\"", "name = \"order_count\"");
     std::fs::write(cfg, renamed).unwrap();
@@ -244,8 +259,16 @@ fn a_state_inside_the_table_through_a_symlink_is_refused() {
         &format!("url = \"{}\"\nstate_url = \"{}\"", real.display(), link.join("_state").display()),
     );
     std::fs::write(&cfg, cfg_text).unwrap();
-    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("output.state_url") && text(&o).contains("inside one another"), "{}", text(&o));
+    let cfg = cfg.to_str().unwrap();
+    // Commands that write nothing see it too, though the state folder does not exist yet.
+    for args in [
+        &["run", "--config", cfg, "--date", "2026-11-01", "--dry-run"][..],
+        &["status", "--config", cfg],
+        &["run", "--config", cfg, "--date", "2026-11-01"],
+    ] {
+        let o = cli(args, lake.dir.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("output.state_url") && text(&o).contains("inside one another"), "{}", text(&o));
+    }
     assert!(walk(&real).is_empty(), "nothing written into the table: {:?}", walk(&real));
 }
