@@ -452,8 +452,10 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
         ..Default::default()
     };
     if a.dry_run {
+        // Planned with `--quiet` too: its refusals are its answer.
+        let plan = run::dry_run(&job, &opts).await?;
         if !a.quiet {
-            print!("{}", run::dry_run(&job, &opts).await?);
+            print!("{plan}");
         }
         return Ok(None);
     }

@@ -254,7 +254,7 @@ pub async fn plan(
     // own objects alone (G2), so its empty columns are not typed from other dates.
     decoder.run = record_schema.clone().filter(|_| kind.reads_stored_state());
     decoder.required = required_columns(cfg, kind, &decoder.date_source);
-    decoder.tombstone = cfg.identity.deleted.as_ref().map(|d| d.column.clone());
+    decoder.tombstone = tombstone_of(cfg);
     for c in &used {
         if !decoder.required.contains(c) {
             decoder.required.push(c.clone());
@@ -665,14 +665,9 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
             Err(_) => {
                 // Read as nulls, a misspelt tombstone would delete nothing.
                 let c = &d.column;
-                let known = |n: &str| {
-                    cfg.input.schema.contains_key(n)
-                        || cfg.identity.key.iter().any(|k| k == n)
-                        || cfg.identity.version.as_deref() == Some(n)
-                        || cfg.partition.column == n
-                };
-                if let Some(like) = read::tombstone_like(c, names.iter().map(String::as_str), known) {
-                    let why = read::tombstone_missing(c, like);
+                let fields = schema.fields().iter().map(|f| (f.name().as_str(), f.data_type()));
+                if let Some(like) = tombstone_of(cfg).and_then(|t| t.like(fields).map(str::to_string)) {
+                    let why = read::tombstone_missing(c, &like);
                     return Err(config_err(cfg, "identity.deleted.column", format!("{why} (read from {object})")));
                 }
                 absent_tombstone(cfg).ok_or_else(|| missing("identity.deleted.column", c))?
@@ -696,6 +691,17 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
         }
     }
     Ok(())
+}
+
+/// The tombstone column of a job, and the columns its config names otherwise.
+fn tombstone_of(cfg: &JobConfig) -> Option<read::Tombstone> {
+    let d = cfg.identity.deleted.as_ref()?;
+    let mut others: Vec<String> = cfg.input.schema.keys().cloned().collect();
+    others.extend(cfg.identity.key.iter().cloned());
+    others.extend(cfg.identity.version.iter().cloned());
+    others.push(cfg.partition.column.clone());
+    others.extend(cfg.partition.from_timestamp.iter().cloned());
+    Some(read::Tombstone { column: d.column.clone(), others })
 }
 
 /// The type of an NDJSON tombstone column that no object read to plan has (a day without

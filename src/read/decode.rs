@@ -31,24 +31,45 @@ use super::Piece;
 use crate::dates;
 use crate::error::{InputError, Location};
 
-/// A field of `names` the tombstone column `tombstone` may be a misspelling of (the same but
-/// for case, a letter or two off), or the object it would be a field of (`meta` of
-/// `meta.op`): an object with such a field and without the tombstone is not read as one
-/// without deletes, since a misspelt tombstone would delete nothing. `known`: the columns the
-/// config names otherwise (declared, used), columns of their own.
-pub fn tombstone_like<'a>(
-    tombstone: &str,
-    names: impl IntoIterator<Item = &'a str>,
-    known: impl Fn(&str) -> bool,
-) -> Option<&'a str> {
-    let near = |n: &str| {
-        let d = strsim::levenshtein(n, tombstone);
-        n.eq_ignore_ascii_case(tombstone) || d <= 1 || (tombstone.len() > 3 && d <= 2)
-    };
-    names.into_iter().find(|n| {
-        *n != tombstone
-            && (tombstone.strip_prefix(*n).is_some_and(|rest| rest.starts_with('.')) || (!known(n) && near(n)))
-    })
+/// The tombstone column (`identity.deleted.column`) of a planned run, and the columns the
+/// config names otherwise (declared in `[input.schema]`, key, version, partition column):
+/// columns of their own, never taken for a misspelling of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tombstone {
+    pub column: String,
+    pub others: Vec<String>,
+}
+
+impl Tombstone {
+    /// A field of `fields` (name, type) the tombstone may be a misspelling of, in an object
+    /// without it: the same name but for case or punctuation (`Op`, `__op`, `OP_`), a word of
+    /// its name (`meta_op`, `op_type`), a letter off (two for a longer name: `opp`), or the
+    /// object it would be a field of (`meta` of `meta.op`). Such an object is not read as one
+    /// without deletes: a misspelt tombstone would delete nothing. Lists and objects are not
+    /// flags, so never taken for one.
+    pub fn like<'a>(&self, fields: impl IntoIterator<Item = (&'a str, &'a DataType)>) -> Option<&'a str> {
+        let t = self.column.as_str();
+        let words = |s: &str| -> Vec<String> {
+            s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+        };
+        let mine = words(t);
+        let near = |n: &str| {
+            let d = strsim::levenshtein(n, t);
+            let theirs = words(n);
+            d <= 1
+                || (t.chars().count() > 3 && d <= 2)
+                || theirs.concat() == mine.concat()
+                || (!mine.is_empty() && theirs.windows(mine.len()).any(|w| w == mine.as_slice()))
+        };
+        fields.into_iter().find_map(|(n, ty)| {
+            let inside = t.strip_prefix(n).is_some_and(|rest| rest.starts_with('.'));
+            let flag = !ty.is_nested();
+            let taken = n != t
+                && ((inside && matches!(ty, DataType::Struct(_)))
+                    || (flag && !self.others.iter().any(|o| o == n) && near(n)));
+            taken.then_some(n)
+        })
+    }
 }
 
 /// Why an object without the tombstone column `tombstone`, but with the field `like`, is refused.
@@ -61,7 +82,8 @@ pub fn tombstone_missing(tombstone: &str, like: &str) -> String {
     }
     format!(
         "no column `{tombstone}`, but a column `{like}`: did you mean `{like}`? A misspelt tombstone column \
-         would delete nothing. If `{like}` is another column, declare its type in [input.schema] to say so"
+         would delete nothing. If `{like}` is another column, declare its type in [input.schema] to say so \
+         (`{like} = \"utf8\"`, or its type)"
     )
 }
 
@@ -88,9 +110,9 @@ pub struct Decoder {
     pub declared: BTreeMap<String, Declared>,
     /// The columns the config uses: every object must hold them.
     pub required: Vec<String>,
-    /// The tombstone column (`identity.deleted.column`), once planned: an NDJSON object that
-    /// leaves it out of every line has no deletes.
-    pub tombstone: Option<String>,
+    /// The tombstone column, once planned: an NDJSON object that leaves it out of every line
+    /// has no deletes.
+    pub tombstone: Option<Tombstone>,
     /// The run's record schema, once planned: the types of columns a date's objects leave
     /// empty (a text column with no value reads as type Null).
     pub run: Option<SchemaRef>,
@@ -466,14 +488,16 @@ impl Decoder {
         // such field: an object without the tombstone field has no deletes (a day without
         // any). Other columns the config uses stay required: a renamed field is an error, not
         // a column of nulls.
-        let absent = self.tombstone.as_ref().filter(|c| inferred.field_with_name(c).is_err());
-        if let Some(c) = absent {
-            let names = inferred.fields().iter().map(|f| f.name().as_str());
-            let known = |n: &str| self.declared.contains_key(n) || self.required.iter().any(|r| r == n);
-            if let Some(like) = tombstone_like(c, names, known) {
-                return Err(InputError::bad(at(object, None, None, Some(c)), tombstone_missing(c, like)));
+        let absent = self.tombstone.as_ref().filter(|t| inferred.field_with_name(&t.column).is_err());
+        if let Some(t) = absent {
+            if let Some(like) = t.like(inferred.fields().iter().map(|f| (f.name().as_str(), f.data_type()))) {
+                return Err(InputError::bad(
+                    at(object, None, None, Some(&t.column)),
+                    tombstone_missing(&t.column, like),
+                ));
             }
         }
+        let absent = absent.map(|t| &t.column);
         let absent = absent.map(|c| {
             let declared = self.declared(c).is_some();
             Field::new(c, if declared { DataType::Utf8 } else { DataType::Null }, true)

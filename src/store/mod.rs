@@ -207,39 +207,38 @@ fn apart(state: &StoreLocation, output: &StoreLocation) -> Result<(), ConfigErro
 /// whether a run could write there.
 pub fn open_read(url: &str, options: &BTreeMap<String, String>, key: &str) -> Result<StoreLocation, ConfigError> {
     let (scheme, rest) = scheme_of(url);
-    let dir = std::path::Path::new(rest);
-    if scheme == "file" && !dir.is_dir() {
-        // What a run could not make a folder of is refused as the run would refuse it.
-        if std::fs::symlink_metadata(dir).is_ok() {
-            return Err(ConfigError::Invalid {
-                path: "config".into(),
-                key: key.into(),
-                message: format!("{} is not a folder (a file, or a link to nothing)", dir.display()),
-            });
-        }
-        // Empty, where a run would make it: the same resolved folder names the table and is
-        // checked against the state's.
-        let root = resolved(dir);
-        let url_shown = url.trim_end_matches('/').to_string();
-        return Ok(StoreLocation::new(
-            Arc::new(InMemory::new()),
-            Path::default(),
-            url_shown,
-            Arc::new(LocalFolder { root }),
-        ));
+    if scheme != "file" {
+        return open(url, options, key, false);
     }
-    open(url, options, key, false)
+    // The folder a run would open (`stage/../lake/out` is `lake/out`, with `stage` or without).
+    let root = resolved(std::path::Path::new(rest)).map_err(|message| ConfigError::Invalid {
+        path: "config".into(),
+        key: key.into(),
+        message,
+    })?;
+    let url_shown = url.trim_end_matches('/').to_string();
+    if root.is_dir() {
+        let at = open(&root.display().to_string(), options, key, false)?;
+        return Ok(StoreLocation { url: url_shown, ..at });
+    }
+    // Empty, where a run would make it: the same resolved folder names the table and is
+    // checked against the state's.
+    Ok(StoreLocation::new(Arc::new(InMemory::new()), Path::default(), url_shown, Arc::new(LocalFolder { root })))
 }
 
 /// The folder `dir` names once made: its nearest existing ancestor resolved (symlinks
 /// followed), then the rest of the path, with `..` and `.` taken as the file system would
-/// take them once the missing folders exist.
-fn resolved(dir: &std::path::Path) -> std::path::PathBuf {
+/// take them once the missing folders exist. A path that is there but no folder (a file, a
+/// link to nothing) is one a run could not make a folder of: refused, as the run would.
+fn resolved(dir: &std::path::Path) -> Result<std::path::PathBuf, String> {
     use std::path::Component;
     let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     let mut base = absolute.as_path();
     let mut rest = Vec::new();
-    while !base.exists() {
+    while !base.is_dir() {
+        if std::fs::symlink_metadata(base).is_ok() {
+            return Err(format!("{} is not a folder (a file, or a link to nothing)", base.display()));
+        }
         match (base.parent(), base.components().next_back()) {
             (Some(parent), Some(last)) => {
                 rest.push(last);
@@ -258,7 +257,7 @@ fn resolved(dir: &std::path::Path) -> std::path::PathBuf {
             other => out.push(other.as_os_str()),
         }
     }
-    out
+    Ok(out)
 }
 
 /// The device of `dir`'s nearest existing ancestor: where a folder made there would live.

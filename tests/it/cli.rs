@@ -112,6 +112,13 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
     let o = cli(&["status", "--config", "config/example.toml"], t.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!t.path().join("lake").exists());
+    // Quiet, it still plans: a refusal is its answer (a scheduler's pre-flight check).
+    let cfg = t.path().join("config/example.toml");
+    let body = std::fs::read_to_string(&cfg).unwrap().replace("count(DISTINCT customer_id)", "count(DISTINCT client)");
+    std::fs::write(&cfg, body).unwrap();
+    let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-01", "--dry-run", "-q"], t.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("client"), "{}", text(&o));
 }
 
 #[test]

@@ -226,6 +226,11 @@ fn state_url_puts_the_state_where_it_says() {
     let o = cli(&["status", "--config", cfg], lake.dir.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("is not a folder"), "{}", text(&o));
+    // Nor a path through a file, which no run could make a folder of.
+    let through = text_cfg_with(cfg, &table, &table.join("sub"));
+    let o = cli(&["status", "--config", &through], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("is not a folder"), "{}", text(&o));
     std::fs::remove_file(&table).unwrap();
     std::fs::rename(lake.dir.path().join("aside"), &table).unwrap();
     // A new schema is refused while the table holds partitions under the old one ...
@@ -240,6 +245,16 @@ fn state_url_puts_the_state_where_it_says() {
     let o = cli(&run, lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(table_of(&o).matches(" created ").count(), 2, "{}", text(&o));
+}
+
+/// A copy of the config at `cfg` with the output URL `from` replaced by `to`; its path.
+fn text_cfg_with(cfg: &str, from: &std::path::Path, to: &std::path::Path) -> String {
+    let body = std::fs::read_to_string(cfg).unwrap();
+    let body = body.replace(&format!("url = \"{}\"", from.display()), &format!("url = \"{}\"", to.display()));
+    assert!(body.contains(&to.display().to_string()), "{body}");
+    let copy = format!("{cfg}.through.toml");
+    std::fs::write(&copy, body).unwrap();
+    copy
 }
 
 /// A state folder that lies inside the table only through a symlink is refused before
