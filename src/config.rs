@@ -77,6 +77,10 @@ fn default_true() -> bool {
 pub struct Deleted {
     pub column: String,
     pub equals: toml::Value,
+    /// NDJSON only: an object whose lines all leave the column out (JSON's way of writing no
+    /// value: a day without deletes) has no deletes, rather than failing its date.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -517,6 +521,17 @@ impl JobConfig {
             return Err(bad(
                 "identity.version",
                 "kind = \"merge\" needs a version column: a stored row is replaced only by a strictly newer version"
+                    .into(),
+            ));
+        }
+        if id.deleted.as_ref().is_some_and(|d| d.column.trim().is_empty()) {
+            return Err(bad("identity.deleted.column", "must not be empty".into()));
+        }
+        if id.deleted.as_ref().is_some_and(|d| d.optional) && self.input.format != Format::Ndjson {
+            return Err(bad(
+                "identity.deleted.optional",
+                "only NDJSON leaves out a field with no value; a CSV or Parquet object has its columns, and one \
+                 without the tombstone column is an error"
                     .into(),
             ));
         }

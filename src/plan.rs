@@ -601,8 +601,8 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
     let missing = |key: &str, col: &str| {
         let hint = match (cfg.input.format, key) {
             (Format::Ndjson, "identity.deleted.column") => format!(
-                "; if these objects simply have no deletes (JSON leaves out a field with no value), declare \
-                 its type in [input.schema], e.g. `{col} = \"utf8\"`: an object without it then deletes nothing"
+                "; if these objects simply have no deletes (JSON leaves out a field with no value), say so with \
+                 `optional = true` in [identity.deleted]: an object without `{col}` then deletes nothing"
             ),
             _ => String::new(),
         };
@@ -639,8 +639,10 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
     // A declared type for a column no object of the run has, spelled like one they have, is a
     // misspelling (a column these objects lack may come in others: an optional field).
     let tombstone = |c: &str| cfg.identity.deleted.as_ref().is_some_and(|d| d.column == c);
+    // The tombstone is a column of the config's own: a declared column like it is another.
+    let candidates: Vec<String> = names.iter().filter(|n| !tombstone(n)).cloned().collect();
     for c in cfg.input.schema.keys().filter(|c| !has(c) && !tombstone(c)) {
-        if let Some(like) = misspelling_of(c, &names) {
+        if let Some(like) = misspelling_of(c, &candidates) {
             return Err(config_err(
                 cfg,
                 "input.schema",
@@ -701,16 +703,20 @@ fn tombstone_of(cfg: &JobConfig) -> Option<read::Tombstone> {
     others.extend(cfg.identity.version.iter().cloned());
     others.push(cfg.partition.column.clone());
     others.extend(cfg.partition.from_timestamp.iter().cloned());
-    Some(read::Tombstone { column: d.column.clone(), others })
+    Some(read::Tombstone { column: d.column.clone(), others, optional: d.optional })
 }
 
 /// The type of an NDJSON tombstone column that no object read to plan has (a day without
-/// deletes), when it is declared: declared, and not a misspelling of a column they have
-/// (checked before), it is a column of nulls there.
+/// deletes), when the config says objects may leave it out (`optional = true`): its declared
+/// type, else Null (no value, no type). Not a misspelling of a column they have (checked
+/// before), it is a column of nulls there.
 fn absent_tombstone(cfg: &JobConfig) -> Option<DataType> {
-    let d = cfg.identity.deleted.as_ref().filter(|_| cfg.input.format == Format::Ndjson)?;
-    let declared = read::parse_type(cfg.input.schema.get(&d.column)?).ok()?;
-    Some(read::unify::parquet_native(&declared.ty))
+    let d = cfg.identity.deleted.as_ref().filter(|d| d.optional && cfg.input.format == Format::Ndjson)?;
+    match cfg.input.schema.get(&d.column).and_then(|t| read::parse_type(t).ok()) {
+        Some(declared) => Some(read::unify::parquet_native(&declared.ty)),
+        // No value, no type: a merge takes its table's, or asks for it to be declared.
+        None => Some(DataType::Null),
+    }
 }
 
 /// The column of `names` that `column` looks like a misspelling of: the same but for case, or

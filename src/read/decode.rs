@@ -38,28 +38,30 @@ use crate::error::{InputError, Location};
 pub struct Tombstone {
     pub column: String,
     pub others: Vec<String>,
+    /// `optional = true`: an NDJSON object without the column has no deletes.
+    pub optional: bool,
 }
 
 impl Tombstone {
-    /// A field of `fields` (name, type) the tombstone may be a misspelling of, in an object
-    /// without it: the same name but for case or punctuation (`Op`, `__op`, `OP_`), a word of
-    /// its name (`meta_op`, `op_type`), a letter off (two for a longer name: `opp`), or the
-    /// object it would be a field of (`meta` of `meta.op`). Such an object is not read as one
-    /// without deletes: a misspelt tombstone would delete nothing. Lists and objects are not
-    /// flags, so never taken for one.
+    /// A field of `fields` (name, type) the tombstone may be a misspelling of: the same name
+    /// but for case or punctuation (`Op`, `__op`), the words of one among the words of the
+    /// other (`meta_op`, `opType`, `isDeleted` for `deleted`, `deleted` for
+    /// `_fivetran_deleted`), a letter off (two for a longer name: `opp`), or the object it
+    /// would be a field of (`meta` of `meta.op`). An object with such a field is not read as
+    /// one without deletes: a misspelt tombstone would delete nothing. Lists and objects are
+    /// not flags, so never taken for one. This catches the likely slips, not every one.
     pub fn like<'a>(&self, fields: impl IntoIterator<Item = (&'a str, &'a DataType)>) -> Option<&'a str> {
         let t = self.column.as_str();
-        let words = |s: &str| -> Vec<String> {
-            s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
-        };
         let mine = words(t);
+        let within = |a: &[String], b: &[String]| !a.is_empty() && b.windows(a.len()).any(|w| w == a);
         let near = |n: &str| {
             let d = strsim::levenshtein(n, t);
             let theirs = words(n);
             d <= 1
                 || (t.chars().count() > 3 && d <= 2)
                 || theirs.concat() == mine.concat()
-                || (!mine.is_empty() && theirs.windows(mine.len()).any(|w| w == mine.as_slice()))
+                || within(&mine, &theirs)
+                || within(&theirs, &mine)
         };
         fields.into_iter().find_map(|(n, ty)| {
             let inside = t.strip_prefix(n).is_some_and(|rest| rest.starts_with('.'));
@@ -72,6 +74,27 @@ impl Tombstone {
     }
 }
 
+/// The words of a name, lower case: split at anything but letters and digits, and where a
+/// lower-case letter or digit meets an upper-case one (`opType`: `op`, `type`).
+fn words(name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut lower = false;
+    for c in name.chars() {
+        if (!c.is_alphanumeric() || (lower && c.is_uppercase())) && !word.is_empty() {
+            out.push(std::mem::take(&mut word));
+        }
+        if c.is_alphanumeric() {
+            word.extend(c.to_lowercase());
+        }
+        lower = c.is_lowercase() || c.is_ascii_digit();
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
 /// Why an object without the tombstone column `tombstone`, but with the field `like`, is refused.
 pub fn tombstone_missing(tombstone: &str, like: &str) -> String {
     if tombstone.strip_prefix(like).is_some_and(|rest| rest.starts_with('.')) {
@@ -81,9 +104,9 @@ pub fn tombstone_missing(tombstone: &str, like: &str) -> String {
         );
     }
     format!(
-        "no column `{tombstone}`, but a column `{like}`: did you mean `{like}`? A misspelt tombstone column \
-         would delete nothing. If `{like}` is another column, declare its type in [input.schema] to say so \
-         (`{like} = \"utf8\"`, or its type)"
+        "a column `{like}` beside or instead of the tombstone column `{tombstone}`: did you mean `{like}`? \
+         A misspelt tombstone column would delete nothing. If `{like}` is another column, declare its type \
+         in [input.schema] to say so (`{like} = \"utf8\"`, or its type)"
     )
 }
 
@@ -485,11 +508,12 @@ impl Decoder {
         let (inferred, _) =
             arrow::json::reader::infer_json_schema(Cursor::new(bytes), None).map_err(|e| malformed(e.to_string()))?;
         // A JSON line leaves out a field with no value, and an object whose lines all do has no
-        // such field: an object without the tombstone field has no deletes (a day without
-        // any). Other columns the config uses stay required: a renamed field is an error, not
-        // a column of nulls.
-        let absent = self.tombstone.as_ref().filter(|t| inferred.field_with_name(&t.column).is_err());
-        if let Some(t) = absent {
+        // such field: with `optional = true`, an object without the tombstone field has no
+        // deletes (a day without any). An object with a field the tombstone looks like a
+        // misspelling of, beside it (a producer renamed it between two lines: those lines'
+        // tombstone is null) or instead of it, is refused. Other columns the config uses stay
+        // required: a renamed field is an error, not a column of nulls.
+        if let Some(t) = &self.tombstone {
             if let Some(like) = t.like(inferred.fields().iter().map(|f| (f.name().as_str(), f.data_type()))) {
                 return Err(InputError::bad(
                     at(object, None, None, Some(&t.column)),
@@ -497,7 +521,8 @@ impl Decoder {
                 ));
             }
         }
-        let absent = absent.map(|t| &t.column);
+        let optional = self.tombstone.as_ref().filter(|t| t.optional);
+        let absent = optional.map(|t| &t.column).filter(|c| inferred.field_with_name(c).is_err());
         let absent = absent.map(|c| {
             let declared = self.declared(c).is_some();
             Field::new(c, if declared { DataType::Utf8 } else { DataType::Null }, true)

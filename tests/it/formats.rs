@@ -1104,9 +1104,14 @@ fn an_ndjson_object_without_the_tombstone_field_deletes_nothing() {
     write("2026-11-03", "a.json", "{\"k\": \"d\", \"v\": 1, \"amount\": 1, \"op\": \"D\"}\n");
     write("2026-11-03", "b.json", "{\"k\": \"e\", \"v\": 1, \"amount\": 2}\n");
     write("2026-11-06", "a.json", "{\"k\": \"j\", \"v\": 1, \"amount\": 1, \"meta\": {\"op\": \"D\"}}\n");
+    // `tombstone`: the column, then `?` when objects may leave it out (`optional = true`).
     let run = |kind: &str, schema: &str, tombstone: &str, body: &str, from: &str, to: &str| {
+        let (column, optional) = match tombstone.strip_suffix('?') {
+            Some(c) => (c, "optional = true"),
+            None => (tombstone, ""),
+        };
         let text = format!(
-            "[job]\nname = \"t\"\nkind = \"{kind}\"\n\n[input]\nurl = \"{}\"\nformat = \"ndjson\"\n{schema}\n\n{KV}\n\n[identity.deleted]\ncolumn = \"{tombstone}\"\nequals = \"D\"\n\n{body}\n\n[output]\nurl = \"{}\"\n",
+            "[job]\nname = \"t\"\nkind = \"{kind}\"\n\n[input]\nurl = \"{}\"\nformat = \"ndjson\"\n{schema}\n\n{KV}\n\n[identity.deleted]\ncolumn = \"{column}\"\nequals = \"D\"\n{optional}\n\n{body}\n\n[output]\nurl = \"{}\"\n",
             lake.input().display(),
             lake.output().display()
         );
@@ -1130,18 +1135,25 @@ fn an_ndjson_object_without_the_tombstone_field_deletes_nothing() {
     let declared = "schema = { op = \"utf8\" }";
     let sql = "[aggregate]\nsql = \"SELECT count(*) AS n, sum(amount) AS total FROM events\"";
     for (kind, body) in [("merge", ""), ("aggregate", sql)] {
-        // No object read to plan has the field: refused (a misspelt name would delete nothing),
+        // Unless the config says objects may leave the field out, one that does is an error,
         // with the way out.
-        let out = run(kind, "", "op", body, "2026-11-02", "2026-11-02");
+        let out = run(kind, declared, "op", body, "2026-11-02", "2026-11-02");
         let t = text(&out);
         assert_eq!(out.status.code(), Some(2), "{kind}: {t}");
-        assert!(t.contains("no column `op`") && t.contains("declare its type in [input.schema]"), "{kind}: {t}");
-        // Declared, it is a column of nulls there.
-        let out = run(kind, declared, "op", body, "2026-11-02", "2026-11-02");
+        assert!(t.contains("no column `op`") && t.contains("`optional = true` in [identity.deleted]"), "{kind}: {t}");
+        let out = run(kind, "", "op", body, "2026-11-03", "2026-11-03");
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{kind}: {t}");
+        assert!(t.contains("b.json") && t.contains("`op`: missing column"), "{kind}: {t}");
+        // Said so, it is a column of nulls there. A merge storing it needs its type (declared,
+        // or from its table); an aggregate does not.
+        let out = run(kind, "", "op?", body, "2026-11-02", "2026-11-02");
+        assert_eq!(out.status.code(), Some(if kind == "merge" { 2 } else { 0 }), "{kind}: {}", text(&out));
+        let out = run(kind, declared, "op?", body, "2026-11-02", "2026-11-02");
         assert_eq!(out.status.code(), Some(0), "{kind}: {}", text(&out));
         // An object that leaves it out beside one that has it: no deletes in that object.
         for schema in ["", declared] {
-            let out = run(kind, schema, "op", body, "2026-11-03", "2026-11-03");
+            let out = run(kind, schema, "op?", body, "2026-11-03", "2026-11-03");
             assert_eq!(out.status.code(), Some(0), "{kind} {schema}: {}", text(&out));
             if kind == "merge" {
                 assert_eq!(keys("2026-11-03"), ["e"]);
@@ -1152,39 +1164,47 @@ fn an_ndjson_object_without_the_tombstone_field_deletes_nothing() {
     }
     // A date without the field reads its columns in the order of one with it.
     let all = "[aggregate]\nsql = \"SELECT * EXCLUDE (event_date) FROM events\"";
-    let out = run("aggregate", declared, "op", all, "2026-11-02", "2026-11-03");
+    let out = run("aggregate", declared, "op?", all, "2026-11-02", "2026-11-03");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // A declared tombstone spelt unlike the field the objects have is a misspelling, not a
     // column of nulls: when planning, and in an object read later (`Op`, in a range).
-    let out = run("merge", "schema = { opp = \"utf8\" }", "opp", "", "2026-11-01", "2026-11-01");
+    let out = run("merge", "schema = { opp = \"utf8\" }", "opp?", "", "2026-11-01", "2026-11-01");
     let t = text(&out);
     assert_eq!(out.status.code(), Some(2), "{t}");
-    assert!(t.contains("no column `opp`") && t.contains("did you mean `op`?"), "{t}");
+    assert!(t.contains("tombstone column `opp`: did you mean `op`?"), "{t}");
     write("2026-11-05", "a.json", "{\"k\": \"h\", \"v\": 1, \"amount\": 1, \"Op\": \"D\"}\n");
-    let out = run("aggregate", declared, "op", sql, "2026-11-03", "2026-11-05");
+    let out = run("aggregate", declared, "op?", sql, "2026-11-03", "2026-11-05");
     let t = text(&out);
     assert_eq!(out.status.code(), Some(3), "{t}");
-    assert!(t.contains("2026-11-05") && t.contains("but a column `Op`: did you mean `Op`?"), "{t}");
+    assert!(
+        t.contains("2026-11-05")
+            && t.contains("a column `Op` beside or instead of the tombstone column `op`: did you mean `Op`?"),
+        "{t}"
+    );
+    // Beside it in one object too: a producer renamed it between two lines.
+    write("2026-11-05", "a.json", "{\"k\": \"h\", \"v\": 1, \"amount\": 1, \"op\": \"U\"}\n{\"k\": \"h\", \"v\": 2, \"amount\": 1, \"Op\": \"D\"}\n");
+    let out = run("aggregate", declared, "op?", sql, "2026-11-05", "2026-11-05");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     std::fs::remove_dir_all(lake.input().join("event_date=2026-11-05")).unwrap();
     // A word of its name, or the same name but for punctuation (Debezium's `__op`), too; a list
     // is no flag, so never taken for one.
-    for (field, code) in [("__op", Some(2)), ("meta_op", Some(2)), ("ops", None)] {
+    for (field, code) in [("__op", Some(2)), ("meta_op", Some(2)), ("opType", Some(2)), ("ops", None)] {
         let value = if field == "ops" { "[\"x\"]" } else { "\"D\"" };
         write("2026-11-08", "a.json", &format!("{{\"k\": \"l\", \"v\": 1, \"amount\": 1, \"{field}\": {value}}}\n"));
-        let out = run("aggregate", declared, "op", sql, "2026-11-08", "2026-11-08");
+        let out = run("aggregate", declared, "op?", sql, "2026-11-08", "2026-11-08");
         assert_eq!(out.status.code(), code.or(Some(0)), "{field}: {}", text(&out));
     }
     std::fs::remove_dir_all(lake.input().join("event_date=2026-11-08")).unwrap();
     // A field inside an object cannot be the tombstone.
-    let out = run("aggregate", "schema = { \"meta.op\" = \"utf8\" }", "meta.op", sql, "2026-11-06", "2026-11-06");
+    let out = run("aggregate", "schema = { \"meta.op\" = \"utf8\" }", "meta.op?", sql, "2026-11-06", "2026-11-06");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("a field inside the object `meta`"), "{}", text(&out));
     // A column one letter off that is a column of its own is said to be one by declaring it.
     write("2026-11-07", "a.json", "{\"k\": \"i\", \"v\": 1, \"amount\": 1, \"ops\": 3}\n");
-    let out = run("aggregate", declared, "op", sql, "2026-11-07", "2026-11-07");
+    let out = run("aggregate", declared, "op?", sql, "2026-11-07", "2026-11-07");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("If `ops` is another column, declare its type"), "{}", text(&out));
-    let out = run("aggregate", "schema = { op = \"utf8\", ops = \"bigint\" }", "op", sql, "2026-11-07", "2026-11-07");
+    let out = run("aggregate", "schema = { op = \"utf8\", ops = \"bigint\" }", "op?", sql, "2026-11-07", "2026-11-07");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     std::fs::remove_dir_all(lake.input().join("event_date=2026-11-07")).unwrap();
     // Any other column the config uses stays required, declared or not: a renamed field is an
@@ -1192,13 +1212,13 @@ fn an_ndjson_object_without_the_tombstone_field_deletes_nothing() {
     write("2026-11-04", "a.json", "{\"k\": \"f\", \"v\": 1, \"amount\": 5}\n");
     write("2026-11-04", "b.json", "{\"k\": \"g\", \"v\": 1, \"amt\": 9}\n");
     for schema in ["schema = { op = \"utf8\" }", "schema = { op = \"utf8\", amount = \"decimal(12,2)\" }"] {
-        let out = run("aggregate", schema, "op", sql, "2026-11-04", "2026-11-04");
+        let out = run("aggregate", schema, "op?", sql, "2026-11-04", "2026-11-04");
         let t = text(&out);
         assert_eq!(out.status.code(), Some(3), "{t}");
         assert!(t.contains("b.json") && t.contains("`amount`: missing column"), "{t}");
     }
     // A merge of the range: `b` deleted on the first day, `a` moved by its newer version.
-    let out = run("merge", declared, "op", "", "2026-11-01", "2026-11-03");
+    let out = run("merge", declared, "op?", "", "2026-11-01", "2026-11-03");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(keys("2026-11-01"), Vec::<String>::new());
     assert_eq!(keys("2026-11-02"), ["a", "c"]);
@@ -1260,6 +1280,10 @@ fn an_empty_tombstone_column_means_no_deletes_and_an_empty_key_fails_its_date() 
     assert_eq!(rows("2026-11-01"), (vec!["a,1,10.5,".into()], "Utf8,Int64,Float64,Utf8".into()));
     assert_eq!(rows("2026-11-02").0, ["c,1,2.5,", "d,1,1.0,"]);
     assert_eq!(rows("2026-11-02").1, "Utf8,Int64,Float64,Utf8");
+    // `optional` is for NDJSON, whose lines leave out fields; a CSV object has its columns.
+    let out = run("merge", &format!("{}\noptional = true", deletes("\"D\"")), "", "", "2026-11-02", "2026-11-02");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("identity.deleted.optional"), "{}", text(&out));
     // The value is checked against the type the table holds.
     let out = merge("1", "", "2026-11-02", "2026-11-02");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
