@@ -199,8 +199,8 @@ pub async fn plan(
             // The date source's column has the type it will have once read.
             let schema = decoder_schema(&decoder, schema);
             check_columns(cfg, &schema, &name)?;
-            // A declared NDJSON tombstone column these objects leave out: nulls, where the
-            // objects are read to have it.
+            // An NDJSON tombstone column these objects leave out (`optional = true`): nulls,
+            // placed where the objects are read to have it.
             let schema = match (cfg.identity.deleted.as_ref(), absent_tombstone(cfg)) {
                 (Some(d), Some(t)) if schema.field_with_name(&d.column).is_err() => {
                     let field = arrow::datatypes::Field::new(&d.column, t, true);

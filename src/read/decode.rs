@@ -133,8 +133,8 @@ pub struct Decoder {
     pub declared: BTreeMap<String, Declared>,
     /// The columns the config uses: every object must hold them.
     pub required: Vec<String>,
-    /// The tombstone column, once planned: an NDJSON object that leaves it out of every line
-    /// has no deletes.
+    /// The tombstone column, once planned: an NDJSON object with a field like it is refused,
+    /// and (with `optional`) one that leaves it out of every line has no deletes.
     pub tombstone: Option<Tombstone>,
     /// The run's record schema, once planned: the types of columns a date's objects leave
     /// empty (a text column with no value reads as type Null).
