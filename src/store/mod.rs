@@ -130,13 +130,7 @@ pub fn open_state(
         match moved {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
-                return Err(invalid(format!(
-                    "the state folder {} and the output folder {} are on different file systems ({e}). \
-                     Partitions are staged in the state folder and swapped in by a rename, which cannot \
-                     cross file systems: put `state_url` on the output's file system",
-                    from.display(),
-                    to.display()
-                )))
+                return Err(two_file_systems(from, to, &format!(" ({e})")))
             }
             Err(e) => {
                 return Err(invalid(format!(
@@ -165,21 +159,26 @@ pub fn open_state_read(
     if let (Some(from), Some(to)) = (state.protocol.local_root(), output.protocol.local_root()) {
         if let (Some(a), Some(b)) = (device(from), device(to)) {
             if a != b {
-                return Err(ConfigError::Invalid {
-                    path: "config".into(),
-                    key: "output.state_url".into(),
-                    message: format!(
-                        "the state folder {} and the output folder {} are on different file systems. \
-                         Partitions are staged in the state folder and swapped in by a rename, which cannot \
-                         cross file systems: put `state_url` on the output's file system",
-                        from.display(),
-                        to.display()
-                    ),
-                });
+                return Err(two_file_systems(from, to, ""));
             }
         }
     }
     Ok(state)
+}
+
+/// The refusal of a state folder on another file system than the output folder's.
+fn two_file_systems(state: &std::path::Path, output: &std::path::Path, why: &str) -> ConfigError {
+    ConfigError::Invalid {
+        path: "config".into(),
+        key: "output.state_url".into(),
+        message: format!(
+            "the state folder {} and the output folder {} are on different file systems{why}. Partitions are \
+             staged in the state folder and swapped in by a rename, which cannot cross file systems: put \
+             `state_url` on the output's file system",
+            state.display(),
+            output.display()
+        ),
+    }
 }
 
 /// Refuses a local state folder inside the output folder, or the other way round (resolved:
@@ -218,8 +217,7 @@ pub fn open_read(url: &str, options: &BTreeMap<String, String>, key: &str) -> Re
     })?;
     let url_shown = url.trim_end_matches('/').to_string();
     if root.is_dir() {
-        let at = open(&root.display().to_string(), options, key, false)?;
-        return Ok(StoreLocation { url: url_shown, ..at });
+        return local_folder(&root, url_shown, false, key);
     }
     // Empty, where a run would make it: the same resolved folder names the table and is
     // checked against the state's.
@@ -286,6 +284,41 @@ fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
     STORES.get_or_init(Default::default)
 }
 
+/// A local folder as a store: with `create`, made if missing and checked writable with a probe
+/// file; else it must exist.
+fn local_folder(
+    dir: &std::path::Path,
+    url_shown: String,
+    create: bool,
+    key: &str,
+) -> Result<StoreLocation, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid { path: "config".into(), key: key.into(), message };
+    if create {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
+        // Writable, found now rather than after every partition was computed.
+        let probe = dir.join(probe_name());
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&probe)
+            .map_err(|e| invalid(format!("cannot write in the folder {}: {e}", dir.display())))?;
+        let _ = std::fs::remove_file(&probe);
+    } else if !dir.is_dir() {
+        return Err(invalid(format!(
+            "the folder {} does not exist (a plain path is taken relative to the current directory)",
+            dir.display()
+        )));
+    }
+    let fs = LocalFileSystem::new_with_prefix(dir)
+        .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?
+        .with_automatic_cleanup(true);
+    let root =
+        std::fs::canonicalize(dir).map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?;
+    Ok(StoreLocation::new(Arc::new(fs), Path::default(), url_shown, Arc::new(LocalFolder { root })))
+}
+
 /// The process-wide in-memory store named `name` (`memory://name/prefix`), for tests and
 /// examples: every URL with the same name in one process sees the same objects.
 pub fn memory_store(name: &str) -> Arc<InMemory> {
@@ -307,33 +340,7 @@ pub fn open(
     let (scheme, rest) = scheme_of(url);
     let url_shown = url.trim_end_matches('/').to_string();
     match scheme.as_str() {
-        "file" => {
-            let dir = std::path::PathBuf::from(rest);
-            if create {
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
-                // Writable, found now rather than after every partition was computed.
-                let probe = dir.join(probe_name());
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&probe)
-                    .map_err(|e| invalid(format!("cannot write in the folder {}: {e}", dir.display())))?;
-                let _ = std::fs::remove_file(&probe);
-            } else if !dir.is_dir() {
-                return Err(invalid(format!(
-                    "the folder {} does not exist (a plain path is taken relative to the current directory)",
-                    dir.display()
-                )));
-            }
-            let fs = LocalFileSystem::new_with_prefix(&dir)
-                .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?
-                .with_automatic_cleanup(true);
-            let root = std::fs::canonicalize(&dir)
-                .map_err(|e| invalid(format!("cannot open the folder {}: {e}", dir.display())))?;
-            Ok(StoreLocation::new(Arc::new(fs), Path::default(), url_shown, Arc::new(LocalFolder { root })))
-        }
+        "file" => local_folder(std::path::Path::new(rest), url_shown, create, key),
         "memory" => {
             let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let store = memory_store(name);
