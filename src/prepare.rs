@@ -120,12 +120,38 @@ pub(crate) struct Chunked<T>(Vec<T>);
 /// Key bytes by row within one chunk.
 pub(crate) trait ChunkKeys: Sync {
     fn chunk_key(&self, i: usize) -> &[u8];
+    /// Asks the CPU for what finding row `i`'s bytes reads first (its offsets).
+    #[inline(always)]
+    fn prefetch_index(&self, _i: usize) {}
+    /// Asks the CPU for row `i`'s bytes (this reads the offsets: call it once
+    /// [`ChunkKeys::prefetch_index`] has had time to bring them).
+    #[inline(always)]
+    fn prefetch_bytes(&self, i: usize) {
+        prefetch(self.chunk_key(i).as_ptr());
+    }
+}
+
+/// A hint to the CPU to bring the cache line at `p` in. It never faults, whatever `p` is.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing into the program and never faults, even
+    // on an address that is not mapped.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 impl<O: arrow::array::OffsetSizeTrait> ChunkKeys for &arrow::array::GenericStringArray<O> {
     #[inline(always)]
     fn chunk_key(&self, i: usize) -> &[u8] {
         self.value(i).as_bytes()
+    }
+    #[inline(always)]
+    fn prefetch_index(&self, i: usize) {
+        prefetch(self.value_offsets().as_ptr().wrapping_add(i));
     }
 }
 
@@ -141,6 +167,10 @@ impl ChunkKeys for &arrow::array::BinaryArray {
     fn chunk_key(&self, i: usize) -> &[u8] {
         self.value(i)
     }
+    #[inline(always)]
+    fn prefetch_index(&self, i: usize) {
+        prefetch(self.value_offsets().as_ptr().wrapping_add(i));
+    }
 }
 
 impl ChunkKeys for Rows {
@@ -154,6 +184,10 @@ impl ChunkKeys for Rows {
 /// once per partition (`with_keys!`), so no row pays for the choice.
 pub(crate) trait Keys: Sync {
     fn key(&self, id: usize) -> &[u8];
+    /// [`ChunkKeys::prefetch_index`] by row id.
+    fn prefetch_index(&self, id: usize);
+    /// [`ChunkKeys::prefetch_bytes`] by row id.
+    fn prefetch_bytes(&self, id: usize);
 }
 
 impl<T: ChunkKeys> Keys for Chunked<T> {
@@ -161,6 +195,16 @@ impl<T: ChunkKeys> Keys for Chunked<T> {
     fn key(&self, id: usize) -> &[u8] {
         let (c, i) = split_id(id);
         self.0[c].chunk_key(i)
+    }
+    #[inline(always)]
+    fn prefetch_index(&self, id: usize) {
+        let (c, i) = split_id(id);
+        self.0[c].prefetch_index(i)
+    }
+    #[inline(always)]
+    fn prefetch_bytes(&self, id: usize) {
+        let (c, i) = split_id(id);
+        self.0[c].prefetch_bytes(i)
     }
 }
 
@@ -323,6 +367,9 @@ struct Shard {
     key_hashes: Vec<u64>,
 }
 
+/// Rows the hash pass looks ahead (see [`Input::scan`]).
+const AHEAD: usize = 16;
+
 /// Versions a key's chain is walked for before its versions are looked up by value.
 const CHAIN_WALK: usize = 32;
 
@@ -390,6 +437,14 @@ impl<K: Keys + ?Sized> Input<'_, K> {
             v[c][i]
         })
     }
+    /// Asks the CPU for the version of `row`.
+    #[inline(always)]
+    fn prefetch_version(&self, row: u32) {
+        if let Some(v) = self.versions {
+            let (c, i) = split_id(row as usize);
+            prefetch(v[c].as_ptr().wrapping_add(i));
+        }
+    }
     #[inline]
     fn hash(&self, row: usize) -> u64 {
         table_hash(self.hasher.hash_one(self.keys.key(row)))
@@ -422,75 +477,110 @@ impl<K: Keys + ?Sized> Input<'_, K> {
         let mut duplicates = 0u64;
         let mut conflicts: Vec<(u32, u32)> = Vec::new();
         let mut long_chains = LongChains::default();
-        for i in self.table.ids() {
-            let k = keys.key(i);
-            let h = self.hasher.hash_one(k);
-            if shards > 1 && shard_of(h, shards) != shard {
-                continue;
+        // A software pipeline. While row `i` is handled, row `i + AHEAD`'s slot is looked up and
+        // the offsets and version of the row found there are asked for; for row `i + AHEAD / 2`,
+        // the found row's key bytes. The cache misses of repeated keys then overlap instead of
+        // queueing (a repeat compares its key with a row read long before).
+        let mut ring = [0u64; AHEAD];
+        let mine = |h: u64| shards == 1 || shard_of(h, shards) == shard;
+        for (c, b) in self.table.chunks().iter().enumerate() {
+            let base = c << crate::read::CHUNK_BITS;
+            let m = b.num_rows();
+            for j in 0..m.min(AHEAD) {
+                ring[j] = self.hasher.hash_one(keys.key(base + j));
             }
-            let entry = heads.entry(table_hash(h), |e| keys.key(e.row as usize) == k, |e| self.hash(e.row as usize));
-            let head = match entry {
-                hashbrown::hash_table::Entry::Vacant(slot) => {
-                    slot.insert(Head { row: i as u32, link: NONE });
-                    if want_hashes {
-                        key_hashes.push(h);
+            for j in 0..m {
+                let i = base + j;
+                if j + AHEAD / 2 < m {
+                    let h = ring[(j + AHEAD / 2) % AHEAD];
+                    if mine(h) {
+                        let _ = heads.find(table_hash(h), |e| {
+                            keys.prefetch_bytes(e.row as usize);
+                            false
+                        });
+                    }
+                }
+                let h = ring[j % AHEAD];
+                if j + AHEAD < m {
+                    let ahead = self.hasher.hash_one(keys.key(i + AHEAD));
+                    ring[j % AHEAD] = ahead;
+                    if mine(ahead) {
+                        let _ = heads.find(table_hash(ahead), |e| {
+                            keys.prefetch_index(e.row as usize);
+                            self.prefetch_version(e.row);
+                            false
+                        });
+                    }
+                }
+                if !mine(h) {
+                    continue;
+                }
+                let k = keys.key(i);
+                let entry =
+                    heads.entry(table_hash(h), |e| keys.key(e.row as usize) == k, |e| self.hash(e.row as usize));
+                let head = match entry {
+                    hashbrown::hash_table::Entry::Vacant(slot) => {
+                        slot.insert(Head { row: i as u32, link: NONE });
+                        if want_hashes {
+                            key_hashes.push(h);
+                        }
+                        continue;
+                    }
+                    hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
+                };
+                // Same key and version seen before? The chain is walked for a few versions; a key
+                // with more has its versions indexed, so a key updated all day long stays linear.
+                let v = self.version(i as u32);
+                let head_version = self.version(head.row);
+                let mut same = (head_version == v).then_some(head.row);
+                let mut cur = head.next();
+                let mut steps = 0;
+                while same.is_none() && cur != NONE && steps < CHAIN_WALK {
+                    let o = &others[cur as usize];
+                    if self.version(o.row) == v {
+                        same = Some(o.row);
+                    }
+                    cur = o.next;
+                    steps += 1;
+                }
+                let long = same.is_none() && cur != NONE;
+                if long {
+                    same = long_chains.find_or_index(h, k, v, head.next(), &others, self);
+                }
+                if let Some(first) = same {
+                    let row_eq = row_eq.get_or_insert_with(|| {
+                        // One zero and one NaN, as in keys and in the query: `0.0` and `-0.0`
+                        // payloads are the same record.
+                        IdCmp::new(
+                            self.table
+                                .chunks()
+                                .iter()
+                                .map(|b| b.columns().iter().map(one_zero_one_nan).collect())
+                                .collect(),
+                        )
+                    });
+                    if row_eq.cmp(first as usize, i).map_err(|e| e.to_string())?.is_eq() {
+                        duplicates += 1;
+                    } else {
+                        head.link |= CONFLICTED;
+                        conflicts.push((first, i as u32));
                     }
                     continue;
                 }
-                hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
-            };
-            // Same key and version seen before? The chain is walked for a few versions; a key
-            // with more has its versions indexed, so a key updated all day long stays linear.
-            let v = self.version(i as u32);
-            let head_version = self.version(head.row);
-            let mut same = (head_version == v).then_some(head.row);
-            let mut cur = head.next();
-            let mut steps = 0;
-            while same.is_none() && cur != NONE && steps < CHAIN_WALK {
-                let o = &others[cur as usize];
-                if self.version(o.row) == v {
-                    same = Some(o.row);
-                }
-                cur = o.next;
-                steps += 1;
-            }
-            let long = same.is_none() && cur != NONE;
-            if long {
-                same = long_chains.find_or_index(h, k, v, head.next(), &others, self);
-            }
-            if let Some(first) = same {
-                let row_eq = row_eq.get_or_insert_with(|| {
-                    // One zero and one NaN, as in keys and in the query: `0.0` and `-0.0`
-                    // payloads are the same record.
-                    IdCmp::new(
-                        self.table
-                            .chunks()
-                            .iter()
-                            .map(|b| b.columns().iter().map(one_zero_one_nan).collect())
-                            .collect(),
-                    )
-                });
-                if row_eq.cmp(first as usize, i).map_err(|e| e.to_string())?.is_eq() {
-                    duplicates += 1;
+                // A new version of a known key: the greater one becomes the head.
+                let pushed = if v > head_version {
+                    let old = head.row;
+                    others.push(Other { row: old, next: head.next() });
+                    head.row = i as u32;
+                    (old, head_version)
                 } else {
-                    head.link |= CONFLICTED;
-                    conflicts.push((first, i as u32));
+                    others.push(Other { row: i as u32, next: head.next() });
+                    (i as u32, v)
+                };
+                head.set_next((others.len() - 1) as u32);
+                if long {
+                    long_chains.add(h, pushed.1, pushed.0);
                 }
-                continue;
-            }
-            // A new version of a known key: the greater one becomes the head.
-            let pushed = if v > head_version {
-                let old = head.row;
-                others.push(Other { row: old, next: head.next() });
-                head.row = i as u32;
-                (old, head_version)
-            } else {
-                others.push(Other { row: i as u32, next: head.next() });
-                (i as u32, v)
-            };
-            head.set_next((others.len() - 1) as u32);
-            if long {
-                long_chains.add(h, pushed.1, pushed.0);
             }
         }
         radix_sort(&mut key_hashes);
