@@ -1013,6 +1013,84 @@ mod tests {
         }
     }
 
+    /// Many keys over chunks of every size, some shorter than the hash pass looks ahead: the
+    /// winners, counts and key hashes of a model, on one, two and three threads.
+    #[test]
+    fn chunks_of_every_size_agree_with_a_model() {
+        use std::collections::{HashMap, HashSet};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let sizes = [5usize, 70_000, 3, 131_079, 20, 1];
+        let n: usize = sizes.iter().sum();
+        let keys: Vec<String> = (0..n).map(|_| format!("order-{}", rng.random_range(0..90_000))).collect();
+        let versions: Vec<i64> = (0..n).map(|_| rng.random_range(0..4)).collect();
+        // The payload follows from key and version: a repeat of both is an exact duplicate.
+        let payload: Vec<i64> =
+            keys.iter().zip(&versions).map(|(k, v)| k.len() as i64 * 31 + v * 7 + k.as_bytes()[6] as i64).collect();
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        for (p, &len) in sizes.iter().enumerate() {
+            let r = at..at + len;
+            let batch = arrow::array::RecordBatch::try_from_iter([
+                ("id", std::sync::Arc::new(arrow::array::StringArray::from(keys[r.clone()].to_vec())) as ArrayRef),
+                ("v", std::sync::Arc::new(arrow::array::Int64Array::from(versions[r.clone()].to_vec())) as ArrayRef),
+                ("x", std::sync::Arc::new(arrow::array::Int64Array::from(payload[r].to_vec())) as ArrayRef),
+            ])
+            .unwrap();
+            pieces.push(crate::read::Piece {
+                date: chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
+                batch,
+                object: format!("in-{p}").into(),
+                object_rows: (0..len as u64).collect(),
+                lines: None,
+            });
+            at += len;
+        }
+        let schema = pieces[0].batch.schema();
+        let id = Identity {
+            key: vec!["id".into()],
+            version: Some("v".into()),
+            deleted: None,
+            on_conflict: OnConflict::Fail,
+            keep_deletes: false,
+            key_hashes: true,
+            threads: 1,
+            tz: chrono_tz::UTC,
+            whole_record: false,
+        };
+        let mut first: HashMap<(&str, i64), usize> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            first.entry((k.as_str(), versions[i])).or_insert(i);
+        }
+        let mut best: HashMap<&str, (i64, usize)> = HashMap::new();
+        for (&(k, v), &i) in &first {
+            let b = best.entry(k).or_insert((v, i));
+            if v > b.0 {
+                *b = (v, i);
+            }
+        }
+        let mut want: Vec<usize> = best.values().map(|b| b.1).collect();
+        want.sort_unstable();
+        let mut want_hashes: Vec<u64> = keys
+            .iter()
+            .map(String::as_str)
+            .collect::<HashSet<_>>()
+            .iter()
+            .map(|k| key_hasher().hash_one(k.as_bytes()))
+            .collect();
+        want_hashes.sort_unstable();
+        for threads in [1, 2, 3] {
+            let table = crate::read::Table::from_pieces(schema.clone(), pieces.clone()).unwrap();
+            let chunk_rows: Vec<usize> = table.chunks().iter().map(|b| b.num_rows()).collect();
+            assert!(chunk_rows.iter().any(|&r| r < AHEAD) && chunk_rows.len() > 3, "{chunk_rows:?}");
+            let p = prepare(table, &Identity { threads, ..id.clone() }).unwrap();
+            let got: Vec<usize> = p.winners.iter().map(|&w| p.table.dense(w as usize)).collect();
+            assert_eq!(got, want, "{threads} threads: winners");
+            assert_eq!(p.stats.superseded as usize, first.len() - best.len(), "{threads} threads: superseded");
+            assert_eq!(p.stats.duplicates as usize, n - first.len(), "{threads} threads: duplicates");
+            assert_eq!(p.key_hashes, want_hashes, "{threads} threads: key hashes");
+        }
+    }
+
     #[test]
     fn radix_sort_sorts() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
