@@ -486,8 +486,8 @@ impl<K: Keys + ?Sized> Input<'_, K> {
         for (c, b) in self.table.chunks().iter().enumerate() {
             let base = c << crate::read::CHUNK_BITS;
             let m = b.num_rows();
-            for j in 0..m.min(AHEAD) {
-                ring[j] = self.hasher.hash_one(keys.key(base + j));
+            for (j, h) in ring.iter_mut().enumerate().take(m) {
+                *h = self.hasher.hash_one(keys.key(base + j));
             }
             for j in 0..m {
                 let i = base + j;
