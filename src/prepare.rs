@@ -450,141 +450,211 @@ impl<K: Keys + ?Sized> Input<'_, K> {
         table_hash(self.hasher.hash_one(self.keys.key(row)))
     }
 
-    /// The hash pass, its shards on as many threads.
+    /// The hash pass, its shards on as many threads. With several, the rows are first listed
+    /// by shard (each thread lists a run of chunks), so each shard's thread reads its own
+    /// rows only, in row order.
     fn hash_pass(&self, shards: usize, want_hashes: bool) -> Result<Vec<Shard>, String> {
+        let n = self.table.num_rows();
         if shards == 1 {
-            return Ok(vec![self.scan(0, 1, want_hashes)?]);
+            let mut pass = Pass::new(self, n, want_hashes);
+            for (c, b) in self.table.chunks().iter().enumerate() {
+                let base = c << crate::read::CHUNK_BITS;
+                pass.rows(b.num_rows(), |j| base + j)?;
+            }
+            return Ok(vec![pass.finish()]);
         }
+        // Runs of chunks of about equal rows, one per thread.
+        let chunks = self.table.chunks();
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::with_capacity(shards);
+        let (mut first, mut rows) = (0, 0);
+        for (c, b) in chunks.iter().enumerate() {
+            rows += b.num_rows();
+            if rows * shards >= n * (runs.len() + 1) && runs.len() + 1 < shards {
+                runs.push(first..c + 1);
+                first = c + 1;
+            }
+        }
+        runs.push(first..chunks.len());
+        let list = |run: std::ops::Range<usize>| -> Vec<Vec<u32>> {
+            let mut lists: Vec<Vec<u32>> = (0..shards).map(|_| Vec::new()).collect();
+            for c in run {
+                let base = c << crate::read::CHUNK_BITS;
+                for j in 0..chunks[c].num_rows() {
+                    let h = self.hasher.hash_one(self.keys.key(base + j));
+                    lists[shard_of(h, shards)].push((base + j) as u32);
+                }
+            }
+            lists
+        };
+        let scan = |shard: usize, lists: &[Vec<Vec<u32>>]| -> Result<Shard, String> {
+            let mut pass = Pass::new(self, lists.iter().map(|l| l[shard].len()).sum(), want_hashes);
+            for l in lists {
+                let ids = &l[shard];
+                pass.rows(ids.len(), |j| ids[j] as usize)?;
+            }
+            Ok(pass.finish())
+        };
+        let panicked = || "a prepare thread panicked".to_string();
+        let lists: Vec<Vec<Vec<u32>>> = std::thread::scope(|s| {
+            let mut runs = runs.into_iter();
+            let mine = runs.next().unwrap_or_default();
+            let handles: Vec<_> = runs.map(|r| s.spawn(move || list(r))).collect();
+            let mut lists = vec![list(mine)];
+            for h in handles {
+                lists.push(h.join().map_err(|_| panicked())?);
+            }
+            Ok::<_, String>(lists)
+        })?;
+        let lists = &lists;
         std::thread::scope(|s| {
-            let handles: Vec<_> = (1..shards).map(|i| s.spawn(move || self.scan(i, shards, want_hashes))).collect();
-            let mut out = vec![self.scan(0, shards, want_hashes)];
-            out.extend(
-                handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a prepare thread panicked".into()))),
-            );
+            let handles: Vec<_> = (1..shards).map(|i| s.spawn(move || scan(i, lists))).collect();
+            let mut out = vec![scan(0, lists)];
+            out.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(panicked()))));
             out.into_iter().collect()
         })
     }
+}
 
-    /// The hash pass over the keys of shard `shard` of `shards`: every row is looked at, the
-    /// shard's rows in row order, so the outcome per key is the same however many shards.
-    fn scan(&self, shard: usize, shards: usize, want_hashes: bool) -> Result<Shard, String> {
-        let n = self.table.num_rows();
-        let keys = self.keys;
-        let mut heads: HashTable<Head> = HashTable::with_capacity(n / 8 * 7 / shards);
-        let mut key_hashes: Vec<u64> = Vec::new();
-        let mut others: Vec<Other> = Vec::new();
-        let mut row_eq: Option<IdCmp> = None;
-        let mut duplicates = 0u64;
-        let mut conflicts: Vec<(u32, u32)> = Vec::new();
-        let mut long_chains = LongChains::default();
-        // A software pipeline. While row `i` is handled, row `i + AHEAD`'s slot is looked up and
-        // the offsets and version of the row found there are asked for; for row `i + AHEAD / 2`,
-        // the found row's key bytes. The cache misses of repeated keys then overlap instead of
-        // queueing (a repeat compares its key with a row read long before).
-        let mut ring = [0u64; AHEAD];
-        let mine = |h: u64| shards == 1 || shard_of(h, shards) == shard;
-        for (c, b) in self.table.chunks().iter().enumerate() {
-            let base = c << crate::read::CHUNK_BITS;
-            let m = b.num_rows();
-            for (j, h) in ring.iter_mut().enumerate().take(m) {
-                *h = self.hasher.hash_one(keys.key(base + j));
-            }
-            for j in 0..m {
-                let i = base + j;
-                if j + AHEAD / 2 < m {
-                    let h = ring[(j + AHEAD / 2) % AHEAD];
-                    if mine(h) {
-                        let _ = heads.find(table_hash(h), |e| {
-                            keys.prefetch_bytes(e.row as usize);
-                            false
-                        });
-                    }
-                }
-                let h = ring[j % AHEAD];
-                if j + AHEAD < m {
-                    let ahead = self.hasher.hash_one(keys.key(i + AHEAD));
-                    ring[j % AHEAD] = ahead;
-                    if mine(ahead) {
-                        let _ = heads.find(table_hash(ahead), |e| {
-                            keys.prefetch_index(e.row as usize);
-                            self.prefetch_version(e.row);
-                            false
-                        });
-                    }
-                }
-                if !mine(h) {
-                    continue;
-                }
-                let k = keys.key(i);
-                let entry =
-                    heads.entry(table_hash(h), |e| keys.key(e.row as usize) == k, |e| self.hash(e.row as usize));
-                let head = match entry {
-                    hashbrown::hash_table::Entry::Vacant(slot) => {
-                        slot.insert(Head { row: i as u32, link: NONE });
-                        if want_hashes {
-                            key_hashes.push(h);
-                        }
-                        continue;
-                    }
-                    hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
-                };
-                // Same key and version seen before? The chain is walked for a few versions; a key
-                // with more has its versions indexed, so a key updated all day long stays linear.
-                let v = self.version(i as u32);
-                let head_version = self.version(head.row);
-                let mut same = (head_version == v).then_some(head.row);
-                let mut cur = head.next();
-                let mut steps = 0;
-                while same.is_none() && cur != NONE && steps < CHAIN_WALK {
-                    let o = &others[cur as usize];
-                    if self.version(o.row) == v {
-                        same = Some(o.row);
-                    }
-                    cur = o.next;
-                    steps += 1;
-                }
-                let long = same.is_none() && cur != NONE;
-                if long {
-                    same = long_chains.find_or_index(h, k, v, head.next(), &others, self);
-                }
-                if let Some(first) = same {
-                    let row_eq = row_eq.get_or_insert_with(|| {
-                        // One zero and one NaN, as in keys and in the query: `0.0` and `-0.0`
-                        // payloads are the same record.
-                        IdCmp::new(
-                            self.table
-                                .chunks()
-                                .iter()
-                                .map(|b| b.columns().iter().map(one_zero_one_nan).collect())
-                                .collect(),
-                        )
-                    });
-                    if row_eq.cmp(first as usize, i).map_err(|e| e.to_string())?.is_eq() {
-                        duplicates += 1;
-                    } else {
-                        head.link |= CONFLICTED;
-                        conflicts.push((first, i as u32));
-                    }
-                    continue;
-                }
-                // A new version of a known key: the greater one becomes the head.
-                let pushed = if v > head_version {
-                    let old = head.row;
-                    others.push(Other { row: old, next: head.next() });
-                    head.row = i as u32;
-                    (old, head_version)
-                } else {
-                    others.push(Other { row: i as u32, next: head.next() });
-                    (i as u32, v)
-                };
-                head.set_next((others.len() - 1) as u32);
-                if long {
-                    long_chains.add(h, pushed.1, pushed.0);
-                }
-            }
+/// The hash pass over one shard's rows, fed in row order ([`Pass::rows`]): every key's head
+/// and chain, and what was found on the way.
+struct Pass<'i, 'a, K: ?Sized> {
+    input: &'i Input<'a, K>,
+    heads: HashTable<Head>,
+    key_hashes: Vec<u64>,
+    want_hashes: bool,
+    others: Vec<Other>,
+    row_eq: Option<IdCmp>,
+    duplicates: u64,
+    conflicts: Vec<(u32, u32)>,
+    long_chains: LongChains,
+}
+
+impl<'i, 'a, K: Keys + ?Sized> Pass<'i, 'a, K> {
+    /// A pass over about `rows` rows.
+    fn new(input: &'i Input<'a, K>, rows: usize, want_hashes: bool) -> Self {
+        Pass {
+            input,
+            heads: HashTable::with_capacity(rows / 8 * 7),
+            key_hashes: Vec::new(),
+            want_hashes,
+            others: Vec::new(),
+            row_eq: None,
+            duplicates: 0,
+            conflicts: Vec::new(),
+            long_chains: LongChains::default(),
         }
-        radix_sort(&mut key_hashes);
-        Ok(Shard { heads, others, duplicates, conflicts, key_hashes })
+    }
+
+    fn finish(mut self) -> Shard {
+        radix_sort(&mut self.key_hashes);
+        let Pass { heads, others, duplicates, conflicts, key_hashes, .. } = self;
+        Shard { heads, others, duplicates, conflicts, key_hashes }
+    }
+
+    /// Rows `row(0)`, …, `row(m - 1)`, in that order (row order).
+    ///
+    /// A software pipeline. While row `j` is handled, row `j + AHEAD`'s slot is looked up and
+    /// the offsets and version of the row found there are asked for; for row `j + AHEAD / 2`,
+    /// the found row's key bytes. The cache misses of repeated keys then overlap instead of
+    /// queueing (a repeat compares its key with a row read long before).
+    #[inline(always)]
+    fn rows(&mut self, m: usize, row: impl Fn(usize) -> usize) -> Result<(), String> {
+        let input = self.input;
+        let keys = input.keys;
+        let mut ring = [0u64; AHEAD];
+        for (j, h) in ring.iter_mut().enumerate().take(m) {
+            *h = input.hasher.hash_one(keys.key(row(j)));
+        }
+        for j in 0..m {
+            if j + AHEAD / 2 < m {
+                let h = ring[(j + AHEAD / 2) % AHEAD];
+                let _ = self.heads.find(table_hash(h), |e| {
+                    keys.prefetch_bytes(e.row as usize);
+                    false
+                });
+            }
+            let h = ring[j % AHEAD];
+            if j + AHEAD < m {
+                let ahead = input.hasher.hash_one(keys.key(row(j + AHEAD)));
+                ring[j % AHEAD] = ahead;
+                let _ = self.heads.find(table_hash(ahead), |e| {
+                    keys.prefetch_index(e.row as usize);
+                    input.prefetch_version(e.row);
+                    false
+                });
+            }
+            self.row(row(j), h)?;
+        }
+        Ok(())
+    }
+
+    /// Row `i`, whose key hash is `h`.
+    #[inline(always)]
+    fn row(&mut self, i: usize, h: u64) -> Result<(), String> {
+        let input = self.input;
+        let keys = input.keys;
+        let k = keys.key(i);
+        let entry = self.heads.entry(table_hash(h), |e| keys.key(e.row as usize) == k, |e| input.hash(e.row as usize));
+        let head = match entry {
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(Head { row: i as u32, link: NONE });
+                if self.want_hashes {
+                    self.key_hashes.push(h);
+                }
+                return Ok(());
+            }
+            hashbrown::hash_table::Entry::Occupied(o) => o.into_mut(),
+        };
+        // Same key and version seen before? The chain is walked for a few versions; a key
+        // with more has its versions indexed, so a key updated all day long stays linear.
+        let v = input.version(i as u32);
+        let head_version = input.version(head.row);
+        let mut same = (head_version == v).then_some(head.row);
+        let mut cur = head.next();
+        let mut steps = 0;
+        while same.is_none() && cur != NONE && steps < CHAIN_WALK {
+            let o = &self.others[cur as usize];
+            if input.version(o.row) == v {
+                same = Some(o.row);
+            }
+            cur = o.next;
+            steps += 1;
+        }
+        let long = same.is_none() && cur != NONE;
+        if long {
+            same = self.long_chains.find_or_index(h, k, v, head.next(), &self.others, input);
+        }
+        if let Some(first) = same {
+            let row_eq = self.row_eq.get_or_insert_with(|| {
+                // One zero and one NaN, as in keys and in the query: `0.0` and `-0.0`
+                // payloads are the same record.
+                IdCmp::new(
+                    input.table.chunks().iter().map(|b| b.columns().iter().map(one_zero_one_nan).collect()).collect(),
+                )
+            });
+            if row_eq.cmp(first as usize, i).map_err(|e| e.to_string())?.is_eq() {
+                self.duplicates += 1;
+            } else {
+                head.link |= CONFLICTED;
+                self.conflicts.push((first, i as u32));
+            }
+            return Ok(());
+        }
+        // A new version of a known key: the greater one becomes the head.
+        let pushed = if v > head_version {
+            let old = head.row;
+            self.others.push(Other { row: old, next: head.next() });
+            head.row = i as u32;
+            (old, head_version)
+        } else {
+            self.others.push(Other { row: i as u32, next: head.next() });
+            (i as u32, v)
+        };
+        head.set_next((self.others.len() - 1) as u32);
+        if long {
+            self.long_chains.add(h, pushed.1, pushed.0);
+        }
+        Ok(())
     }
 }
 
@@ -1088,6 +1158,26 @@ mod tests {
             assert_eq!(p.stats.superseded as usize, first.len() - best.len(), "{threads} threads: superseded");
             assert_eq!(p.stats.duplicates as usize, n - first.len(), "{threads} threads: duplicates");
             assert_eq!(p.key_hashes, want_hashes, "{threads} threads: key hashes");
+        }
+        // A row of the first chunk repeated with another payload in the last: a conflict, found
+        // by the thread that owns the key, whichever thread listed the two rows.
+        let mut last = pieces.pop().unwrap();
+        let (k, v) = (keys[2].clone(), versions[2]);
+        last.batch = arrow::array::RecordBatch::try_from_iter([
+            ("id", std::sync::Arc::new(arrow::array::StringArray::from(vec![k.clone()])) as ArrayRef),
+            ("v", std::sync::Arc::new(arrow::array::Int64Array::from(vec![v])) as ArrayRef),
+            ("x", std::sync::Arc::new(arrow::array::Int64Array::from(vec![payload[2] + 1])) as ArrayRef),
+        ])
+        .unwrap();
+        pieces.push(last);
+        for threads in [1, 2, 3] {
+            let table = crate::read::Table::from_pieces(schema.clone(), pieces.clone()).unwrap();
+            match prepare(table, &Identity { threads, ..id.clone() }) {
+                Err(PartitionError::Conflict { keys: named, total }) => {
+                    assert_eq!((total, named[0].key.as_str()), (1, k.as_str()), "{threads} threads");
+                }
+                other => panic!("{threads} threads: a conflict was expected: {other:?}"),
+            }
         }
     }
 
