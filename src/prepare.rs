@@ -367,7 +367,7 @@ struct Shard {
     key_hashes: Vec<u64>,
 }
 
-/// Rows the hash pass looks ahead (see [`Input::scan`]).
+/// Rows the hash pass looks ahead (see [`Pass::rows`]).
 const AHEAD: usize = 16;
 
 /// Versions a key's chain is walked for before its versions are looked up by value.
@@ -469,14 +469,18 @@ impl<K: Keys + ?Sized> Input<'_, K> {
         let (mut first, mut rows) = (0, 0);
         for (c, b) in chunks.iter().enumerate() {
             rows += b.num_rows();
-            if rows * shards >= n * (runs.len() + 1) && runs.len() + 1 < shards {
+            if rows as u64 * shards as u64 >= n as u64 * (runs.len() as u64 + 1) && runs.len() + 1 < shards {
                 runs.push(first..c + 1);
                 first = c + 1;
             }
         }
         runs.push(first..chunks.len());
         let list = |run: std::ops::Range<usize>| -> Vec<Vec<u32>> {
-            let mut lists: Vec<Vec<u32>> = (0..shards).map(|_| Vec::new()).collect();
+            // A shard's share of the run and an eighth more: hashes spread keys evenly, so a
+            // list seldom grows (a copy, and twice the memory for a moment).
+            let rows: usize = chunks[run.clone()].iter().map(|b| b.num_rows()).sum();
+            let mut lists: Vec<Vec<u32>> =
+                (0..shards).map(|_| Vec::with_capacity(rows / shards + rows / shards / 8 + 64)).collect();
             for c in run {
                 let base = c << crate::read::CHUNK_BITS;
                 for j in 0..chunks[c].num_rows() {
@@ -499,11 +503,10 @@ impl<K: Keys + ?Sized> Input<'_, K> {
             let mut runs = runs.into_iter();
             let mine = runs.next().unwrap_or_default();
             let handles: Vec<_> = runs.map(|r| s.spawn(move || list(r))).collect();
-            let mut lists = vec![list(mine)];
-            for h in handles {
-                lists.push(h.join().map_err(|_| panicked())?);
-            }
-            Ok::<_, String>(lists)
+            let mut lists = vec![Ok(list(mine))];
+            // Every thread joined before an error is returned (a second panic stays an error).
+            lists.extend(handles.into_iter().map(|h| h.join().map_err(|_| panicked())));
+            lists.into_iter().collect::<Result<Vec<_>, String>>()
         })?;
         let lists = &lists;
         std::thread::scope(|s| {
@@ -1089,7 +1092,9 @@ mod tests {
     fn chunks_of_every_size_agree_with_a_model() {
         use std::collections::{HashMap, HashSet};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let sizes = [5usize, 70_000, 3, 131_079, 20, 1];
+        // Small pieces are put together into one chunk unless a large one follows; a large
+        // one past a chunk's rows is cut.
+        let sizes = [5usize, 70_000, 3, 131_079, 20, 1, 70_000, 8, 70_000, 16, 70_000, 17, 70_000];
         let n: usize = sizes.iter().sum();
         let keys: Vec<String> = (0..n).map(|_| format!("order-{}", rng.random_range(0..90_000))).collect();
         let versions: Vec<i64> = (0..n).map(|_| rng.random_range(0..4)).collect();
@@ -1148,10 +1153,13 @@ mod tests {
             .map(|k| key_hasher().hash_one(k.as_bytes()))
             .collect();
         want_hashes.sort_unstable();
-        for threads in [1, 2, 3] {
+        // Threads past the chunks: runs with nothing to list.
+        for threads in [1, 2, 3, 8, 64] {
             let table = crate::read::Table::from_pieces(schema.clone(), pieces.clone()).unwrap();
             let chunk_rows: Vec<usize> = table.chunks().iter().map(|b| b.num_rows()).collect();
-            assert!(chunk_rows.iter().any(|&r| r < AHEAD) && chunk_rows.len() > 3, "{chunk_rows:?}");
+            for short in [3, 5, 8, 16, 17] {
+                assert!(chunk_rows.contains(&short), "{chunk_rows:?}");
+            }
             let p = prepare(table, &Identity { threads, ..id.clone() }).unwrap();
             let got: Vec<usize> = p.winners.iter().map(|&w| p.table.dense(w as usize)).collect();
             assert_eq!(got, want, "{threads} threads: winners");
@@ -1159,18 +1167,21 @@ mod tests {
             assert_eq!(p.stats.duplicates as usize, n - first.len(), "{threads} threads: duplicates");
             assert_eq!(p.key_hashes, want_hashes, "{threads} threads: key hashes");
         }
-        // A row of the first chunk repeated with another payload in the last: a conflict, found
-        // by the thread that owns the key, whichever thread listed the two rows.
-        let mut last = pieces.pop().unwrap();
+        // A row of the first chunk repeated with another payload in a last chunk of one row: a
+        // conflict, found by the thread that owns the key, whichever thread listed the two rows.
         let (k, v) = (keys[2].clone(), versions[2]);
-        last.batch = arrow::array::RecordBatch::try_from_iter([
-            ("id", std::sync::Arc::new(arrow::array::StringArray::from(vec![k.clone()])) as ArrayRef),
-            ("v", std::sync::Arc::new(arrow::array::Int64Array::from(vec![v])) as ArrayRef),
-            ("x", std::sync::Arc::new(arrow::array::Int64Array::from(vec![payload[2] + 1])) as ArrayRef),
-        ])
-        .unwrap();
-        pieces.push(last);
-        for threads in [1, 2, 3] {
+        pieces.push(crate::read::Piece {
+            batch: arrow::array::RecordBatch::try_from_iter([
+                ("id", std::sync::Arc::new(arrow::array::StringArray::from(vec![k.clone()])) as ArrayRef),
+                ("v", std::sync::Arc::new(arrow::array::Int64Array::from(vec![v])) as ArrayRef),
+                ("x", std::sync::Arc::new(arrow::array::Int64Array::from(vec![payload[2] + 1])) as ArrayRef),
+            ])
+            .unwrap(),
+            object: "conflict".into(),
+            object_rows: (0..1).collect(),
+            ..pieces[0].clone()
+        });
+        for threads in [1, 2, 3, 8] {
             let table = crate::read::Table::from_pieces(schema.clone(), pieces.clone()).unwrap();
             match prepare(table, &Identity { threads, ..id.clone() }) {
                 Err(PartitionError::Conflict { keys: named, total }) => {
