@@ -490,10 +490,10 @@ impl<K: Keys + ?Sized> Input<'_, K> {
             }
             lists
         };
-        let scan = |shard: usize, lists: &[Vec<Vec<u32>>]| -> Result<Shard, String> {
-            let mut pass = Pass::new(self, lists.iter().map(|l| l[shard].len()).sum(), want_hashes);
-            for l in lists {
-                let ids = &l[shard];
+        // A shard's lists, one per run in row order, each freed once scanned.
+        let scan = |lists: Vec<Vec<u32>>| -> Result<Shard, String> {
+            let mut pass = Pass::new(self, lists.iter().map(Vec::len).sum(), want_hashes);
+            for ids in lists {
                 pass.rows(ids.len(), |j| ids[j] as usize)?;
             }
             Ok(pass.finish())
@@ -508,10 +508,17 @@ impl<K: Keys + ?Sized> Input<'_, K> {
             lists.extend(handles.into_iter().map(|h| h.join().map_err(|_| panicked())));
             lists.into_iter().collect::<Result<Vec<_>, String>>()
         })?;
-        let lists = &lists;
+        let mut by_shard: Vec<Vec<Vec<u32>>> = (0..shards).map(|_| Vec::with_capacity(lists.len())).collect();
+        for run in lists {
+            for (shard, ids) in run.into_iter().enumerate() {
+                by_shard[shard].push(ids);
+            }
+        }
         std::thread::scope(|s| {
-            let handles: Vec<_> = (1..shards).map(|i| s.spawn(move || scan(i, lists))).collect();
-            let mut out = vec![scan(0, lists)];
+            let mut by_shard = by_shard.into_iter();
+            let mine = by_shard.next().unwrap_or_default();
+            let handles: Vec<_> = by_shard.map(|l| s.spawn(move || scan(l))).collect();
+            let mut out = vec![scan(mine)];
             out.extend(handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(panicked()))));
             out.into_iter().collect()
         })
