@@ -120,15 +120,14 @@ pub(crate) struct Chunked<T>(Vec<T>);
 /// Key bytes by row within one chunk.
 pub(crate) trait ChunkKeys: Sync {
     fn chunk_key(&self, i: usize) -> &[u8];
-    /// Asks the CPU for what finding row `i`'s bytes reads first (its offsets).
+    /// Asks the CPU for what finding row `i`'s bytes reads first (its offsets). Nothing for
+    /// key columns where that was not measured to help (views, the row format).
     #[inline(always)]
     fn prefetch_index(&self, _i: usize) {}
     /// Asks the CPU for row `i`'s bytes (this reads the offsets: call it once
-    /// [`ChunkKeys::prefetch_index`] has had time to bring them).
+    /// [`ChunkKeys::prefetch_index`] has had time to bring them). Nothing by default.
     #[inline(always)]
-    fn prefetch_bytes(&self, i: usize) {
-        prefetch(self.chunk_key(i).as_ptr());
-    }
+    fn prefetch_bytes(&self, _i: usize) {}
 }
 
 /// A hint to the CPU to bring the cache line at `p` in. It never faults, whatever `p` is.
@@ -153,6 +152,10 @@ impl<O: arrow::array::OffsetSizeTrait> ChunkKeys for &arrow::array::GenericStrin
     fn prefetch_index(&self, i: usize) {
         prefetch(self.value_offsets().as_ptr().wrapping_add(i));
     }
+    #[inline(always)]
+    fn prefetch_bytes(&self, i: usize) {
+        prefetch(self.chunk_key(i).as_ptr());
+    }
 }
 
 impl ChunkKeys for &arrow::array::StringViewArray {
@@ -170,6 +173,10 @@ impl ChunkKeys for &arrow::array::BinaryArray {
     #[inline(always)]
     fn prefetch_index(&self, i: usize) {
         prefetch(self.value_offsets().as_ptr().wrapping_add(i));
+    }
+    #[inline(always)]
+    fn prefetch_bytes(&self, i: usize) {
+        prefetch(self.chunk_key(i).as_ptr());
     }
 }
 
@@ -1016,35 +1023,28 @@ pub fn keys_with_hashes(table: &Table, id: &Identity, hashes: &[u64]) -> Vec<(Ve
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
 
-    /// Keys seen in tens of thousands of versions, in random order with repeats (their chains
-    /// indexed): the model's winners and counts on one thread and on two, and a conflict deep
-    /// in a chain still found.
-    #[test]
-    fn many_versions_of_a_key_agree_with_a_model() {
-        use std::collections::HashMap;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        let n = 140_000;
-        let keys: Vec<String> = (0..n).map(|_| format!("k{}", rng.random_range(0..3))).collect();
-        let versions: Vec<i64> = (0..n).map(|_| rng.random_range(0..50_000)).collect();
-        let table = |keys: &[String], versions: &[i64], payload: &[i64]| {
-            let batch = arrow::array::RecordBatch::try_from_iter([
-                ("id", std::sync::Arc::new(arrow::array::StringArray::from(keys.to_vec())) as ArrayRef),
-                ("v", std::sync::Arc::new(arrow::array::Int64Array::from(versions.to_vec())) as ArrayRef),
-                ("x", std::sync::Arc::new(arrow::array::Int64Array::from(payload.to_vec())) as ArrayRef),
-            ])
-            .unwrap();
-            let object_rows: std::sync::Arc<[u64]> = (0..keys.len() as u64).collect();
-            let piece = crate::read::Piece {
-                date: chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
-                batch,
-                object: "in".into(),
-                object_rows,
-                lines: None,
-            };
-            crate::read::Table::from_pieces(piece.batch.schema(), vec![piece]).unwrap()
-        };
-        let id = Identity {
+    /// A piece of rows `id` (key), `v` (version), `x` (payload) from object `object`.
+    fn piece(object: &str, keys: &[String], versions: &[i64], payload: &[i64]) -> crate::read::Piece {
+        let batch = arrow::array::RecordBatch::try_from_iter([
+            ("id", Arc::new(arrow::array::StringArray::from(keys.to_vec())) as ArrayRef),
+            ("v", Arc::new(arrow::array::Int64Array::from(versions.to_vec())) as ArrayRef),
+            ("x", Arc::new(arrow::array::Int64Array::from(payload.to_vec())) as ArrayRef),
+        ])
+        .unwrap();
+        crate::read::Piece {
+            date: chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
+            batch,
+            object: object.into(),
+            object_rows: (0..keys.len() as u64).collect(),
+            lines: None,
+        }
+    }
+
+    /// Key `id`, version `v`, conflicts fail, one thread.
+    fn identity() -> Identity {
+        Identity {
             key: vec!["id".into()],
             version: Some("v".into()),
             deleted: None,
@@ -1054,8 +1054,18 @@ mod tests {
             threads: 1,
             tz: chrono_tz::UTC,
             whole_record: false,
-        };
-        // The model: each key's first row of its greatest version wins; a repeat is a duplicate.
+        }
+    }
+
+    /// What prepare must give, by a plain model: each key's first row of its greatest version
+    /// wins, a repeat of key and version is a duplicate.
+    struct Model {
+        winners: Vec<usize>,
+        duplicates: usize,
+        superseded: usize,
+    }
+
+    fn model(keys: &[String], versions: &[i64]) -> Model {
         let mut first: HashMap<(&str, i64), usize> = HashMap::new();
         for (i, k) in keys.iter().enumerate() {
             first.entry((k.as_str(), versions[i])).or_insert(i);
@@ -1067,15 +1077,38 @@ mod tests {
                 *b = (v, i);
             }
         }
-        let mut want: Vec<usize> = best.values().map(|b| b.1).collect();
-        want.sort_unstable();
+        let mut winners: Vec<usize> = best.values().map(|b| b.1).collect();
+        winners.sort_unstable();
+        Model { winners, duplicates: keys.len() - first.len(), superseded: first.len() - best.len() }
+    }
+
+    /// Prepare's result against the model's, on `threads` threads.
+    fn check(p: &Prepared, want: &Model, threads: usize) {
+        let got: Vec<usize> = p.winners.iter().map(|&w| p.table.dense(w as usize)).collect();
+        assert_eq!(got, want.winners, "{threads} threads: winners");
+        assert_eq!(p.stats.superseded as usize, want.superseded, "{threads} threads: superseded");
+        assert_eq!(p.stats.duplicates as usize, want.duplicates, "{threads} threads: duplicates");
+    }
+
+    /// Keys seen in tens of thousands of versions, in random order with repeats (their chains
+    /// indexed): the model's winners and counts on one thread and on two, and a conflict deep
+    /// in a chain still found.
+    #[test]
+    fn many_versions_of_a_key_agree_with_a_model() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let n = 140_000;
+        let keys: Vec<String> = (0..n).map(|_| format!("k{}", rng.random_range(0..3))).collect();
+        let versions: Vec<i64> = (0..n).map(|_| rng.random_range(0..50_000)).collect();
+        let table = |keys: &[String], versions: &[i64], payload: &[i64]| {
+            let piece = piece("in", keys, versions, payload);
+            crate::read::Table::from_pieces(piece.batch.schema(), vec![piece]).unwrap()
+        };
+        let id = identity();
+        let want = model(&keys, &versions);
         let payload = vec![0i64; n];
         for threads in [1, 2] {
             let p = prepare(table(&keys, &versions, &payload), &Identity { threads, ..id.clone() }).unwrap();
-            let got: Vec<usize> = p.winners.iter().map(|&w| p.table.dense(w as usize)).collect();
-            assert_eq!(got, want, "{threads} threads: winners");
-            assert_eq!(p.stats.superseded as usize, first.len() - best.len(), "{threads} threads: superseded");
-            assert_eq!(p.stats.duplicates as usize, n - first.len(), "{threads} threads: duplicates");
+            check(&p, &want, threads);
         }
         // The same key and an early version again, with another payload, at the end.
         let (mut keys, mut versions, mut payload) = (keys.clone(), versions.clone(), payload);
@@ -1097,7 +1130,7 @@ mod tests {
     /// winners, counts and key hashes of a model, on one, two and three threads.
     #[test]
     fn chunks_of_every_size_agree_with_a_model() {
-        use std::collections::{HashMap, HashSet};
+        use std::collections::HashSet;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         // Small pieces are put together into one chunk unless a large one follows; a large
         // one past a chunk's rows is cut.
@@ -1112,46 +1145,12 @@ mod tests {
         let mut at = 0;
         for (p, &len) in sizes.iter().enumerate() {
             let r = at..at + len;
-            let batch = arrow::array::RecordBatch::try_from_iter([
-                ("id", std::sync::Arc::new(arrow::array::StringArray::from(keys[r.clone()].to_vec())) as ArrayRef),
-                ("v", std::sync::Arc::new(arrow::array::Int64Array::from(versions[r.clone()].to_vec())) as ArrayRef),
-                ("x", std::sync::Arc::new(arrow::array::Int64Array::from(payload[r].to_vec())) as ArrayRef),
-            ])
-            .unwrap();
-            pieces.push(crate::read::Piece {
-                date: chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
-                batch,
-                object: format!("in-{p}").into(),
-                object_rows: (0..len as u64).collect(),
-                lines: None,
-            });
+            pieces.push(piece(&format!("in-{p}"), &keys[r.clone()], &versions[r.clone()], &payload[r]));
             at += len;
         }
         let schema = pieces[0].batch.schema();
-        let id = Identity {
-            key: vec!["id".into()],
-            version: Some("v".into()),
-            deleted: None,
-            on_conflict: OnConflict::Fail,
-            keep_deletes: false,
-            key_hashes: true,
-            threads: 1,
-            tz: chrono_tz::UTC,
-            whole_record: false,
-        };
-        let mut first: HashMap<(&str, i64), usize> = HashMap::new();
-        for (i, k) in keys.iter().enumerate() {
-            first.entry((k.as_str(), versions[i])).or_insert(i);
-        }
-        let mut best: HashMap<&str, (i64, usize)> = HashMap::new();
-        for (&(k, v), &i) in &first {
-            let b = best.entry(k).or_insert((v, i));
-            if v > b.0 {
-                *b = (v, i);
-            }
-        }
-        let mut want: Vec<usize> = best.values().map(|b| b.1).collect();
-        want.sort_unstable();
+        let id = identity();
+        let want = model(&keys, &versions);
         let mut want_hashes: Vec<u64> = keys
             .iter()
             .map(String::as_str)
@@ -1168,26 +1167,13 @@ mod tests {
                 assert!(chunk_rows.contains(&short), "{chunk_rows:?}");
             }
             let p = prepare(table, &Identity { threads, ..id.clone() }).unwrap();
-            let got: Vec<usize> = p.winners.iter().map(|&w| p.table.dense(w as usize)).collect();
-            assert_eq!(got, want, "{threads} threads: winners");
-            assert_eq!(p.stats.superseded as usize, first.len() - best.len(), "{threads} threads: superseded");
-            assert_eq!(p.stats.duplicates as usize, n - first.len(), "{threads} threads: duplicates");
+            check(&p, &want, threads);
             assert_eq!(p.key_hashes, want_hashes, "{threads} threads: key hashes");
         }
         // A row of the first chunk repeated with another payload in a last chunk of one row: a
         // conflict, found by the thread that owns the key, whichever thread listed the two rows.
         let (k, v) = (keys[2].clone(), versions[2]);
-        pieces.push(crate::read::Piece {
-            batch: arrow::array::RecordBatch::try_from_iter([
-                ("id", std::sync::Arc::new(arrow::array::StringArray::from(vec![k.clone()])) as ArrayRef),
-                ("v", std::sync::Arc::new(arrow::array::Int64Array::from(vec![v])) as ArrayRef),
-                ("x", std::sync::Arc::new(arrow::array::Int64Array::from(vec![payload[2] + 1])) as ArrayRef),
-            ])
-            .unwrap(),
-            object: "conflict".into(),
-            object_rows: (0..1).collect(),
-            ..pieces[0].clone()
-        });
+        pieces.push(piece("conflict", std::slice::from_ref(&k), &[v], &[payload[2] + 1]));
         for threads in [1, 2, 3, 8] {
             let table = crate::read::Table::from_pieces(schema.clone(), pieces.clone()).unwrap();
             match prepare(table, &Identity { threads, ..id.clone() }) {
