@@ -20,7 +20,8 @@
 //! are added in a type they cannot leave where theirs could wrap, and checked on the way back
 //! (`engine/sums.rs`), and timestamp literals read in the job's zone (`engine/zones.rs`).
 
-mod floats;
+mod aggregates;
+mod distinct;
 mod sums;
 mod unlike;
 mod zones;
@@ -195,7 +196,7 @@ fn session(zone: Option<&str>) -> SessionContext {
 }
 
 /// The session with lakeswap's analyzer rules (those that change types before type coercion,
-/// the others after it) and its own `min` and `max` ([`floats`]).
+/// the others after it) and its own `min`, `max` and `count` ([`aggregates`]).
 fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     let state = ctx.state();
     let mut rules = state.analyzer().rules.clone();
@@ -214,7 +215,7 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
         .with_analyzer_rules(rules)
         .build();
     let ctx = SessionContext::new_with_state(state);
-    for f in floats::min_max() {
+    for f in aggregates::own() {
         ctx.register_udaf(f);
     }
     ctx
@@ -1615,6 +1616,69 @@ mod tests {
         let flag = done.clone();
         Owned(tokio::spawn(async move { flag.store(true, Ordering::SeqCst) })).await.unwrap();
         assert!(done.load(Ordering::SeqCst));
+    }
+
+    /// lakeswap's grouped distinct count of text and bytes gives DataFusion's own counts, held
+    /// in memory and spilled: many groups, values inline and long, nulls, `FILTER`.
+    #[tokio::test]
+    async fn a_distinct_count_of_text_is_datafusions() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let r: Vec<u64> = (0..60_000).map(|_| next()).collect();
+        let g = Int64Array::from_iter_values(r.iter().map(|v| (v % 3000) as i64));
+        let s: StringArray = r
+            .iter()
+            .map(|v| {
+                let len = [0, 2, 5, 8, 12, 16, 17, 30][(v >> 12) as usize % 8];
+                ((v >> 20) % 13 != 0)
+                    .then(|| (0..len).map(|i| ['x', 'y'][(v >> (24 + i)) as usize & 1]).collect::<String>())
+            })
+            .collect();
+        let f = BooleanArray::from_iter(r.iter().map(|v| [Some(true), Some(false), None][(v >> 50) as usize % 3]));
+        let sql = "SELECT g, count(DISTINCT s) AS d, count(DISTINCT s) FILTER (WHERE f) AS df, count(*) AS n \
+                   FROM t GROUP BY g ORDER BY g";
+        for t in [DataType::Utf8, DataType::LargeUtf8, DataType::Utf8View, DataType::Binary, DataType::BinaryView] {
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("g", DataType::Int64, false),
+                Field::new("s", t.clone(), true),
+                Field::new("f", DataType::Boolean, true),
+            ]));
+            let column = arrow::compute::cast(&s, &t).unwrap();
+            let all =
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(g.clone()), column, Arc::new(f.clone())]).unwrap();
+            let batches: Vec<RecordBatch> =
+                (0..all.num_rows()).step_by(8192).map(|o| all.slice(o, 8192.min(all.num_rows() - o))).collect();
+            let run = |ctx: SessionContext| {
+                let (schema, batches) = (schema.clone(), batches.clone());
+                async move {
+                    register(&ctx, "t", schema, batches).unwrap();
+                    let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+                    let out = datafusion::physical_plan::collect(plan.clone(), ctx.task_ctx()).await.unwrap();
+                    // Bytes the plan's operators spilled.
+                    fn spilled(p: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) -> usize {
+                        p.metrics().and_then(|m| m.spilled_bytes()).unwrap_or(0)
+                            + p.children().into_iter().map(spilled).sum::<usize>()
+                    }
+                    (arrow::compute::concat_batches(&out[0].schema(), &out).unwrap(), spilled(&plan))
+                }
+            };
+            let (want, _) = run(SessionContext::new_with_config(config())).await;
+            assert_eq!(want.num_rows(), 3000);
+            assert!(want.column(1).as_primitive::<arrow::datatypes::Int64Type>().values().iter().any(|&d| d > 5));
+            assert_eq!(run(session(None)).await.0, want, "{t}, in memory");
+            let dir = tempfile::tempdir().unwrap();
+            let memory = Memory { bytes: 4 << 20, spill_dir: dir.path().into() };
+            let ctx = session_within(&memory, true, None).unwrap();
+            ctx.state_ref().write().config_mut().options_mut().execution.sort_spill_reservation_bytes = 64 << 10;
+            let (got, spilled) = run(ctx).await;
+            assert_eq!(got, want, "{t}, spilled");
+            assert!(spilled > 0, "{t}: the aggregation spilled");
+        }
     }
 
     /// The queries a spilled date's engine may spill for: those whose partial states merge
