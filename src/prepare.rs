@@ -1010,9 +1010,11 @@ pub fn keys_with_hashes(table: &Table, id: &Identity, hashes: &[u64]) -> Vec<(Ve
     };
     let hasher = key_hasher();
     let mut out: Vec<(Vec<u8>, String, usize)> = Vec::new();
+    // Keys already taken: every key of a date can be under another date too.
+    let mut taken = hashbrown::HashSet::new();
     for i in table.ids() {
         let k = keys.get(i);
-        if hashes.binary_search(&hasher.hash_one(k)).is_ok() && !out.iter().any(|(b, _, _)| b == k) {
+        if hashes.binary_search(&hasher.hash_one(k)).is_ok() && taken.insert(k) {
             out.push((k.to_vec(), render_id(&cols, i), i));
         }
     }

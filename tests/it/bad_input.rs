@@ -102,6 +102,26 @@ async fn a_key_under_two_dates_fails_both_partitions() {
     assert!(!lake.partition_file("2026-11-01").exists());
 }
 
+/// Risk: every key of a date also under another (a re-exported day): the keys behind the
+/// matches were gathered by a scan of those gathered so far, quadratic in the shared keys (a
+/// run over two dates of 1 M shared keys did not end, nor stop on a signal).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_key_under_two_dates_fails_both_partitions() {
+    let lake = Lake::new();
+    let n = 100_000;
+    let rows: Vec<_> = ["2026-11-01", "2026-11-02"]
+        .iter()
+        .enumerate()
+        .flat_map(|(v, date)| (0..n).map(move |i| order(&format!("k{i:06}"), v as i64 + 1, date, "USD", 100, "placed")))
+        .collect();
+    lake.write_hive(&rows, 1);
+    let s = run_range(&lake.config(), "2026-11-01", "2026-11-02").await;
+    assert_eq!(s.exit_code, ExitCode::DataContract);
+    let err = s.partitions[0].error.clone().unwrap();
+    assert!(err.contains("seen under two dates") && err.contains("key k000000"), "{err}");
+    assert!(s.partitions.iter().all(|p| p.action == Action::Failed));
+}
+
 /// Risk: one key typed differently under two dates (an int32 id beside an int64 one, or an
 /// integer id inferred from one date's CSV beside text ids in another's) gives two sets of key
 /// bytes, so the key is counted under both dates with exit 0. The dates whose key types differ
