@@ -20,17 +20,19 @@ use datafusion::common::{exec_err, DataFusionError, Result};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use hashbrown::HashTable;
 
+/// The types whose values [`DistinctBytes`] counts.
+pub const TYPES: [DataType; 6] = [
+    DataType::Utf8,
+    DataType::LargeUtf8,
+    DataType::Utf8View,
+    DataType::Binary,
+    DataType::LargeBinary,
+    DataType::BinaryView,
+];
+
 /// Whether [`DistinctBytes`] counts values of this type.
 pub fn counts(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Utf8
-            | DataType::LargeUtf8
-            | DataType::Utf8View
-            | DataType::Binary
-            | DataType::LargeBinary
-            | DataType::BinaryView
-    )
+    TYPES.contains(t)
 }
 
 /// One distinct value of one group, as the table holds it: values of up to
@@ -372,14 +374,7 @@ mod tests {
     #[test]
     fn counts_agree_with_a_model_through_every_path() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        for t in [
-            DataType::Utf8,
-            DataType::LargeUtf8,
-            DataType::Utf8View,
-            DataType::Binary,
-            DataType::LargeBinary,
-            DataType::BinaryView,
-        ] {
+        for t in TYPES {
             let groups = 37;
             let mut direct = DistinctBytes::new(t.clone());
             let mut model: Vec<HashSet<String>> = vec![HashSet::new(); groups];

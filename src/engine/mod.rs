@@ -1642,14 +1642,7 @@ mod tests {
         let f = BooleanArray::from_iter(r.iter().map(|v| [Some(true), Some(false), None][(v >> 50) as usize % 3]));
         let sql = "SELECT g, count(DISTINCT s) AS d, count(DISTINCT s) FILTER (WHERE f) AS df, count(*) AS n \
                    FROM t GROUP BY g ORDER BY g";
-        for t in [
-            DataType::Utf8,
-            DataType::LargeUtf8,
-            DataType::Utf8View,
-            DataType::Binary,
-            DataType::LargeBinary,
-            DataType::BinaryView,
-        ] {
+        for t in distinct::TYPES {
             let schema = Arc::new(Schema::new(vec![
                 Field::new("g", DataType::Int64, false),
                 Field::new("s", t.clone(), true),
