@@ -507,6 +507,12 @@ impl Decoder {
         };
         let (inferred, _) =
             arrow::json::reader::infer_json_schema(Cursor::new(bytes), None).map_err(|e| malformed(e.to_string()))?;
+        if let Some((row, line, field)) = text::first_repeated_field(bytes) {
+            return Err(InputError::bad(
+                at(object, Some(row), Some(line), Some(&field)),
+                "this line's object names the field twice: which value is meant is unknown",
+            ));
+        }
         // A JSON line leaves out a field with no value, and an object whose lines all do has no
         // such field: with `optional = true`, an object without the tombstone field has no
         // deletes (a day without any). An object with a field the tombstone looks like a
@@ -953,7 +959,7 @@ fn parquet_meta(object: &str, bytes: &Bytes) -> Result<ArrowReaderMetadata, Inpu
     if bytes.is_empty() {
         return Err(InputError::bad(Location::object(object), "the object is empty (0 bytes), not a Parquet file"));
     }
-    ArrowReaderMetadata::load(bytes, ArrowReaderOptions::new()).map_err(|e| {
+    let meta = ArrowReaderMetadata::load(bytes, ArrowReaderOptions::new()).map_err(|e| {
         let hint = if bytes.starts_with(b"PAR1") {
             ""
         } else {
@@ -963,7 +969,16 @@ fn parquet_meta(object: &str, bytes: &Bytes) -> Result<ArrowReaderMetadata, Inpu
             Location::object(object),
             format!("not a readable Parquet file (truncated or corrupt?){hint}: {e}"),
         )
-    })
+    })?;
+    // Columns are found by name: a second column of one name would be read as the first.
+    let mut names = std::collections::HashSet::new();
+    if let Some(f) = meta.schema().fields().iter().find(|f| !names.insert(f.name().as_str())) {
+        return Err(InputError::bad(
+            at(object, None, None, Some(f.name())),
+            "the object has two columns of this name: which one is meant is unknown",
+        ));
+    }
+    Ok(meta)
 }
 
 /// The dates each row group may hold, by the statistics of the date source's column (as days

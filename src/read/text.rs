@@ -107,6 +107,19 @@ fn parse_float<T: std::str::FromStr + Into<f64> + Copy>(s: &str, ty: &str) -> Re
     if v.into().is_infinite() && word != "inf" && word != "infinity" {
         return Err(format!("`{s}` is past what a {ty} holds"));
     }
+    let mantissa = word.split('e').next().unwrap_or("");
+    if v.into() == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+        return Err(format!("`{s}` is too small for a {ty}: it would read as 0"));
+    }
+    // A whole number the float cannot hold exactly would become another one (two ids, one key).
+    if !mantissa.is_empty() && mantissa.bytes().all(|b| b.is_ascii_digit()) && word == mantissa {
+        let exact = t.parse::<i128>().is_ok_and(|n| v.into().abs() < 2f64.powi(127) && v.into() as i128 == n);
+        if !exact {
+            return Err(format!(
+                "`{s}` is a whole number a {ty} cannot hold exactly: declare the column int64 or decimal"
+            ));
+        }
+    }
     Ok(v)
 }
 
@@ -595,6 +608,78 @@ pub fn first_bad_json_line(bytes: &[u8]) -> Option<(u64, u64, String)> {
     None
 }
 
+/// The first line of NDJSON text (all of whose lines are JSON) holding an object, at any depth,
+/// that names a field twice, with the field: `(row, line, field)`. A reader keeps one of the
+/// two values, so such a line is refused rather than read.
+pub fn first_repeated_field(bytes: &[u8]) -> Option<(u64, u64, String)> {
+    use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+
+    /// Walks one JSON value; `repeated` gets the first field named twice in an object.
+    struct Walk<'r>(&'r mut Option<String>);
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Walk(&mut *self.0))?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut names = std::collections::HashSet::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if names.contains(&name) {
+                    *self.0 = Some(name);
+                    return Err(A::Error::custom("a field named twice"));
+                }
+                map.next_value_seed(Walk(&mut *self.0))?;
+                names.insert(name);
+            }
+            Ok(())
+        }
+    }
+
+    let mut row = 0u64;
+    for (i, l) in bytes.split(|&b| b == b'\n').enumerate() {
+        if l.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        let mut repeated = None;
+        let _ = Walk(&mut repeated).deserialize(&mut serde_json::Deserializer::from_slice(l));
+        if let Some(field) = repeated {
+            return Some((row, i as u64 + 1, field));
+        }
+        row += 1;
+    }
+    None
+}
+
 /// Decompresses a text object named `*.gz` or `*.zst`; other objects are returned as they are.
 pub fn decompress(name: &str, bytes: bytes::Bytes) -> Result<bytes::Bytes, String> {
     use std::io::Read;
@@ -654,6 +739,21 @@ mod tests {
         assert!(parse_float::<f64>("1e400", "float64").unwrap_err().contains("past what a float64 holds"));
         assert!(parse_float::<f32>("-1e39", "float32").unwrap_err().contains("past what a float32 holds"));
         assert!(parse_float::<f64>("1,5", "float64").is_err());
+        // Whole numbers exactly or not at all; nothing nonzero read as 0.
+        assert_eq!(parse_float::<f64>("9007199254740992", "float64"), Ok(9007199254740992.0));
+        assert_eq!(parse_float::<f64>("-9007199254740992", "float64"), Ok(-9007199254740992.0));
+        assert_eq!(parse_float::<f64>("18014398509481988", "float64"), Ok(18014398509481988.0));
+        assert!(parse_float::<f64>("9007199254740993", "float64").unwrap_err().contains("cannot hold exactly"));
+        assert!(parse_float::<f64>("+9007199254740993", "float64").unwrap_err().contains("cannot hold exactly"));
+        assert!(parse_float::<f32>("16777217", "float32").unwrap_err().contains("cannot hold exactly"));
+        assert!(parse_float::<f64>("1000000000000000000000000000000000000000", "float64").is_err());
+        assert_eq!(parse_float::<f32>("16777216", "float32"), Ok(16777216.0));
+        assert_eq!(parse_float::<f64>("0.1", "float64"), Ok(0.1));
+        assert_eq!(parse_float::<f64>("9007199254740993.5", "float64"), Ok(9007199254740994.0));
+        assert!(parse_float::<f64>("1e-400", "float64").unwrap_err().contains("would read as 0"));
+        assert!(parse_float::<f64>("-0.0000e-999", "float64").is_ok());
+        assert_eq!(parse_float::<f64>("0e5", "float64"), Ok(0.0));
+        assert!(parse_float::<f64>("1e-310", "float64").is_ok_and(|v| v > 0.0));
     }
 
     #[test]
@@ -721,5 +821,9 @@ mod tests {
         let e = read_csv(b"a,b\n1,2\n3\n", true, b',').err().unwrap();
         assert_eq!((e.row, e.line), (Some(1), Some(3)));
         assert!(read_csv(b"a,a\n1,2\n", true, b',').err().unwrap().message.contains("twice"));
+        let json = b"{\"a\":1}\n\n{\"a\":{\"b\":1,\"c\":[{\"b\":2,\"b\":3}]}}\n{\"a\":1,\"a\":2}\n";
+        assert_eq!(first_repeated_field(json), Some((1, 3, "b".to_string())));
+        assert_eq!(first_repeated_field(b"{\"op\":1,\"o\\u0070\":2}"), Some((0, 1, "op".to_string())));
+        assert_eq!(first_repeated_field(b"{\"a\":{\"a\":1},\"b\":[{\"a\":1},{\"a\":2}]}\n[1,1]\n"), None);
     }
 }

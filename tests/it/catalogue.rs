@@ -244,6 +244,49 @@ async fn malformed_ndjson_line() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_parquet_column_named_twice() {
+    let corrupt = |l: &Lake| {
+        // A second `status` column, of other values: it was read as the first.
+        let b = batch(&bad_rows());
+        let mut fields: Vec<_> = b.schema().fields().iter().cloned().collect();
+        let mut columns = b.columns().to_vec();
+        let i = b.schema().index_of("status").unwrap();
+        fields.push(fields[i].clone());
+        columns.push(std::sync::Arc::new(arrow::array::StringArray::from(vec!["refunded", "cancelled"])));
+        let b = arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), columns)
+            .unwrap();
+        write(l, &format!("event_date={BAD}/part-00001.parquet"), &parquet_bytes(&b));
+    };
+    case(
+        Fmt::Parquet,
+        corrupt,
+        ExitCode::DataContract,
+        &["part-00001.parquet", "column `status`", "two columns of this name"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ndjson_field_named_twice() {
+    let corrupt = |l: &Lake| {
+        // A reader keeps one of the two values: which one was meant is unknown.
+        let mut b = ndjson_bytes(&bad_rows());
+        b.extend_from_slice(
+            b"{\"order_id\": \"c\", \"source_version\": 1, \"event_date\": \"2026-11-02\", \"customer_id\": \"x\", \
+              \"currency\": \"USD\", \"amount\": \"1.00\", \"status\": \"placed\", \"status\": \"cancelled\"}\n",
+        );
+        write(l, &format!("event_date={BAD}/part-00001.json"), &b);
+    };
+    case(
+        Fmt::Ndjson,
+        corrupt,
+        ExitCode::DataContract,
+        &["part-00001.json", "row 2 (line 3)", "column `status`", "names the field twice"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn schema_drift_in_one_object() {
     let corrupt = |l: &Lake| {
         // Two objects of the date whose decimals no decimal(38) holds both of.
