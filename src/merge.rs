@@ -338,13 +338,18 @@ pub fn merge(
     stored: Option<(RecordBatch, RecordBatch)>,
 ) -> Result<Merged, PartitionError> {
     let other = |m: String| PartitionError::Other(format!("merge: {m}"));
-    // The incoming rows as one batch, addressed by row number (`Table::dense`).
+    // The incoming rows as one batch, addressed by row number (`Table::dense`), with one zero
+    // and one NaN: rows that differ only there are one row, so which of them is stored must
+    // not depend on their order.
     let batch = &p.table.concat().map_err(|e| other(e.to_string()))?;
     let inc_cols: Vec<ArrayRef> = output
         .fields()
         .iter()
-        .map(|f| batch.column_by_name(f.name()).cloned().ok_or_else(|| other(format!("no column `{}`", f.name()))))
-        .collect::<Result<_, _>>()?;
+        .map(|f| {
+            let c = batch.column_by_name(f.name()).ok_or_else(|| other(format!("no column `{}`", f.name())))?;
+            Ok(crate::prepare::one_zero_one_nan(c))
+        })
+        .collect::<Result<_, PartitionError>>()?;
     let inc = RecordBatch::try_new(
         Arc::new(Schema::new(
             output.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
@@ -407,7 +412,11 @@ pub fn merge(
                 inc.columns()
                     .iter()
                     .zip(stored_rows.columns())
-                    .map(|(a, b)| arrow::array::make_comparator(a.as_ref(), b.as_ref(), SortOptions::default()))
+                    .map(|(a, b)| {
+                        // A stored zero's sign or NaN's bits (from before) tell no row apart.
+                        let b = crate::prepare::one_zero_one_nan(b);
+                        arrow::array::make_comparator(a.as_ref(), b.as_ref(), SortOptions::default())
+                    })
                     .collect::<Result<_, _>>()
                     .map_err(|e| other(e.to_string()))?,
             );

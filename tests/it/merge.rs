@@ -1214,3 +1214,54 @@ fn wall_clock_versions_in_a_repeated_hour_are_not_guessed_against_the_table() {
     }
     assert!(table().is_empty(), "nothing merged");
 }
+
+/// Risk: rows that differ only by the sign of a zero, or by a NaN's bits, are one row in a
+/// batch but not against the table: the stored bytes depended on which came first, and a
+/// replay of the other was refused as a conflict.
+#[test]
+fn a_zeros_sign_and_a_nans_bits_tell_no_row_apart_against_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = root.join("job.toml");
+    std::fs::write(
+        &cfg,
+        "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\n\
+         schema = { v = \"int64\", f = \"float64\", event_date = \"date\" }\n\n[identity]\nkey = [\"id\"]\n\
+         version = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"out\"\n",
+    )
+    .unwrap();
+    let batch = |rows: &[&str]| {
+        let _ = std::fs::remove_dir_all(root.join("in"));
+        std::fs::create_dir_all(root.join("in")).unwrap();
+        let body: String = rows.iter().map(|r| format!("{r}\n")).collect();
+        std::fs::write(root.join("in/a.csv"), format!("id,v,event_date,f\n{body}")).unwrap();
+        cli(&["run", "--config", cfg.to_str().unwrap()], root)
+    };
+    let table = || walk(&root.join("out")).into_iter().map(|p| std::fs::read(p).unwrap()).collect::<Vec<_>>();
+    let rows = ["k1,1,2026-11-01,-0.0", "k1,1,2026-11-01,0.0", "k2,1,2026-11-01,NaN", "k2,1,2026-11-01,-NaN"];
+    let mut tables = Vec::new();
+    for order in [[0, 1, 2, 3], [1, 0, 3, 2]] {
+        let _ = std::fs::remove_dir_all(root.join("out"));
+        let o = batch(&order.map(|i| rows[i]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        tables.push(table());
+    }
+    assert_eq!(tables[0], tables[1], "the stored bytes depend on the rows' order");
+    assert_eq!(column_text_in(root, "f"), ["0.0", "NaN"]);
+    // Replays of either form over the stored one change nothing.
+    for replay in [[0, 3], [1, 2]] {
+        let o = batch(&replay.map(|i| rows[i]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert_eq!(table(), tables[0]);
+    }
+}
+
+/// The values of `column` in the one committed partition under `<root>/out`, as text.
+fn column_text_in(root: &std::path::Path, column: &str) -> Vec<String> {
+    let files: Vec<_> =
+        walk(&root.join("out")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "parquet")).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let b = read_batch(&files[0]);
+    let c = b.column_by_name(column).unwrap();
+    (0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(c, i).unwrap()).collect()
+}
