@@ -295,4 +295,15 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     let o = cli(&["verify", "--config", c, "--date", "2026-11-04"], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains(" verified "), "{}", text(&o));
+    // A day without input and without a file is what `run` leaves: nothing to rewrite.
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-05"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains(" untouched ") && !text(&o).contains("Run the date again"), "{}", text(&o));
+    // Committed, and its input gone since: that file differs.
+    let day5 = lake.partition_file("2026-11-05");
+    std::fs::create_dir_all(day5.parent().unwrap()).unwrap();
+    std::fs::copy(lake.partition_file("2026-11-01"), &day5).unwrap();
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-05"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains(" differs "), "{}", text(&o));
 }
