@@ -39,8 +39,9 @@ pub struct MergeStats {
     pub deleted: u64,
     pub unchanged: u64,
     pub ignored_older: u64,
-    /// Incoming rows with a stored key's version but another payload, set aside
-    /// (`on_conflict = "quarantine"`; with the default `fail` the partition fails instead).
+    /// Incoming rows set aside as conflicts (`on_conflict = "quarantine"`; with the default
+    /// `fail` the partition fails instead): with a stored key's version but another payload,
+    /// and, in a run's report, with another row of the batch too.
     pub conflicts: u64,
     /// Keys that moved here from another date (their newest version carries this date).
     #[serde(default)]

@@ -621,13 +621,13 @@ impl Merge {
                     let m = engine::merge(&d.prepared, &d.id, &schema, &tomb_schema, read)?;
                     let mut stats = m.stats;
                     stats.ignored_older += d.older;
-                    // Conflicts with a row under another date (stored, or of the batch) count
-                    // like those with this date's stored rows.
-                    stats.conflicts += quarantined.len() as u64;
                     quarantined.extend(&d.prepared.quarantined);
                     quarantined.extend(&m.quarantined);
                     quarantined.sort_unstable();
                     quarantined.dedup();
+                    // Every row set aside is a conflict: with this date's stored rows, with a
+                    // row under another date (stored, or of the batch), or within the batch.
+                    stats.conflicts = quarantined.len() as u64;
                     let quarantine = if quarantined.is_empty() {
                         None
                     } else {

@@ -875,6 +875,28 @@ async fn quarantine_sets_rows_aside_when_their_partition_does_not_change() {
     }
 }
 
+/// Risk: the report's `conflicts` counted only conflicts with stored rows: two keys in
+/// conflict within the batch showed `conflicts 0` beside four rows set aside.
+#[tokio::test(flavor = "multi_thread")]
+async fn conflicts_within_the_batch_are_counted_as_conflicts() {
+    let b = Backend::new(Kind::Local);
+    let rows = [
+        order("c", 1, "2026-11-01", "USD", 1, "placed"),
+        order("c", 1, "2026-11-01", "USD", 2, "placed"),
+        order("d", 1, "2026-11-01", "USD", 3, "placed"),
+        order("d", 1, "2026-11-01", "USD", 4, "placed"),
+        order("e", 1, "2026-11-01", "USD", 5, "placed"),
+    ];
+    put_batch(&b, "b1", &rows).await;
+    let job = merge_job_with(&b, "b1", "[prepare]\non_conflict = \"quarantine\"\n");
+    let s = run::run(&job, &RunOptions::default()).await.unwrap();
+    let table = lakeswap::report::table(&s);
+    assert_eq!(s.exit_code, ExitCode::Ok, "{table}");
+    let p = &s.partitions[0];
+    let m = p.merge.unwrap();
+    assert_eq!((m.inserted, m.conflicts, p.counts.quarantined_rows), (1, 4, 4), "{table}");
+}
+
 /// Risk: a merge batch's dates read in other shapes than the run's — a column only on a later
 /// date (dropped without a word), the columns in another order (refused as a schema change, by
 /// which file sorts first), text written as `large_string` (refused as another type). Every
