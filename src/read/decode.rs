@@ -970,15 +970,20 @@ fn parquet_meta(object: &str, bytes: &Bytes) -> Result<ArrowReaderMetadata, Inpu
             format!("not a readable Parquet file (truncated or corrupt?){hint}: {e}"),
         )
     })?;
-    // Columns are found by name: a second column of one name would be read as the first.
-    let mut names = std::collections::HashSet::new();
-    if let Some(f) = meta.schema().fields().iter().find(|f| !names.insert(f.name().as_str())) {
-        return Err(InputError::bad(
-            at(object, None, None, Some(f.name())),
-            "the object has two columns of this name: which one is meant is unknown",
-        ));
+    if let Some(name) = named_twice(meta.schema()) {
+        return Err(InputError::bad(at(object, None, None, Some(name)), NAMED_TWICE));
     }
     Ok(meta)
+}
+
+/// Why an object that names a column twice is refused.
+const NAMED_TWICE: &str = "the object has two columns of this name: which one is meant is unknown";
+
+/// A column `schema` names twice: columns are found by name, so the second would be read as
+/// the first.
+fn named_twice(schema: &Schema) -> Option<&str> {
+    let mut names = std::collections::HashSet::new();
+    schema.fields().iter().map(|f| f.name().as_str()).find(|n| !names.insert(*n))
 }
 
 /// The dates each row group may hold, by the statistics of the date source's column (as days
@@ -1045,8 +1050,15 @@ pub async fn parquet_footer(
 
 /// The arrow schema of a Parquet footer.
 pub fn footer_schema(md: &ParquetMetaData) -> Result<Schema, String> {
-    parquet::arrow::parquet_to_arrow_schema(md.file_metadata().schema_descr(), md.file_metadata().key_value_metadata())
-        .map_err(|e| e.to_string())
+    let schema = parquet::arrow::parquet_to_arrow_schema(
+        md.file_metadata().schema_descr(),
+        md.file_metadata().key_value_metadata(),
+    )
+    .map_err(|e| e.to_string())?;
+    match named_twice(&schema) {
+        Some(name) => Err(format!("column `{name}`: {NAMED_TWICE}")),
+        None => Ok(schema),
+    }
 }
 
 /// A short description of text that is not the expected format, for error messages.

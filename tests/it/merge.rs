@@ -875,6 +875,34 @@ async fn quarantine_sets_rows_aside_when_their_partition_does_not_change() {
     }
 }
 
+/// Risk: a Parquet batch with two columns of one name had the second read as the first: the
+/// merge committed rows that never existed (two different rows taken for exact duplicates).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_with_two_columns_of_one_name_is_refused() {
+    let b = Backend::new(Kind::Local);
+    seed_a_and_b(&b).await;
+    let before = b.partitions().await;
+    let rows =
+        batch(&[order("c", 1, "2026-11-01", "USD", 1, "placed"), order("c", 1, "2026-11-01", "USD", 1, "placed")]);
+    let mut fields: Vec<_> = rows.schema().fields().iter().cloned().collect();
+    let mut columns = rows.columns().to_vec();
+    fields.push(fields[rows.schema().index_of("status").unwrap()].clone());
+    columns.push(std::sync::Arc::new(arrow::array::StringArray::from(vec!["placed", "shipped"])));
+    let two = arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), columns)
+        .unwrap();
+    b.put("b2", "batch.parquet", parquet_bytes(&two)).await;
+    // Refused as the batch is planned, before any date is read.
+    let err = match run::run(&merge_job(&b, "b2"), &RunOptions::default()).await {
+        Err(e) => {
+            assert_eq!(e.exit_code(), ExitCode::DataContract, "{e}");
+            e.to_string()
+        }
+        Ok(s) => panic!("accepted: {}", lakeswap::report::table(&s)),
+    };
+    assert!(err.contains("batch.parquet") && err.contains("column `status`: the object has two columns"), "{err}");
+    assert_eq!(b.partitions().await, before, "the table as it was");
+}
+
 /// Risk: the report's `conflicts` counted only conflicts with stored rows: two keys in
 /// conflict within the batch showed `conflicts 0` beside four rows set aside.
 #[tokio::test(flavor = "multi_thread")]
