@@ -111,9 +111,12 @@ fn parse_float<T: std::str::FromStr + Into<f64> + Copy>(s: &str, ty: &str) -> Re
     if v.into() == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
         return Err(format!("`{s}` is too small for a {ty}: it would read as 0"));
     }
-    // A whole number the float cannot hold exactly would become another one (two ids, one key).
-    if !mantissa.is_empty() && mantissa.bytes().all(|b| b.is_ascii_digit()) && word == mantissa {
-        let exact = t.parse::<i128>().is_ok_and(|n| v.into().abs() < 2f64.powi(127) && v.into() as i128 == n);
+    // A whole number the float cannot hold exactly (`9007199254740993`, `…993.0`) would become
+    // another one (two ids, one key).
+    let (int, frac) = word.split_once('.').unwrap_or((&word, ""));
+    let whole = word == mantissa && frac.bytes().all(|b| b == b'0');
+    if whole && !int.is_empty() && int.bytes().all(|b| b.is_ascii_digit()) {
+        let exact = int.parse::<i128>().is_ok_and(|n| v.into().abs() < 2f64.powi(127) && v.into().abs() as i128 == n);
         if !exact {
             return Err(format!(
                 "`{s}` is a whole number a {ty} cannot hold exactly: declare the column int64 or decimal"
@@ -652,16 +655,39 @@ pub fn first_repeated_field(bytes: &[u8]) -> Option<(u64, u64, String)> {
             Ok(())
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut names = std::collections::HashSet::new();
-            while let Some(name) = map.next_key::<String>()? {
+            // Names borrowed from the line unless escaped; an object has few.
+            let mut names: Vec<std::borrow::Cow<'de, str>> = Vec::new();
+            while let Some(Name(name)) = map.next_key::<Name<'de>>()? {
                 if names.contains(&name) {
-                    *self.0 = Some(name);
+                    *self.0 = Some(name.into_owned());
                     return Err(A::Error::custom("a field named twice"));
                 }
                 map.next_value_seed(Walk(&mut *self.0))?;
-                names.insert(name);
+                names.push(name);
             }
             Ok(())
+        }
+    }
+
+    /// A field name, unescaped.
+    struct Name<'de>(std::borrow::Cow<'de, str>);
+
+    impl<'de> serde::Deserialize<'de> for Name<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Name<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a field name")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
+                    Ok(Name(std::borrow::Cow::Borrowed(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
+                    Ok(Name(std::borrow::Cow::Owned(v.to_string())))
+                }
+            }
+            d.deserialize_str(V)
         }
     }
 
@@ -745,6 +771,9 @@ mod tests {
         assert_eq!(parse_float::<f64>("18014398509481988", "float64"), Ok(18014398509481988.0));
         assert!(parse_float::<f64>("9007199254740993", "float64").unwrap_err().contains("cannot hold exactly"));
         assert!(parse_float::<f64>("+9007199254740993", "float64").unwrap_err().contains("cannot hold exactly"));
+        assert!(parse_float::<f64>("-9007199254740993.00", "float64").unwrap_err().contains("cannot hold exactly"));
+        assert_eq!(parse_float::<f64>("-9007199254740992.0", "float64"), Ok(-9007199254740992.0));
+        assert_eq!(parse_float::<f64>("6.02e23", "float64"), Ok(6.02e23));
         assert!(parse_float::<f32>("16777217", "float32").unwrap_err().contains("cannot hold exactly"));
         assert!(parse_float::<f64>("1000000000000000000000000000000000000000", "float64").is_err());
         assert_eq!(parse_float::<f32>("16777216", "float32"), Ok(16777216.0));

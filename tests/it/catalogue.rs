@@ -247,14 +247,7 @@ async fn malformed_ndjson_line() {
 async fn a_parquet_column_named_twice() {
     let corrupt = |l: &Lake| {
         // A second `status` column, of other values: it was read as the first.
-        let b = batch(&bad_rows());
-        let mut fields: Vec<_> = b.schema().fields().iter().cloned().collect();
-        let mut columns = b.columns().to_vec();
-        let i = b.schema().index_of("status").unwrap();
-        fields.push(fields[i].clone());
-        columns.push(std::sync::Arc::new(arrow::array::StringArray::from(vec!["refunded", "cancelled"])));
-        let b = arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), columns)
-            .unwrap();
+        let b = with_second_column(&batch(&bad_rows()), "status", vec!["refunded", "cancelled"]);
         write(l, &format!("event_date={BAD}/part-00001.parquet"), &parquet_bytes(&b));
     };
     case(

@@ -882,14 +882,8 @@ async fn a_batch_with_two_columns_of_one_name_is_refused() {
     let b = Backend::new(Kind::Local);
     seed_a_and_b(&b).await;
     let before = b.partitions().await;
-    let rows =
-        batch(&[order("c", 1, "2026-11-01", "USD", 1, "placed"), order("c", 1, "2026-11-01", "USD", 1, "placed")]);
-    let mut fields: Vec<_> = rows.schema().fields().iter().cloned().collect();
-    let mut columns = rows.columns().to_vec();
-    fields.push(fields[rows.schema().index_of("status").unwrap()].clone());
-    columns.push(std::sync::Arc::new(arrow::array::StringArray::from(vec!["placed", "shipped"])));
-    let two = arrow::array::RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), columns)
-        .unwrap();
+    let rows = [order("c", 1, "2026-11-01", "USD", 1, "placed"), order("c", 1, "2026-11-01", "USD", 1, "placed")];
+    let two = with_second_column(&batch(&rows), "status", vec!["placed", "shipped"]);
     b.put("b2", "batch.parquet", parquet_bytes(&two)).await;
     // Refused as the batch is planned, before any date is read.
     let err = match run::run(&merge_job(&b, "b2"), &RunOptions::default()).await {

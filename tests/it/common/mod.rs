@@ -362,6 +362,16 @@ pub fn csv_bytes(rows: &[Order]) -> Vec<u8> {
 }
 
 /// Orders as NDJSON, amounts as strings.
+/// `b` with a second column named `column`, holding `values` (writers allow it; readers must
+/// not pick one).
+pub fn with_second_column(b: &RecordBatch, column: &str, values: Vec<&str>) -> RecordBatch {
+    let mut fields: Vec<_> = b.schema().fields().iter().cloned().collect();
+    let mut columns = b.columns().to_vec();
+    fields.push(fields[b.schema().index_of(column).unwrap()].clone());
+    columns.push(std::sync::Arc::new(arrow::array::StringArray::from(values)));
+    RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), columns).unwrap()
+}
+
 pub fn ndjson_bytes(rows: &[Order]) -> Vec<u8> {
     let mut s = String::new();
     for r in rows {
