@@ -5,12 +5,15 @@
 //! (highest) version and a short chain of the other versions seen. A row whose key and version
 //! are already known is compared column by column with the first such row: equal is an exact
 //! duplicate (dropped), different is a conflict. No sort, no second scan; the payload of a row
-//! is only looked at when its key and version repeat.
+//! is only looked at when its key and version repeat. A conflict fails the partition, or under
+//! `on_conflict = "quarantine"` sets aside every row of that key and version: the key keeps its
+//! newest version without a conflict (none: it is left out).
 //!
 //! Invariants: the result depends only on the set of rows, never on their order (winners are
 //! returned in row order, conflicts sorted by key); a null key or version is bad input naming
 //! its object, row and column.
 
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -48,7 +51,8 @@ pub struct Prepared {
     pub table: Table,
     /// The winning row of each live key, in row order.
     pub winners: Vec<u32>,
-    /// Rows set aside under `on_conflict = "quarantine"`, in row order.
+    /// Rows set aside under `on_conflict = "quarantine"` (every row of a key's version in
+    /// conflict), in row order.
     pub quarantined: Vec<u32>,
     pub stats: PrepareStats,
     /// Sorted hashes of every key seen, for the cross-date check of the run.
@@ -78,6 +82,9 @@ pub struct Identity {
     pub tz: chrono_tz::Tz,
     /// The key is the whole record (`key = ["*"]`): a null is one of its values.
     pub whole_record: bool,
+    /// Versions to set aside as conflicts beside this partition's own, by key bytes (a merge's
+    /// conflicts found across the dates of its batch; `on_conflict = "quarantine"` only).
+    pub set_aside: Option<Arc<HashMap<Vec<u8>, Vec<i64>>>>,
 }
 
 impl Identity {
@@ -93,6 +100,7 @@ impl Identity {
             threads: 1,
             tz: cfg.timezone(),
             whole_record: cfg.is_whole_record_key(),
+            set_aside: None,
         }
     }
 }
@@ -718,7 +726,7 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     // Small partitions are not worth a thread.
     let shards = if n < 65_536 { 1 } else { id.threads.clamp(1, 64) };
     let hasher = key_hasher();
-    let shards: Vec<Shard> = with_keys!(&keys, |k| {
+    let mut shards: Vec<Shard> = with_keys!(&keys, |k| {
         let input = Input { table: &table, keys: k, versions: versions.as_deref(), hasher: hasher.clone() };
         input.hash_pass(shards, id.key_hashes)
     })
@@ -757,13 +765,22 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         }
     }
 
+    // Under `on_conflict = "quarantine"`: each version of a key with a conflict is set aside, and
+    // the key keeps its newest version without one.
+    let named = id.set_aside.as_deref().filter(|n| !n.is_empty() && id.on_conflict == OnConflict::Quarantine);
+    let aside = if conflicting_keys > 0 || named.is_some() {
+        set_aside(&mut shards, &keys, named, &version)
+    } else {
+        HashMap::new()
+    };
     let mut quarantined = Vec::new();
-    if conflicting_keys > 0 {
+    if !aside.is_empty() {
         for i in table.ids() {
             let k = keys.get(i);
             let h = hasher.hash_one(k);
             let shard = &shards[if shards.len() > 1 { shard_of(h, shards.len()) } else { 0 }];
-            if shard.heads.find(table_hash(h), |e| keys.get(e.row as usize) == k).is_some_and(|e| e.conflicted()) {
+            let found = shard.heads.find(table_hash(h), |e| keys.get(e.row as usize) == k);
+            if found.and_then(|e| aside.get(&e.row)).is_some_and(|a| a.versions.contains(&version(i as u32))) {
                 quarantined.push(i as u32);
             }
         }
@@ -773,8 +790,11 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     let bound = table.id_bound();
     let mut is_winner = arrow::array::BooleanBufferBuilder::new(bound);
     is_winner.append_n(bound, false);
-    for h in shards.iter().flat_map(|s| s.heads.iter()).filter(|h| !h.conflicted()) {
-        is_winner.set_bit(h.row as usize, true);
+    for h in shards.iter().flat_map(|s| s.heads.iter()) {
+        let row = if h.conflicted() { aside.get(&h.row).and_then(|a| a.winner) } else { Some(h.row) };
+        if let Some(row) = row {
+            is_winner.set_bit(row as usize, true);
+        }
     }
     let is_winner = is_winner.finish();
     let mut winners: Vec<u32> = is_winner.set_indices().map(|i| i as u32).collect();
@@ -800,9 +820,10 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     let stats = PrepareStats {
         input_rows: n as u64,
         duplicates: shards.iter().map(|s| s.duplicates).sum(),
-        superseded: shards.iter().map(|s| s.others.len() as u64).sum(),
+        superseded: shards.iter().map(|s| s.others.len() as u64).sum::<u64>()
+            - aside.values().map(|a| (a.versions.len() + usize::from(a.winner.is_some()) - 1) as u64).sum::<u64>(),
         deleted,
-        conflicting_keys: conflicting_keys as u64,
+        conflicting_keys: aside.len() as u64,
         quarantined_rows: quarantined.len() as u64,
         keys: winners.len() as u64,
     };
@@ -816,6 +837,50 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
     };
     drop(keys);
     Ok(Prepared { table, winners, quarantined, stats, key_hashes })
+}
+
+/// A key with versions set aside: the versions, and its winner (its newest other version).
+struct Aside {
+    versions: Vec<i64>,
+    winner: Option<u32>,
+}
+
+/// Marks every key with a version set aside — a conflict of this partition, or a version named
+/// by the caller — and finds its newest other version; by the key's head row.
+fn set_aside(
+    shards: &mut [Shard],
+    keys: &KeyBytes<'_>,
+    named: Option<&HashMap<Vec<u8>, Vec<i64>>>,
+    version: &dyn Fn(u32) -> i64,
+) -> HashMap<u32, Aside> {
+    let mut out = HashMap::new();
+    for s in shards {
+        let Shard { heads, others, conflicts, .. } = s;
+        // A conflict's first row is the one its key's chain holds for that version.
+        let conflicted: HashSet<u32> = conflicts.iter().map(|&(first, _)| first).collect();
+        for h in heads.iter_mut() {
+            let given = named.and_then(|n| n.get(keys.get(h.row as usize)));
+            if !h.conflicted() && given.is_none() {
+                continue;
+            }
+            // The chain holds one row per version of the key.
+            let mut rows = vec![h.row];
+            let mut cur = h.next();
+            while cur != NONE {
+                rows.push(others[cur as usize].row);
+                cur = others[cur as usize].next;
+            }
+            let is_aside = |r: u32| conflicted.contains(&r) || given.is_some_and(|g| g.contains(&version(r)));
+            let versions: Vec<i64> = rows.iter().filter(|&&r| is_aside(r)).map(|&r| version(r)).collect();
+            if versions.is_empty() {
+                continue;
+            }
+            h.link |= CONFLICTED;
+            let winner = rows.iter().copied().filter(|&r| !is_aside(r)).max_by_key(|&r| version(r));
+            out.insert(h.row, Aside { versions, winner });
+        }
+    }
+    out
 }
 
 /// Fails the partition when a key's latest version cannot be told: a zone-less (wall-clock)
@@ -842,7 +907,7 @@ fn unordered_versions(
     let mut found: Vec<(String, u32, u32)> = Vec::new();
     let mut total = 0usize;
     for s in shards {
-        for h in s.heads.iter().filter(|h| !h.conflicted()) {
+        for h in s.heads.iter() {
             let v = version(h.row);
             if !unordered.holds(v) {
                 continue;
@@ -1056,6 +1121,7 @@ mod tests {
             threads: 1,
             tz: chrono_tz::UTC,
             whole_record: false,
+            set_aside: None,
         }
     }
 
@@ -1184,6 +1250,57 @@ mod tests {
                 }
                 other => panic!("{threads} threads: a conflict was expected: {other:?}"),
             }
+        }
+    }
+
+    /// Under `on_conflict = "quarantine"`, conflicts at random versions of random keys, and
+    /// versions named by the caller: each version in conflict is set aside whole, and the key
+    /// keeps its newest other version — as a plain model says, on one, two and three threads.
+    #[test]
+    fn quarantine_keeps_each_keys_newest_version_without_a_conflict() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let n = 100_000;
+        let keys: Vec<String> = (0..n).map(|_| format!("k{}", rng.random_range(0..20_000))).collect();
+        let versions: Vec<i64> = (0..n).map(|_| rng.random_range(0..6)).collect();
+        // The payload follows from key and version, except for a few rows: conflicts.
+        let payload: Vec<i64> = (0..n)
+            .map(|i| if rng.random_bool(0.01) { -(i as i64) } else { keys[i].len() as i64 * 10 + versions[i] })
+            .collect();
+        let named: HashMap<Vec<u8>, Vec<i64>> =
+            (0..200).map(|k| (format!("k{}", k * 7).into_bytes(), vec![rng.random_range(0..6)])).collect();
+        // The model.
+        let mut records: HashMap<(&str, i64), HashSet<i64>> = HashMap::new();
+        for i in 0..n {
+            records.entry((keys[i].as_str(), versions[i])).or_default().insert(payload[i]);
+        }
+        let aside =
+            |k: &str, v: i64| records[&(k, v)].len() > 1 || named.get(k.as_bytes()).is_some_and(|vs| vs.contains(&v));
+        let mut best: HashMap<&str, (i64, usize)> = HashMap::new();
+        for i in 0..n {
+            let (k, v) = (keys[i].as_str(), versions[i]);
+            if !aside(k, v) && best.get(k).is_none_or(|b| v > b.0) {
+                best.insert(k, (v, i));
+            }
+        }
+        let mut want_winners: Vec<usize> = best.values().map(|b| b.1).collect();
+        want_winners.sort_unstable();
+        let want_quarantined: Vec<usize> = (0..n).filter(|&i| aside(&keys[i], versions[i])).collect();
+        let conflicting: HashSet<&str> =
+            (0..n).filter(|&i| aside(&keys[i], versions[i])).map(|i| keys[i].as_str()).collect();
+        assert!(want_quarantined.len() > 1_000 && best.len() > 15_000, "the data has conflicts and winners");
+        let id =
+            Identity { on_conflict: OnConflict::Quarantine, set_aside: Some(Arc::new(named.clone())), ..identity() };
+        for threads in [1, 2, 3] {
+            let piece = piece("in", &keys, &versions, &payload);
+            let table = crate::read::Table::from_pieces(piece.batch.schema(), vec![piece]).unwrap();
+            let p = prepare(table, &Identity { threads, ..id.clone() }).unwrap();
+            let dense = |rows: &[u32]| rows.iter().map(|&w| p.table.dense(w as usize)).collect::<Vec<_>>();
+            assert_eq!(dense(&p.winners), want_winners, "{threads} threads: winners");
+            assert_eq!(dense(&p.quarantined), want_quarantined, "{threads} threads: quarantined");
+            assert_eq!(p.stats.conflicting_keys as usize, conflicting.len(), "{threads} threads");
+            let distinct = records.len();
+            let aside_versions = records.keys().filter(|(k, v)| aside(k, *v)).count();
+            assert_eq!(p.stats.superseded as usize, distinct - aside_versions - best.len(), "{threads} threads");
         }
     }
 

@@ -6,7 +6,9 @@
 //! 1. every date of the batch is read and prepared (duplicates, conflicts, the latest version
 //!    per key within the date);
 //! 2. a key the batch holds under several dates keeps only its newest version — the others
-//!    are dropped (two dates with one version are a conflict);
+//!    are dropped (two dates with one version are a conflict). Under `on_conflict =
+//!    "quarantine"`, a version in conflict anywhere in the batch is first set aside on every
+//!    date, and the key keeps its newest version without one;
 //! 3. every other committed partition's key index ([`crate::sidecar`]: sorted key hashes) is
 //!    searched for the batch's keys — no partition's rows are read unless it holds a candidate.
 //!    A key stored under another date *moves* when the batch's version is newer (the new date
@@ -188,6 +190,9 @@ impl Merge {
         let mut moves = Vec::new();
         let mut shared = Shared::default();
         if !cx.job.config.is_whole_record_key() {
+            if cx.job.config.prepare.on_conflict == OnConflict::Quarantine {
+                set_aside_across_dates(&mut slots);
+            }
             // Keys of a date of the batch that failed while it was prepared.
             guard_failed_dates(&mut slots, &mut shared);
             // 2. Keys under several dates of the batch: the newest version wins.
@@ -236,7 +241,6 @@ impl Merge {
 
     /// A key the batch holds under several dates keeps its newest version only.
     fn within_batch(&self, cx: &Context<'_>, slots: &mut [Slot], shared: &mut Shared) {
-        set_aside_everywhere(slots);
         // The versions' type, for versions a zone-less clock cannot order.
         let cfg = &cx.job.config;
         let version_type = cfg.identity.version.as_ref().and_then(|v| {
@@ -311,20 +315,14 @@ impl Merge {
                 let top: Vec<&(usize, KeyAt)> = places.iter().filter(|(_, k)| k.version == newest).collect();
                 let top_dates: BTreeSet<usize> = top.iter().map(|(s, _)| *s).collect();
                 if top_dates.len() > 1 {
-                    // One version under two dates: the dates differ, so the payloads do.
+                    // One version under two dates: the dates differ, so the payloads do. (Under
+                    // `on_conflict = "quarantine"` such a version is already set aside.)
                     let at: Vec<Location> = top.iter().map(|p| named(p).1).collect();
                     let version =
                         version_type.as_ref().map_or(newest.to_string(), |t| prepare::show_version(t, newest));
                     let key = ConflictKey { key: named(top[0]).0, version: Some(version), at };
-                    for (s, k) in places {
-                        if self_quarantines(slots, *s) {
-                            drops.push((*s, k.row));
-                            if let Ok(Some(d)) = &mut slots[*s].state {
-                                d.quarantined.push(k.row);
-                            }
-                        } else {
-                            failures.push((*s, PartitionError::Conflict { keys: vec![key.clone()], total: 1 }));
-                        }
+                    for (s, _) in places {
+                        failures.push((*s, PartitionError::Conflict { keys: vec![key.clone()], total: 1 }));
                     }
                     continue;
                 }
@@ -690,33 +688,88 @@ impl Merge {
     }
 }
 
-/// A key that one date of the batch sets aside (a conflict, `on_conflict = "quarantine"`) is set
-/// aside on every date: its older versions elsewhere in the batch are not merged either, so the
-/// table is the same however the batch's rows are spread over dates.
-fn set_aside_everywhere(slots: &mut [Slot]) {
-    let key_bytes = |d: &Dated, rows: &mut dyn Iterator<Item = u32>| -> Vec<(Vec<u8>, u32)> {
-        let Some(cols) = d.prepared.table.columns(&d.id.key) else { return Vec::new() };
-        let Ok(keys) = prepare::key_bytes(&cols) else { return Vec::new() };
-        rows.map(|r| (keys.get(r as usize).to_vec(), r)).collect()
-    };
-    let mut aside: HashSet<Vec<u8>> = HashSet::new();
+/// Under `on_conflict = "quarantine"`, a version of a key in conflict anywhere in the batch —
+/// inside one date, or the key's newest version held by two dates — is set aside on every date
+/// that holds it, and such a date keeps its newest other version of the key (it is prepared
+/// again, until no date's winner is a version set aside). The table is then the same however
+/// the batch's rows are spread over dates, and over batches that each hold a conflict whole:
+/// a key keeps its newest version without a conflict.
+fn set_aside_across_dates(slots: &mut [Slot]) {
+    let hasher = prepare::key_hasher();
+    let mut named: HashMap<Vec<u8>, Vec<i64>> = HashMap::new();
     for slot in slots.iter() {
-        if let Ok(Some(d)) = &slot.state {
-            aside.extend(key_bytes(d, &mut d.prepared.quarantined.iter().copied()).into_iter().map(|(k, _)| k));
+        let Ok(Some(d)) = &slot.state else { continue };
+        if d.prepared.quarantined.is_empty() {
+            continue;
+        }
+        let (Some(cols), Ok(versions)) = (d.prepared.table.columns(&d.id.key), version_chunks(d)) else { continue };
+        let Ok(keys) = prepare::key_bytes(&cols) else { continue };
+        for &r in &d.prepared.quarantined {
+            let (c, i) = crate::read::split_id(r as usize);
+            named.entry(keys.get(r as usize).to_vec()).or_default().push(versions.get(c).map_or(0, |v| v[i]));
         }
     }
-    if aside.is_empty() {
-        return;
-    }
-    for slot in slots.iter_mut() {
-        if let Ok(Some(d)) = &mut slot.state {
-            let winners: Vec<(Vec<u8>, u32)> = key_bytes(d, &mut d.keys.iter().map(|k| k.row));
-            for (k, row) in winners {
-                if aside.contains(&k) && d.dropped.insert(row) {
-                    d.quarantined.push(row);
+    loop {
+        let before: usize = named.values().map(Vec::len).sum();
+        // A key's newest version held by two dates: the dates differ, so the rows do.
+        let mut all: Vec<(u64, usize, usize)> = Vec::new();
+        for (s, slot) in slots.iter().enumerate() {
+            if let Ok(Some(d)) = &slot.state {
+                all.extend(d.keys.iter().enumerate().map(|(i, k)| (k.hash, s, i)));
+            }
+        }
+        all.sort_unstable();
+        for group in all.chunk_by(|a, b| a.0 == b.0) {
+            if group.iter().all(|g| g.1 == group[0].1) {
+                continue;
+            }
+            let mut by_key: BTreeMap<Vec<u8>, Vec<i64>> = BTreeMap::new();
+            for &(_, s, i) in group {
+                let Ok(Some(d)) = &slots[s].state else { continue };
+                by_key.entry(key_of(d, d.keys[i].row)).or_default().push(d.keys[i].version);
+            }
+            for (key, versions) in by_key {
+                let newest = versions.iter().copied().max().unwrap_or(i64::MIN);
+                if versions.iter().filter(|&&v| v == newest).count() > 1 {
+                    let set = named.entry(key).or_default();
+                    if !set.contains(&newest) {
+                        set.push(newest);
+                    }
                 }
             }
         }
+        // Dates whose winner of a key is a version set aside, prepared again.
+        let hashes: HashSet<u64> = named.keys().map(|k| hasher.hash_one(k)).collect();
+        let shared = std::sync::Arc::new(named.clone());
+        let mut again = false;
+        for slot in slots.iter_mut() {
+            let Ok(Some(d)) = &slot.state else { continue };
+            let hit = d.keys.iter().any(|k| {
+                hashes.contains(&k.hash) && named.get(&key_of(d, k.row)).is_some_and(|v| v.contains(&k.version))
+            });
+            if !hit {
+                continue;
+            }
+            let Ok(Some(d)) = std::mem::replace(&mut slot.state, Ok(None)) else { continue };
+            let id = Identity { set_aside: Some(shared.clone()), ..d.id };
+            slot.state = prepare::prepare(d.prepared.table, &id).and_then(|prepared| {
+                let keys = winner_keys(&prepared, &id).map_err(PartitionError::Other)?;
+                Ok(Some(Dated { prepared, id, keys, ..d }))
+            });
+            again = true;
+        }
+        let after: usize = named.values().map(Vec::len).sum();
+        if !again && after == before {
+            return;
+        }
+    }
+}
+
+/// The versions of a prepared date, chunk by chunk (none without a version column).
+fn version_chunks(d: &Dated) -> Result<Vec<arrow::buffer::ScalarBuffer<i64>>, String> {
+    match &d.id.version {
+        Some(v) => d.prepared.table.column(v).ok_or("no version column")?.iter().map(prepare::version_values).collect(),
+        None => Ok(Vec::new()),
     }
 }
 
@@ -999,10 +1052,6 @@ fn key_of(d: &Dated, row: u32) -> Vec<u8> {
 
 fn render(d: &Dated, row: u32) -> String {
     d.prepared.table.columns(&d.id.key).map(|cols| prepare::render_id(&cols, row as usize)).unwrap_or_default()
-}
-
-fn self_quarantines(slots: &[Slot], s: usize) -> bool {
-    matches!(&slots[s].state, Ok(Some(d)) if d.id.on_conflict == OnConflict::Quarantine)
 }
 
 fn key_columns(cx: &Context<'_>, rows: &RecordBatch) -> Vec<String> {

@@ -66,15 +66,23 @@ async fn quarantine_sets_conflicts_aside_and_commits_the_rest() {
         order("a", 1, "2026-11-01", "USD", 101, "placed"),
         order("a", 2, "2026-11-01", "USD", 100, "placed"),
         order("b", 1, "2026-11-01", "USD", 700, "placed"),
+        order("c", 1, "2026-11-01", "USD", 10, "placed"),
+        order("c", 2, "2026-11-01", "USD", 20, "placed"),
+        order("c", 2, "2026-11-01", "USD", 21, "placed"),
+        order("d", 3, "2026-11-01", "USD", 30, "placed"),
+        order("d", 3, "2026-11-01", "USD", 31, "placed"),
     ];
     lake.write_hive(&rows, 1);
     let cfg = lake
         .config_with("key = [\"order_id\"]\nversion = \"source_version\"", "[prepare]\non_conflict = \"quarantine\"\n");
     let s = run_range(&cfg, "2026-11-01", "2026-11-01").await;
     assert_eq!(s.exit_code, ExitCode::Ok);
-    assert_eq!(s.partitions[0].counts.quarantined_rows, 3);
+    assert_eq!(s.partitions[0].counts.quarantined_rows, 6, "the rows of each version in conflict");
+    assert_eq!(s.partitions[0].counts.conflicting_keys, 3);
+    // a keeps version 2 (its conflict is at version 1), c its version 1 (its newest is in
+    // conflict), d nothing: each key keeps its newest version without a conflict.
     let got = read_partition(&lake.partition_file("2026-11-01"));
-    assert_eq!((got[0].orders, got[0].revenue), (1, 700), "key a is left out");
+    assert_eq!((got[0].orders, got[0].revenue), (3, 810), "a at 100, b at 700, c at 10");
     let q = lake.state().join(format!("quarantine/{}/event_date=2026-11-01/part-00000.parquet", s.run_id));
     assert!(q.exists(), "quarantined rows are kept in the state's quarantine/");
 }
