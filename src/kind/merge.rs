@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use chrono::NaiveDate;
@@ -258,6 +258,8 @@ impl Merge {
         all.sort_unstable();
         let mut failures: Vec<(usize, PartitionError)> = Vec::new();
         let mut drops: Vec<(usize, u32)> = Vec::new();
+        let cols = DateKeys::columns(slots);
+        let keys = DateKeys::new(&cols);
         for group in all.chunk_by(|a, b| a.0 == b.0) {
             if group.iter().all(|g| g.1 == group[0].1) {
                 continue;
@@ -267,7 +269,7 @@ impl Merge {
             for &(_, s, i) in group {
                 let Ok(Some(d)) = &slots[s].state else { continue };
                 let k = d.keys[i];
-                by_key.entry(key_of(d, k.row)).or_default().push((s, k));
+                by_key.entry(keys.get(s, k.row)).or_default().push((s, k));
             }
             for places in by_key.values() {
                 let dates: BTreeSet<usize> = places.iter().map(|(s, _)| *s).collect();
@@ -369,6 +371,8 @@ impl Merge {
             return;
         }
         wanted.sort_unstable();
+        let cols = DateKeys::columns(slots);
+        let keys = DateKeys::new(&cols);
         let held: BTreeMap<NaiveDate, usize> = slots.iter().enumerate().map(|(i, s)| (s.plan.date, i)).collect();
         for date in committed {
             // A date of the batch that has failed is searched too (its index from the committed
@@ -418,7 +422,7 @@ impl Merge {
                     }
                 },
             };
-            self.resolve(cx, slots, p, &candidates, moves).await;
+            self.resolve(cx, slots, p, &candidates, &keys, moves).await;
             // A partition leased only to look its keys up, and losing none: let it go.
             if p + 1 == slots.len()
                 && !held.contains_key(&date)
@@ -440,6 +444,7 @@ impl Merge {
         slots: &mut [Slot],
         p: usize,
         candidates: &[(usize, usize)],
+        keys: &DateKeys<'_>,
         moves: &mut Vec<Move>,
     ) {
         if slots[p].state.is_err() {
@@ -487,7 +492,7 @@ impl Merge {
         for &(s, i) in candidates {
             let Ok(Some(d)) = &slots[s].state else { continue };
             let k = d.keys[i];
-            let bytes = key_of(d, k.row);
+            let bytes = keys.get(s, k.row);
             let Some(&stored_version) = found.get(&bytes) else { continue }; // a hash collision
             let to = slots[s].plan.date;
             let text = render(d, k.row);
@@ -719,6 +724,8 @@ fn set_aside_across_dates(slots: &mut [Slot]) {
             }
         }
         all.sort_unstable();
+        let cols = DateKeys::columns(slots);
+        let keys = DateKeys::new(&cols);
         for group in all.chunk_by(|a, b| a.0 == b.0) {
             if group.iter().all(|g| g.1 == group[0].1) {
                 continue;
@@ -726,7 +733,7 @@ fn set_aside_across_dates(slots: &mut [Slot]) {
             let mut by_key: BTreeMap<Vec<u8>, Vec<i64>> = BTreeMap::new();
             for &(_, s, i) in group {
                 let Ok(Some(d)) = &slots[s].state else { continue };
-                by_key.entry(key_of(d, d.keys[i].row)).or_default().push(d.keys[i].version);
+                by_key.entry(keys.get(s, d.keys[i].row)).or_default().push(d.keys[i].version);
             }
             for (key, versions) in by_key {
                 let newest = versions.iter().copied().max().unwrap_or(i64::MIN);
@@ -742,11 +749,17 @@ fn set_aside_across_dates(slots: &mut [Slot]) {
         let hashes: HashSet<u64> = named.keys().map(|k| hasher.hash_one(k)).collect();
         let shared = std::sync::Arc::new(named.clone());
         let mut again = false;
-        for slot in slots.iter_mut() {
-            let Ok(Some(d)) = &slot.state else { continue };
-            let hit = d.keys.iter().any(|k| {
-                hashes.contains(&k.hash) && named.get(&key_of(d, k.row)).is_some_and(|v| v.contains(&k.version))
-            });
+        let hits: Vec<bool> = slots
+            .iter()
+            .enumerate()
+            .map(|(s, slot)| match &slot.state {
+                Ok(Some(d)) => d.keys.iter().any(|k| {
+                    hashes.contains(&k.hash) && named.get(&keys.get(s, k.row)).is_some_and(|v| v.contains(&k.version))
+                }),
+                _ => false,
+            })
+            .collect();
+        for (slot, hit) in slots.iter_mut().zip(hits) {
             if !hit {
                 continue;
             }
@@ -1042,12 +1055,35 @@ fn winner_keys(p: &Prepared, id: &Identity) -> Result<Vec<KeyAt>, String> {
     Ok(out)
 }
 
-fn key_of(d: &Dated, row: u32) -> Vec<u8> {
-    d.prepared
-        .table
-        .columns(&d.id.key)
-        .and_then(|cols| prepare::key_bytes(&cols).ok().map(|k| k.get(row as usize).to_vec()))
-        .unwrap_or_default()
+/// The key bytes of the rows of each date of the batch, encoded once per date and only when
+/// first asked for (a key of several columns, or of a number, is encoded for the whole date).
+struct DateKeys<'a> {
+    cols: &'a [Option<Vec<Vec<ArrayRef>>>],
+    keys: Vec<std::sync::OnceLock<Option<prepare::KeyBytes<'a>>>>,
+}
+
+impl<'a> DateKeys<'a> {
+    /// The key columns of each slot, for [`DateKeys::new`].
+    fn columns(slots: &[Slot]) -> Vec<Option<Vec<Vec<ArrayRef>>>> {
+        slots
+            .iter()
+            .map(|slot| match &slot.state {
+                Ok(Some(d)) => d.prepared.table.columns(&d.id.key),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn new(cols: &'a [Option<Vec<Vec<ArrayRef>>>]) -> Self {
+        DateKeys { cols, keys: cols.iter().map(|_| std::sync::OnceLock::new()).collect() }
+    }
+
+    /// The key bytes of row `row` of slot `s`.
+    fn get(&self, s: usize, row: u32) -> Vec<u8> {
+        let Some(keys) = self.keys.get(s) else { return Vec::new() };
+        let keys = keys.get_or_init(|| self.cols[s].as_ref().and_then(|c| prepare::key_bytes(c).ok()));
+        keys.as_ref().map(|k| k.get(row as usize).to_vec()).unwrap_or_default()
+    }
 }
 
 fn render(d: &Dated, row: u32) -> String {
