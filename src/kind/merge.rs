@@ -191,7 +191,7 @@ impl Merge {
         let mut shared = Shared::default();
         if !cx.job.config.is_whole_record_key() {
             if cx.job.config.prepare.on_conflict == OnConflict::Quarantine {
-                set_aside_across_dates(&mut slots);
+                set_aside_across_dates(&mut slots, self.on_date_change);
             }
             // Keys of a date of the batch that failed while it was prepared.
             guard_failed_dates(&mut slots, &mut shared);
@@ -698,8 +698,9 @@ impl Merge {
 /// that holds it, and such a date keeps its newest other version of the key (it is prepared
 /// again, until no date's winner is a version set aside). The table is then the same however
 /// the batch's rows are spread over dates, and over batches that each hold a conflict whole:
-/// a key keeps its newest version without a conflict.
-fn set_aside_across_dates(slots: &mut [Slot]) {
+/// a key keeps its newest version without a conflict. With `on_date_change = "fail"`, a key's
+/// newest version under two dates is left to fail both dates (the key changes date).
+fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
     let hasher = prepare::key_hasher();
     let mut named: HashMap<Vec<u8>, Vec<i64>> = HashMap::new();
     for slot in slots.iter() {
@@ -727,7 +728,7 @@ fn set_aside_across_dates(slots: &mut [Slot]) {
         let cols = DateKeys::columns(slots);
         let keys = DateKeys::new(&cols);
         for group in all.chunk_by(|a, b| a.0 == b.0) {
-            if group.iter().all(|g| g.1 == group[0].1) {
+            if on_date_change == OnDateChange::Fail || group.iter().all(|g| g.1 == group[0].1) {
                 continue;
             }
             let mut by_key: BTreeMap<Vec<u8>, Vec<i64>> = BTreeMap::new();

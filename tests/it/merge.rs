@@ -1098,6 +1098,26 @@ fn quarantine_keeps_a_keys_newest_version_without_a_conflict_however_the_batch_i
     }
 }
 
+/// Risk: under `on_conflict = "quarantine"` with `on_date_change = "fail"`, a key's newest
+/// version under two dates of the batch was set aside as a conflict and the run exited 0 —
+/// while the key changed date, which that setting refuses. Both dates fail (exit 3), naming it.
+#[test]
+fn quarantine_still_refuses_a_key_under_two_dates_with_on_date_change_fail() {
+    let lake = Lake::new();
+    write_files(
+        &lake,
+        "b",
+        &[("a.csv", "id,v,val,event_date\n1,5,x,2026-11-01\n1,5,y,2026-11-02\n2,1,z,2026-11-03\n")],
+    );
+    let extra = "[prepare]\non_conflict = \"quarantine\"\n\n[merge]\non_date_change = \"fail\"\n\n";
+    let cfg = text_merge_config(&lake, "b", "csv", extra);
+    let o = cli(&["run", "--config", cfg.to_str().unwrap()], lake.dir.path());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("seen under two dates"), "{}", text(&o));
+    assert!(!lake.partition_file("2026-11-01").exists() && !lake.partition_file("2026-11-02").exists());
+    assert_eq!(column_text(&lake, "2026-11-03", "val"), ["z"], "an unrelated date commits");
+}
+
 /// Risk: a date of the batch fails before it is merged (a conflict inside it, an unreadable
 /// row), and another date of the batch holding an older version of one of its keys commits
 /// that version: the table holds a version the batch itself supersedes. A date sharing a key
