@@ -817,11 +817,20 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
             winners.retain(|&r| !is_delete(r));
         }
     }
+    let superseded = shards.iter().map(|s| s.others.len() as u64).sum::<u64>()
+        - aside.values().map(|a| (a.versions.len() + usize::from(a.winner.is_some()) - 1) as u64).sum::<u64>();
+    // Each row is set aside, a version kept (the winner or superseded), or a duplicate of one: a
+    // repeat of a row at a version set aside is counted as set aside, whatever the row order.
+    let kept_versions = superseded + shards.iter().map(|s| s.heads.len() as u64).sum::<u64>()
+        - aside.values().filter(|a| a.winner.is_none()).count() as u64;
     let stats = PrepareStats {
         input_rows: n as u64,
-        duplicates: shards.iter().map(|s| s.duplicates).sum(),
-        superseded: shards.iter().map(|s| s.others.len() as u64).sum::<u64>()
-            - aside.values().map(|a| (a.versions.len() + usize::from(a.winner.is_some()) - 1) as u64).sum::<u64>(),
+        duplicates: if aside.is_empty() {
+            shards.iter().map(|s| s.duplicates).sum()
+        } else {
+            n as u64 - quarantined.len() as u64 - kept_versions
+        },
+        superseded,
         deleted,
         conflicting_keys: aside.len() as u64,
         quarantined_rows: quarantined.len() as u64,
@@ -1301,6 +1310,11 @@ mod tests {
             let distinct = records.len();
             let aside_versions = records.keys().filter(|(k, v)| aside(k, *v)).count();
             assert_eq!(p.stats.superseded as usize, distinct - aside_versions - best.len(), "{threads} threads");
+            assert_eq!(
+                p.stats.duplicates as usize,
+                n - want_quarantined.len() - (distinct - aside_versions),
+                "{threads} threads: duplicates (rows of a kept version but its first)"
+            );
         }
     }
 
