@@ -22,6 +22,7 @@
 
 mod aggregates;
 mod distinct;
+mod floats;
 mod sums;
 mod unlike;
 mod zones;
@@ -211,6 +212,7 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     rules.push(Arc::new(zones::ZonedLiterals));
     rules.push(Arc::new(unlike::UnlikeSql));
     rules.push(Arc::new(sums::ExactSums));
+    rules.push(Arc::new(floats::OneZeroOneNan));
     let state = datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
         .with_analyzer_rules(rules)
         .build();

@@ -1,0 +1,174 @@
+//! One zero and one NaN wherever the engine tells values apart. SQL has `-0.0 = 0.0`, and
+//! DuckDB and PostgreSQL hold every NaN equal; DataFusion hashes a float's bits where it groups,
+//! so a computed `-0.0` and `0.0` (`round(-0.3)` beside `round(0.3)`), or two NaNs of other
+//! bits, were two groups, two distinct values of `count(DISTINCT …)`, two rows of a `SELECT
+//! DISTINCT`, and did not join. Input columns already hold one zero and one NaN (prepare); this
+//! analyzer rule gives computed floats the same where values are grouped or matched: the
+//! group keys of an aggregate, the arguments of a distinct aggregate, the partition keys of a
+//! window, the rows of a `DISTINCT` (and so of `UNION`), and the keys of a join (and so of
+//! `INTERSECT` and `EXCEPT`). Comparisons (`=`, `<`) follow IEEE already and are left alone.
+
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{Column, DFSchema, Result, ScalarValue};
+use datafusion::logical_expr::expr::{AggregateFunction, GroupingSet, ScalarFunction, WindowFunction};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{
+    ColumnarValue, Distinct, Expr, ExprSchemable, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+const NAME: &str = "one_zero_one_nan";
+
+/// A float with one zero and one NaN; other types as they are.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct OneZeroOneNanFn {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for OneZeroOneNanFn {
+    fn name(&self) -> &str {
+        NAME
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(args[0].clone())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(match &args.args[0] {
+            ColumnarValue::Array(a) => ColumnarValue::Array(crate::prepare::one_zero_one_nan(a)),
+            ColumnarValue::Scalar(s) => {
+                let a = crate::prepare::one_zero_one_nan(&s.to_array()?);
+                ColumnarValue::Scalar(ScalarValue::try_from_array(&a, 0)?)
+            }
+        })
+    }
+}
+
+fn is_float(t: &DataType) -> bool {
+    matches!(t, DataType::Float32 | DataType::Float64)
+}
+
+/// `e` with one zero and one NaN, when it is a float (and not already).
+fn one_zero(e: Expr, schema: &DFSchema) -> Expr {
+    let done = matches!(&e, Expr::ScalarFunction(f) if f.func.name() == NAME);
+    if done || !e.get_type(schema).is_ok_and(|t| is_float(&t)) {
+        return e;
+    }
+    let f = OneZeroOneNanFn { signature: Signature::any(1, Volatility::Immutable) };
+    Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(ScalarUDF::from(f)), vec![e]))
+}
+
+/// The analyzer rule (see the module documentation); it runs after type coercion.
+#[derive(Debug, Default)]
+pub struct OneZeroOneNan;
+
+impl AnalyzerRule for OneZeroOneNan {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(node).map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_one_zero_one_nan"
+    }
+}
+
+fn node(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    match p {
+        LogicalPlan::Aggregate(_) | LogicalPlan::Window(_) => {
+            let schema = super::input_schema(&p);
+            let names = NamePreserver::new(&p);
+            let t = p.map_expressions(|e| {
+                let name = names.save(&e);
+                let new = top(e.clone(), &schema);
+                Ok(match new != e {
+                    true => Transformed::yes(name.restore(new)),
+                    false => Transformed::no(e),
+                })
+            })?;
+            match t.transformed {
+                true => Ok(Transformed::yes(t.data.recompute_schema()?)),
+                false => Ok(t),
+            }
+        }
+        LogicalPlan::Distinct(Distinct::All(input))
+            if input.schema().fields().iter().any(|f| is_float(f.data_type())) =>
+        {
+            let schema = input.schema().clone();
+            let exprs: Vec<Expr> = schema
+                .iter()
+                .map(|(q, f)| {
+                    let column = Expr::Column(Column::from((q, f)));
+                    match is_float(f.data_type()) {
+                        true => one_zero(column, &schema).alias_qualified(q.cloned(), f.name()),
+                        false => column,
+                    }
+                })
+                .collect();
+            let projection = LogicalPlan::Projection(Projection::try_new(exprs, input)?);
+            Ok(Transformed::yes(LogicalPlan::Distinct(Distinct::All(Arc::new(projection)))))
+        }
+        LogicalPlan::Join(mut j) => {
+            let (left, right) = (j.left.schema().clone(), j.right.schema().clone());
+            let mut changed = false;
+            for (l, r) in j.on.iter_mut() {
+                let float =
+                    l.get_type(&left).is_ok_and(|t| is_float(&t)) || r.get_type(&right).is_ok_and(|t| is_float(&t));
+                if float {
+                    *l = one_zero(l.clone(), &left);
+                    *r = one_zero(r.clone(), &right);
+                    changed = true;
+                }
+            }
+            Ok(Transformed::new_transformed(LogicalPlan::Join(j), changed))
+        }
+        p => Ok(Transformed::no(p)),
+    }
+}
+
+/// An expression of an aggregate or window node: a distinct aggregate's arguments, a window's
+/// partition keys, a group key (a grouping set's members).
+fn top(e: Expr, schema: &DFSchema) -> Expr {
+    match e {
+        Expr::Alias(mut al) => {
+            al.expr = Box::new(top(*al.expr, schema));
+            Expr::Alias(al)
+        }
+        Expr::AggregateFunction(mut f) => {
+            if f.params.distinct || f.func.name() == "approx_distinct" {
+                f.params.args = f.params.args.into_iter().map(|a| one_zero(a, schema)).collect();
+            }
+            Expr::AggregateFunction(AggregateFunction { func: f.func, params: f.params })
+        }
+        Expr::WindowFunction(w) => {
+            let mut w: WindowFunction = *w;
+            w.params.partition_by = w.params.partition_by.into_iter().map(|a| one_zero(a, schema)).collect();
+            Expr::WindowFunction(Box::new(w))
+        }
+        Expr::GroupingSet(gs) => {
+            let member = |e: Expr| {
+                let name = e.schema_name().to_string();
+                let new = one_zero(e.clone(), schema);
+                if new == e {
+                    e
+                } else {
+                    new.alias(name)
+                }
+            };
+            Expr::GroupingSet(match gs {
+                GroupingSet::Rollup(v) => GroupingSet::Rollup(v.into_iter().map(member).collect()),
+                GroupingSet::Cube(v) => GroupingSet::Cube(v.into_iter().map(member).collect()),
+                GroupingSet::GroupingSets(v) => {
+                    GroupingSet::GroupingSets(v.into_iter().map(|s| s.into_iter().map(member).collect()).collect())
+                }
+            })
+        }
+        e => one_zero(e, schema),
+    }
+}
