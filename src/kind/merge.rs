@@ -260,10 +260,13 @@ impl Merge {
         let mut drops: Vec<(usize, u32)> = Vec::new();
         let cols = DateKeys::columns(slots);
         let keys = DateKeys::new(&cols);
+        // Keys merged from several dates: (hash, bytes) -> their newest version.
+        let mut wandering: HashMap<(u64, Vec<u8>), i64> = HashMap::new();
         for group in all.chunk_by(|a, b| a.0 == b.0) {
             if group.iter().all(|g| g.1 == group[0].1) {
                 continue;
             }
+            let by_key_hash = |(s, k): &(usize, KeyAt)| (k.hash, keys.get(*s, k.row));
             // The real keys behind the hash (equal bytes), each with its places.
             let mut by_key: BTreeMap<Vec<u8>, Vec<(usize, KeyAt)>> = BTreeMap::new();
             for &(_, s, i) in group {
@@ -331,6 +334,29 @@ impl Merge {
                 for (s, k) in places {
                     if k.version < newest {
                         drops.push((*s, k.row));
+                    }
+                }
+                wandering.insert(by_key_hash(&places[0]), newest);
+            }
+        }
+        // A key's older version under two dates is a conflict too (its rows differ in their
+        // date), though no date keeps it: it fails the dates, or its rows are set aside.
+        if !wandering.is_empty() {
+            for (key, version, rows) in older_versions_under_two_dates(slots, &keys, &wandering) {
+                let quarantine = cfg.prepare.on_conflict == OnConflict::Quarantine;
+                let at: Vec<Location> = rows
+                    .iter()
+                    .filter_map(|&(s, r)| match &slots[s].state {
+                        Ok(Some(d)) => Some(d.prepared.table.locate(r as usize, None)),
+                        _ => None,
+                    })
+                    .collect();
+                let shown = version_type.as_ref().map_or(version.to_string(), |t| prepare::show_version(t, version));
+                let conflict = ConflictKey { key: key.clone(), version: Some(shown), at };
+                for &(s, r) in &rows {
+                    match (quarantine, &mut slots[s].state) {
+                        (true, Ok(Some(d))) => d.quarantined.push(r),
+                        _ => failures.push((s, PartitionError::Conflict { keys: vec![conflict.clone()], total: 1 })),
                     }
                 }
             }
@@ -779,6 +805,50 @@ fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
     }
 }
 
+/// A row of a date of the batch: (slot, row id).
+type Place = (usize, u32);
+
+/// The versions of `wandering` keys (by hash and bytes, with their newest version) older than
+/// their newest and held by two dates or more: each key (rendered), version and rows.
+fn older_versions_under_two_dates(
+    slots: &[Slot],
+    keys: &DateKeys<'_>,
+    wandering: &HashMap<(u64, Vec<u8>), i64>,
+) -> Vec<(String, i64, Vec<Place>)> {
+    let hashes: HashSet<u64> = wandering.keys().map(|(h, _)| *h).collect();
+    let hasher = prepare::key_hasher();
+    // (key bytes, version) -> rows, over every row of every date.
+    let mut found: BTreeMap<(Vec<u8>, i64), Vec<Place>> = BTreeMap::new();
+    for (s, slot) in slots.iter().enumerate() {
+        let Ok(Some(d)) = &slot.state else { continue };
+        let (Some(kb), Ok(versions)) = (keys.bytes(s), version_chunks(d)) else { continue };
+        for id in d.prepared.table.ids() {
+            let k = kb.get(id);
+            let h = hasher.hash_one(k);
+            if !hashes.contains(&h) {
+                continue;
+            }
+            let Some(&newest) = wandering.get(&(h, k.to_vec())) else { continue };
+            let (c, i) = crate::read::split_id(id);
+            let v = versions.get(c).map_or(0, |v| v[i]);
+            if v < newest {
+                found.entry((k.to_vec(), v)).or_default().push((s, id as u32));
+            }
+        }
+    }
+    found
+        .into_iter()
+        .filter(|(_, rows)| rows.iter().any(|r| r.0 != rows[0].0))
+        .map(|((_, v), rows)| {
+            let key = match &slots[rows[0].0].state {
+                Ok(Some(d)) => render(d, rows[0].1),
+                _ => String::new(),
+            };
+            (key, v, rows)
+        })
+        .collect()
+}
+
 /// The versions of a prepared date, chunk by chunk (none without a version column).
 fn version_chunks(d: &Dated) -> Result<Vec<arrow::buffer::ScalarBuffer<i64>>, String> {
     match &d.id.version {
@@ -1081,9 +1151,13 @@ impl<'a> DateKeys<'a> {
 
     /// The key bytes of row `row` of slot `s`.
     fn get(&self, s: usize, row: u32) -> Vec<u8> {
-        let Some(keys) = self.keys.get(s) else { return Vec::new() };
-        let keys = keys.get_or_init(|| self.cols[s].as_ref().and_then(|c| prepare::key_bytes(c).ok()));
-        keys.as_ref().map(|k| k.get(row as usize).to_vec()).unwrap_or_default()
+        self.bytes(s).map(|k| k.get(row as usize).to_vec()).unwrap_or_default()
+    }
+
+    /// The key bytes of slot `s`'s rows.
+    fn bytes(&self, s: usize) -> Option<&prepare::KeyBytes<'a>> {
+        let keys = self.keys.get(s)?;
+        keys.get_or_init(|| self.cols[s].as_ref().and_then(|c| prepare::key_bytes(c).ok())).as_ref()
     }
 }
 

@@ -1118,6 +1118,42 @@ fn quarantine_still_refuses_a_key_under_two_dates_with_on_date_change_fail() {
     assert_eq!(column_text(&lake, "2026-11-03", "val"), ["z"], "an unrelated date commits");
 }
 
+/// Risk: one version of a key under two dates of a batch is a conflict, but was only seen at
+/// the key's newest version: at an older one (which a newer version supersedes) the batch
+/// merged with exit 0, where the same conflict inside one date fails, and under quarantine its
+/// rows were neither set aside nor counted. It fails both dates (exit 3), or its rows are set
+/// aside and the newer version is merged.
+#[test]
+fn an_older_version_under_two_dates_is_a_conflict() {
+    let rows = "id,v,val,event_date\n1,1,x,2026-11-01\n1,1,y,2026-11-02\n1,2,z,2026-11-02\n2,1,w,2026-11-03\n";
+    for quarantine in [false, true] {
+        let lake = Lake::new();
+        write_files(&lake, "b", &[("a.csv", rows)]);
+        let extra = if quarantine { "[prepare]\non_conflict = \"quarantine\"\n\n" } else { "" };
+        let cfg = text_merge_config(&lake, "b", "csv", extra);
+        let summary = lake.dir.path().join("summary.json");
+        let o = cli(
+            &["run", "--config", cfg.to_str().unwrap(), "--summary-json", summary.to_str().unwrap()],
+            lake.dir.path(),
+        );
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+        let part = |date: &str| s["partitions"].as_array().unwrap().iter().find(|p| p["date"] == date).unwrap().clone();
+        if quarantine {
+            assert!(o.status.success(), "{}", text(&o));
+            assert_eq!(column_text(&lake, "2026-11-02", "val"), ["z"]);
+            assert!(!lake.partition_file("2026-11-01").exists());
+            for date in ["2026-11-01", "2026-11-02"] {
+                assert_eq!(part(date)["counts"]["quarantined_rows"], 1, "{date}: {s}");
+            }
+        } else {
+            assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+            assert!(text(&o).contains("key 1 version 1"), "{}", text(&o));
+            assert!(!lake.partition_file("2026-11-01").exists() && !lake.partition_file("2026-11-02").exists());
+        }
+        assert_eq!(column_text(&lake, "2026-11-03", "val"), ["w"], "an unrelated date commits");
+    }
+}
+
 /// Risk: a date of the batch fails before it is merged (a conflict inside it, an unreadable
 /// row), and another date of the batch holding an older version of one of its keys commits
 /// that version: the table holds a version the batch itself supersedes. A date sharing a key
