@@ -260,8 +260,8 @@ impl Merge {
         let mut drops: Vec<(usize, u32)> = Vec::new();
         let cols = DateKeys::columns(slots);
         let keys = DateKeys::new(&cols);
-        // Keys merged from several dates: (hash, bytes) -> their newest version.
-        let mut wandering: HashMap<(u64, Vec<u8>), i64> = HashMap::new();
+        // Keys merged from several dates: hash -> (bytes, newest version).
+        let mut wandering: Wandering = HashMap::with_hasher(prepare::key_hasher());
         for group in all.chunk_by(|a, b| a.0 == b.0) {
             if group.iter().all(|g| g.1 == group[0].1) {
                 continue;
@@ -336,7 +336,8 @@ impl Merge {
                         drops.push((*s, k.row));
                     }
                 }
-                wandering.insert(by_key_hash(&places[0]), newest);
+                let (h, k) = by_key_hash(&places[0]);
+                wandering.entry(h).or_default().push((k, newest));
             }
         }
         // A key's older version under two dates is a conflict too (its rows differ in their
@@ -808,45 +809,57 @@ fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
 /// A row of a date of the batch: (slot, row id).
 type Place = (usize, u32);
 
-/// The versions of `wandering` keys (by hash and bytes, with their newest version) older than
+/// Keys of the batch under several dates, by key hash: their bytes and newest version.
+type Wandering = HashMap<u64, Vec<(Vec<u8>, i64)>, foldhash::fast::FixedState>;
+
+/// The versions of `wandering` keys older than
 /// their newest and held by two dates or more: each key (rendered), version and rows.
 fn older_versions_under_two_dates(
     slots: &[Slot],
     keys: &DateKeys<'_>,
-    wandering: &HashMap<(u64, Vec<u8>), i64>,
+    wandering: &Wandering,
 ) -> Vec<(String, i64, Vec<Place>)> {
-    let hashes: HashSet<u64> = wandering.keys().map(|(h, _)| *h).collect();
     let hasher = prepare::key_hasher();
-    // (key bytes, version) -> rows, over every row of every date.
-    let mut found: BTreeMap<(Vec<u8>, i64), Vec<Place>> = BTreeMap::new();
+    // The hashes alone, held inline: one probe per row.
+    let hashes: HashSet<u64, foldhash::fast::FixedState> = wandering.keys().copied().collect();
+    // (key hash, version, slot, row) of every row whose key hash is a wandering key's.
+    let mut found: Vec<(u64, i64, usize, u32)> = Vec::new();
     for (s, slot) in slots.iter().enumerate() {
         let Ok(Some(d)) = &slot.state else { continue };
         let (Some(kb), Ok(versions)) = (keys.bytes(s), version_chunks(d)) else { continue };
         for id in d.prepared.table.ids() {
-            let k = kb.get(id);
-            let h = hasher.hash_one(k);
-            if !hashes.contains(&h) {
-                continue;
-            }
-            let Some(&newest) = wandering.get(&(h, k.to_vec())) else { continue };
-            let (c, i) = crate::read::split_id(id);
-            let v = versions.get(c).map_or(0, |v| v[i]);
-            if v < newest {
-                found.entry((k.to_vec(), v)).or_default().push((s, id as u32));
+            let h = hasher.hash_one(kb.get(id));
+            if hashes.contains(&h) {
+                let (c, i) = crate::read::split_id(id);
+                found.push((h, versions.get(c).map_or(0, |v| v[i]), s, id as u32));
             }
         }
     }
-    found
-        .into_iter()
-        .filter(|(_, rows)| rows.iter().any(|r| r.0 != rows[0].0))
-        .map(|((_, v), rows)| {
+    found.sort_unstable();
+    let mut out = Vec::new();
+    for group in found.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+        if group.iter().all(|g| g.2 == group[0].2) {
+            continue;
+        }
+        // The real keys behind the hash, each with its rows, at a version below its newest.
+        let version = group[0].1;
+        let mut by_key: BTreeMap<Vec<u8>, Vec<Place>> = BTreeMap::new();
+        for &(h, _, s, r) in group {
+            let k = keys.get(s, r);
+            let newest = wandering.get(&h).and_then(|c| c.iter().find(|(b, _)| *b == k)).map(|c| c.1);
+            if newest.is_some_and(|n| version < n) {
+                by_key.entry(k).or_default().push((s, r));
+            }
+        }
+        for rows in by_key.into_values().filter(|rows| rows.iter().any(|r| r.0 != rows[0].0)) {
             let key = match &slots[rows[0].0].state {
                 Ok(Some(d)) => render(d, rows[0].1),
                 _ => String::new(),
             };
-            (key, v, rows)
-        })
-        .collect()
+            out.push((key, group[0].1, rows));
+        }
+    }
+    out
 }
 
 /// The versions of a prepared date, chunk by chunk (none without a version column).
