@@ -262,6 +262,7 @@ impl Merge {
         let keys = DateKeys::new(&cols);
         // Keys merged from several dates: hash -> (bytes, newest version).
         let mut wandering: Wandering = HashMap::with_hasher(prepare::key_hasher());
+        let mut winners: Vec<(u64, i64, usize, u32)> = Vec::new();
         for group in all.chunk_by(|a, b| a.0 == b.0) {
             if group.iter().all(|g| g.1 == group[0].1) {
                 continue;
@@ -338,12 +339,13 @@ impl Merge {
                 }
                 let (h, k) = by_key_hash(&places[0]);
                 wandering.entry(h).or_default().push((k, newest));
+                winners.extend(places.iter().map(|(s, k)| (k.hash, k.version, *s, k.row)));
             }
         }
         // A key's older version under two dates is a conflict too (its rows differ in their
         // date), though no date keeps it: it fails the dates, or its rows are set aside.
         if !wandering.is_empty() {
-            for (key, version, rows) in older_versions_under_two_dates(slots, &keys, &wandering) {
+            for (key, version, rows) in older_versions_under_two_dates(slots, &keys, &wandering, winners) {
                 let quarantine = cfg.prepare.on_conflict == OnConflict::Quarantine;
                 let at: Vec<Location> = rows
                     .iter()
@@ -818,14 +820,21 @@ fn older_versions_under_two_dates(
     slots: &[Slot],
     keys: &DateKeys<'_>,
     wandering: &Wandering,
+    winners: Vec<(u64, i64, usize, u32)>,
 ) -> Vec<(String, i64, Vec<Place>)> {
     let hasher = prepare::key_hasher();
     // The hashes alone, held inline: one probe per row.
     let hashes: HashSet<u64, foldhash::fast::FixedState> = wandering.keys().copied().collect();
-    // (key hash, version, slot, row) of every row whose key hash is a wandering key's.
-    let mut found: Vec<(u64, i64, usize, u32)> = Vec::new();
+    // (key hash, version, slot, row) of every row whose key hash is a wandering key's. A date
+    // that kept one version of each key and set none aside holds no other rows: its winners.
+    let scanned = |d: &Dated| d.prepared.stats.superseded > 0 || d.prepared.stats.quarantined_rows > 0;
+    let mut found: Vec<(u64, i64, usize, u32)> =
+        winners.into_iter().filter(|w| !matches!(&slots[w.2].state, Ok(Some(d)) if scanned(d))).collect();
     for (s, slot) in slots.iter().enumerate() {
         let Ok(Some(d)) = &slot.state else { continue };
+        if !scanned(d) {
+            continue;
+        }
         let (Some(kb), Ok(versions)) = (keys.bytes(s), version_chunks(d)) else { continue };
         for id in d.prepared.table.ids() {
             let h = hasher.hash_one(kb.get(id));
