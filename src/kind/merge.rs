@@ -260,14 +260,12 @@ impl Merge {
         let mut drops: Vec<(usize, u32)> = Vec::new();
         let cols = DateKeys::columns(slots);
         let keys = DateKeys::new(&cols);
-        // Keys merged from several dates: hash -> (bytes, newest version).
-        let mut wandering: Wandering = HashMap::with_hasher(prepare::key_hasher());
+        // The winners of keys held by several dates: (key hash, version, slot, row).
         let mut winners: Vec<(u64, i64, usize, u32)> = Vec::new();
         for group in all.chunk_by(|a, b| a.0 == b.0) {
             if group.iter().all(|g| g.1 == group[0].1) {
                 continue;
             }
-            let by_key_hash = |(s, k): &(usize, KeyAt)| (k.hash, keys.get(*s, k.row));
             // The real keys behind the hash (equal bytes), each with its places.
             let mut by_key: BTreeMap<Vec<u8>, Vec<(usize, KeyAt)>> = BTreeMap::new();
             for &(_, s, i) in group {
@@ -337,15 +335,13 @@ impl Merge {
                         drops.push((*s, k.row));
                     }
                 }
-                let (h, k) = by_key_hash(&places[0]);
-                wandering.entry(h).or_default().push((k, newest));
                 winners.extend(places.iter().map(|(s, k)| (k.hash, k.version, *s, k.row)));
             }
         }
         // A key's older version under two dates is a conflict too (its rows differ in their
         // date), though no date keeps it: it fails the dates, or its rows are set aside.
-        if !wandering.is_empty() {
-            for (key, version, rows) in older_versions_under_two_dates(slots, &keys, &wandering, winners) {
+        if !winners.is_empty() {
+            for (key, version, rows) in older_versions_under_two_dates(slots, &keys, winners) {
                 let quarantine = cfg.prepare.on_conflict == OnConflict::Quarantine;
                 let at: Vec<Location> = rows
                     .iter()
@@ -811,40 +807,47 @@ fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
 /// A row of a date of the batch: (slot, row id).
 type Place = (usize, u32);
 
-/// Keys of the batch under several dates, by key hash: their bytes and newest version.
-type Wandering = HashMap<u64, Vec<(Vec<u8>, i64)>, foldhash::fast::FixedState>;
-
-/// The versions of `wandering` keys older than
-/// their newest and held by two dates or more: each key (rendered), version and rows.
+/// The versions of keys held by several dates (`winners`: their winners' key hash, version,
+/// slot and row) older than their newest and held by two dates or more: each key (rendered),
+/// version and rows.
 fn older_versions_under_two_dates(
     slots: &[Slot],
     keys: &DateKeys<'_>,
-    wandering: &Wandering,
-    winners: Vec<(u64, i64, usize, u32)>,
+    mut winners: Vec<(u64, i64, usize, u32)>,
 ) -> Vec<(String, i64, Vec<Place>)> {
     let hasher = prepare::key_hasher();
-    // The hashes alone, held inline: one probe per row.
-    let hashes: HashSet<u64, foldhash::fast::FixedState> = wandering.keys().copied().collect();
+    winners.sort_unstable();
+    // A key's newest version: the greatest of its winners (same hash and bytes).
+    let newest = |h: u64, k: &[u8]| {
+        let at = winners.partition_point(|w| w.0 < h);
+        winners[at..].iter().take_while(|w| w.0 == h).filter(|w| keys.get(w.2, w.3) == k).map(|w| w.1).max()
+    };
     // (key hash, version, slot, row) of every row whose key hash is a wandering key's. A date
     // that kept one version of each key and set none aside holds no other rows: its winners.
     let scanned = |d: &Dated| d.prepared.stats.superseded > 0 || d.prepared.stats.quarantined_rows > 0;
-    let mut found: Vec<(u64, i64, usize, u32)> =
-        winners.into_iter().filter(|w| !matches!(&slots[w.2].state, Ok(Some(d)) if scanned(d))).collect();
-    for (s, slot) in slots.iter().enumerate() {
-        let Ok(Some(d)) = &slot.state else { continue };
-        if !scanned(d) {
-            continue;
-        }
-        let (Some(kb), Ok(versions)) = (keys.bytes(s), version_chunks(d)) else { continue };
-        for id in d.prepared.table.ids() {
-            let h = hasher.hash_one(kb.get(id));
-            if hashes.contains(&h) {
-                let (c, i) = crate::read::split_id(id);
-                found.push((h, versions.get(c).map_or(0, |v| v[i]), s, id as u32));
+    let any_scanned = slots.iter().any(|slot| matches!(&slot.state, Ok(Some(d)) if scanned(d)));
+    let mut rows: Vec<(u64, i64, usize, u32)> = Vec::new();
+    if any_scanned {
+        // The hashes alone, held inline: one probe per row.
+        let hashes: HashSet<u64, foldhash::fast::FixedState> = winners.iter().map(|w| w.0).collect();
+        rows.extend(winners.iter().copied().filter(|w| !matches!(&slots[w.2].state, Ok(Some(d)) if scanned(d))));
+        for (s, slot) in slots.iter().enumerate() {
+            let Ok(Some(d)) = &slot.state else { continue };
+            if !scanned(d) {
+                continue;
+            }
+            let (Some(kb), Ok(versions)) = (keys.bytes(s), version_chunks(d)) else { continue };
+            for id in d.prepared.table.ids() {
+                let h = hasher.hash_one(kb.get(id));
+                if hashes.contains(&h) {
+                    let (c, i) = crate::read::split_id(id);
+                    rows.push((h, versions.get(c).map_or(0, |v| v[i]), s, id as u32));
+                }
             }
         }
+        rows.sort_unstable();
     }
-    found.sort_unstable();
+    let found = if any_scanned { &rows } else { &winners };
     let mut out = Vec::new();
     for group in found.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
         if group.iter().all(|g| g.2 == group[0].2) {
@@ -855,8 +858,7 @@ fn older_versions_under_two_dates(
         let mut by_key: BTreeMap<Vec<u8>, Vec<Place>> = BTreeMap::new();
         for &(h, _, s, r) in group {
             let k = keys.get(s, r);
-            let newest = wandering.get(&h).and_then(|c| c.iter().find(|(b, _)| *b == k)).map(|c| c.1);
-            if newest.is_some_and(|n| version < n) {
+            if newest(h, &k).is_some_and(|n| version < n) {
                 by_key.entry(k).or_default().push((s, r));
             }
         }

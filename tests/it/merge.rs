@@ -1125,8 +1125,13 @@ fn quarantine_still_refuses_a_key_under_two_dates_with_on_date_change_fail() {
 /// aside and the newer version is merged.
 #[test]
 fn an_older_version_under_two_dates_is_a_conflict() {
-    let rows = "id,v,val,event_date\n1,1,x,2026-11-01\n1,1,y,2026-11-02\n1,2,z,2026-11-02\n2,1,w,2026-11-03\n";
-    for quarantine in [false, true] {
+    // The newer version under one of the two dates, or under a third (each date then holds
+    // one version of the key).
+    let cases = [
+        ("2026-11-02", "id,v,val,event_date\n1,1,x,2026-11-01\n1,1,y,2026-11-02\n1,2,z,2026-11-02\n2,1,w,2026-11-03\n"),
+        ("2026-11-04", "id,v,val,event_date\n1,1,x,2026-11-01\n1,1,y,2026-11-02\n1,2,z,2026-11-04\n2,1,w,2026-11-03\n"),
+    ];
+    for ((newer, rows), quarantine) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
         let lake = Lake::new();
         write_files(&lake, "b", &[("a.csv", rows)]);
         let extra = if quarantine { "[prepare]\non_conflict = \"quarantine\"\n\n" } else { "" };
@@ -1140,7 +1145,7 @@ fn an_older_version_under_two_dates_is_a_conflict() {
         let part = |date: &str| s["partitions"].as_array().unwrap().iter().find(|p| p["date"] == date).unwrap().clone();
         if quarantine {
             assert!(o.status.success(), "{}", text(&o));
-            assert_eq!(column_text(&lake, "2026-11-02", "val"), ["z"]);
+            assert_eq!(column_text(&lake, newer, "val"), ["z"]);
             assert!(!lake.partition_file("2026-11-01").exists());
             for date in ["2026-11-01", "2026-11-02"] {
                 assert_eq!(part(date)["counts"]["quarantined_rows"], 1, "{date}: {s}");
@@ -1148,7 +1153,7 @@ fn an_older_version_under_two_dates_is_a_conflict() {
         } else {
             assert_eq!(o.status.code(), Some(3), "{}", text(&o));
             assert!(text(&o).contains("key 1 version 1"), "{}", text(&o));
-            assert!(!lake.partition_file("2026-11-01").exists() && !lake.partition_file("2026-11-02").exists());
+            assert!(!lake.partition_file("2026-11-01").exists() && !lake.partition_file(newer).exists());
         }
         assert_eq!(column_text(&lake, "2026-11-03", "val"), ["w"], "an unrelated date commits");
     }
