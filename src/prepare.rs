@@ -1118,6 +1118,12 @@ mod tests {
         }
     }
 
+    /// A table of one piece of rows `id`, `v`, `x` (see [`piece`]).
+    fn table(keys: &[String], versions: &[i64], payload: &[i64]) -> Table {
+        let piece = piece("in", keys, versions, payload);
+        Table::from_pieces(piece.batch.schema(), vec![piece]).unwrap()
+    }
+
     /// Key `id`, version `v`, conflicts fail, one thread.
     fn identity() -> Identity {
         Identity {
@@ -1176,10 +1182,6 @@ mod tests {
         let n = 140_000;
         let keys: Vec<String> = (0..n).map(|_| format!("k{}", rng.random_range(0..3))).collect();
         let versions: Vec<i64> = (0..n).map(|_| rng.random_range(0..50_000)).collect();
-        let table = |keys: &[String], versions: &[i64], payload: &[i64]| {
-            let piece = piece("in", keys, versions, payload);
-            crate::read::Table::from_pieces(piece.batch.schema(), vec![piece]).unwrap()
-        };
         let id = identity();
         let want = model(&keys, &versions);
         let payload = vec![0i64; n];
@@ -1300,9 +1302,7 @@ mod tests {
         let id =
             Identity { on_conflict: OnConflict::Quarantine, set_aside: Some(Arc::new(named.clone())), ..identity() };
         for threads in [1, 2, 3] {
-            let piece = piece("in", &keys, &versions, &payload);
-            let table = crate::read::Table::from_pieces(piece.batch.schema(), vec![piece]).unwrap();
-            let p = prepare(table, &Identity { threads, ..id.clone() }).unwrap();
+            let p = prepare(table(&keys, &versions, &payload), &Identity { threads, ..id.clone() }).unwrap();
             let dense = |rows: &[u32]| rows.iter().map(|&w| p.table.dense(w as usize)).collect::<Vec<_>>();
             assert_eq!(dense(&p.winners), want_winners, "{threads} threads: winners");
             assert_eq!(dense(&p.quarantined), want_quarantined, "{threads} threads: quarantined");
