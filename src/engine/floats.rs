@@ -5,8 +5,9 @@
 //! DISTINCT`, and did not join. Input columns already hold one zero and one NaN (prepare); this
 //! analyzer rule gives computed floats the same where values are grouped or matched: the
 //! group keys of an aggregate, the arguments of a distinct aggregate, the partition keys of a
-//! window, the rows of a `DISTINCT` (and so of `UNION`), and the keys of a join (and so of
-//! `INTERSECT` and `EXCEPT`). Comparisons (`=`, `<`) follow IEEE already and are left alone.
+//! window, the rows of a `DISTINCT` (and so of `UNION`), the keys of a `DISTINCT ON`, and the
+//! keys of a join (and so of `INTERSECT` and `EXCEPT`). Comparisons (`=`, `<`) follow IEEE
+//! already and are left alone.
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use datafusion::common::{Column, DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::{AggregateFunction, GroupingSet, ScalarFunction, WindowFunction};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    ColumnarValue, Distinct, Expr, ExprSchemable, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF,
+    ColumnarValue, Distinct, DistinctOn, Expr, ExprSchemable, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF,
     ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
@@ -113,6 +114,29 @@ fn node(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
                 .collect();
             let projection = LogicalPlan::Projection(Projection::try_new(exprs, input)?);
             Ok(Transformed::yes(LogicalPlan::Distinct(Distinct::All(Arc::new(projection)))))
+        }
+        LogicalPlan::Distinct(Distinct::On(d)) => {
+            // The `ON` keys, and the leading `ORDER BY` keys that must match them.
+            let schema = d.input.schema().clone();
+            let on: Vec<Expr> = d.on_expr.iter().map(|e| one_zero(e.clone(), &schema)).collect();
+            if on == d.on_expr {
+                return Ok(Transformed::no(LogicalPlan::Distinct(Distinct::On(d))));
+            }
+            let sort = d.sort_expr.map(|sorts| {
+                let n = on.len();
+                sorts
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, mut s)| {
+                        if i < n {
+                            s.expr = one_zero(s.expr, &schema);
+                        }
+                        s
+                    })
+                    .collect()
+            });
+            let d = DistinctOn::try_new(on, d.select_expr, sort, d.input)?;
+            Ok(Transformed::yes(LogicalPlan::Distinct(Distinct::On(d))))
         }
         LogicalPlan::Join(mut j) => {
             let (left, right) = (j.left.schema().clone(), j.right.schema().clone());

@@ -238,6 +238,7 @@ fn floats_computed_in_the_query_have_one_zero_and_one_nan() {
         format!("SELECT count(*) AS groups FROM (SELECT q, count(*) AS m FROM {nans} GROUP BY q)"),
         format!("SELECT count(*) AS groups FROM (SELECT z, count(*) AS m FROM {zeros} GROUP BY ROLLUP(z))"),
         format!("SELECT count(*) AS n FROM (SELECT DISTINCT q FROM {nans})"),
+        format!("SELECT count(*) AS n FROM (SELECT DISTINCT ON (q) q, currency FROM {nans} ORDER BY q, currency)"),
         format!(
             "SELECT count(*) AS n FROM (SELECT z FROM {zeros} WHERE z < 0 UNION SELECT z FROM {zeros} WHERE z >= 0)"
         ),
