@@ -37,6 +37,22 @@ pub(crate) fn exact_float(v: &toml::Value, column_ty: &DataType) -> Result<(), S
     Ok(())
 }
 
+/// The text a config value is compared as. A TOML float without a fraction is, for an integer
+/// column, that integer: `1.0` equals 1 (and `1.5` stays no integer, refused).
+pub(crate) fn value_text(v: &toml::Value, column_ty: &DataType) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Datetime(d) => d.to_string(),
+        toml::Value::Float(f)
+            if crate::read::unify::base(column_ty).is_integer() && f.fract() == 0.0 && f.abs() < 2f64.powi(63) =>
+        {
+            // Exact: an integral double below 2^63 is an i64.
+            (*f as i64).to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
 /// A quoted value for an integer column must be the integer as it is written: `"007"` would
 /// match 7 on a date whose text column read as integers, and only `007` on a date where it stayed
 /// text (integers with leading zeros keep a text column text).
@@ -57,12 +73,10 @@ pub(crate) fn quoted_integer(v: &toml::Value, column_ty: &DataType) -> Result<()
 impl Equals {
     /// The config value `v` as a value of type `ty`, exactly, or why it can never be one.
     pub fn new(ty: &DataType, v: &toml::Value, tz: chrono_tz::Tz) -> Result<Self, String> {
-        let text = match v {
-            toml::Value::String(s) => s.clone(),
-            toml::Value::Datetime(d) => d.to_string(),
-            toml::Value::Table(_) | toml::Value::Array(_) => return Err(format!("`{v}` is not one value")),
-            other => other.to_string(),
-        };
+        if let toml::Value::Table(_) | toml::Value::Array(_) = v {
+            return Err(format!("`{v}` is not one value"));
+        }
+        let text = value_text(v, ty);
         if ty == &DataType::Null {
             return Ok(Equals { value: None });
         }
@@ -156,6 +170,10 @@ mod tests {
             Equals::new(&DataType::Float64, &toml::Value::Float("1234567890123456.78".parse().unwrap()), tz).is_ok()
         );
         assert!(Equals::new(&DataType::Int64, &"x".into(), tz).is_err());
+        // A float without a fraction is that integer; with one, no integer.
+        let m = Equals::new(&DataType::Int64, &toml::Value::Float(2.0), tz).unwrap().matches(&n).unwrap();
+        assert_eq!(m, BooleanArray::from(vec![false, true]));
+        assert!(Equals::new(&DataType::Int64, &toml::Value::Float(1.5), tz).is_err());
         assert!(Equals::new(&DataType::Int64, &"007".into(), tz).unwrap_err().contains("write 7"));
         assert!(Equals::new(&DataType::Int32, &"+7".into(), tz).unwrap_err().contains("write 7"));
         let m = Equals::new(&DataType::Int64, &"2".into(), tz).unwrap().matches(&n).unwrap();

@@ -1277,11 +1277,7 @@ pub fn ident(name: &str) -> String {
 /// decimal(12,2) column is `CAST('0.70' AS DECIMAL(12,2))`; a value the column can never hold
 /// is refused.
 fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> Result<String, String> {
-    let text = match v {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Datetime(d) => d.to_string(),
-        other => other.to_string(),
-    };
+    let text = crate::predicate::value_text(v, ty);
     if ty == &DataType::Null {
         return Err(format!(
             "column `{column}` has no value in the objects read to plan, so its type is unknown and `{text}` \
@@ -1316,9 +1312,13 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
             if let Some((_, why)) = parsed.bad.first() {
                 return Err(never(why.clone()));
             }
+            // Dates and decimals as their values read (`" 2026-11-01"`, `"1e-2"`), which the
+            // engine's own casts of the text would not all take.
+            let shown =
+                || arrow::util::display::array_value_to_string(&parsed.array, 0).map_err(|e| never(e.to_string()));
             match t {
-                DataType::Date32 => format!("DATE {}", quoted(&text)),
-                DataType::Decimal128(p, s) => format!("CAST({} AS DECIMAL({p},{s}))", quoted(&text)),
+                DataType::Date32 => format!("DATE {}", quoted(&shown()?)),
+                DataType::Decimal128(p, s) => format!("CAST({} AS DECIMAL({p},{s}))", quoted(&shown()?)),
                 t if t.is_integer() => {
                     let n = parsed.array.as_primitive::<arrow::datatypes::Int64Type>().value(0);
                     // A value outside the column's type can never match it.
@@ -1331,8 +1331,8 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
                     n.to_string()
                 }
                 // In the column's own type: `0.1` for a float32 column is float32's 0.1.
-                DataType::Float32 => format!("CAST({} AS REAL)", quoted(&text)),
-                _ => format!("CAST({} AS DOUBLE)", quoted(&text)),
+                DataType::Float32 => format!("CAST({} AS REAL)", quoted(text.trim())),
+                _ => format!("CAST({} AS DOUBLE)", quoted(text.trim())),
             }
         }
         other => {

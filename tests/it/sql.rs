@@ -358,6 +358,9 @@ measures = [
   { name = "big",     fn = "sum", column = "amount", where = "amount > 100 AND status IN ('placed', 'shipped')" },
   { name = "none",    fn = "sum", column = "amount", where = { status = ["refunded"] } },
   { name = "avg_amt", fn = "avg", column = "amount" },
+  { name = "v2_float", fn = "count", where = { source_version = [2.0] } },
+  { name = "cheap_text", fn = "count", where = { amount = ["7e-1", " 1.50"] } },
+  { name = "on_day_text", fn = "count", where = { event_date = ["2026-11-01 "] } },
 ]"#;
     let cfg = sql_config(&lake, measures, "");
     let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
@@ -367,6 +370,13 @@ measures = [
     assert_eq!(
         (usd["n"].as_i64(), usd["cheap"].as_i64(), usd["v2"].as_i64(), usd["on_day"].as_i64()),
         (Some(3), Some(2), Some(1), Some(3))
+    );
+    // The same values written otherwise: a float without a fraction for an integer, a decimal
+    // in exponent notation or spaced, a spaced date.
+    assert_eq!(
+        (usd["v2_float"].as_i64(), usd["cheap_text"].as_i64(), usd["on_day_text"].as_i64()),
+        (Some(1), Some(2), Some(3)),
+        "{usd}"
     );
     assert!(same(&usd["big"], &serde_json::json!("999.99")), "{usd}");
     assert!(same(&usd["none"], &serde_json::json!("0")), "a sum over no matching rows is 0: {usd}");
@@ -382,6 +392,9 @@ measures = [
             vec!["aggregate.measures[0].where.amount", "0.705", "decimal places"],
         ),
         (r#"{ name = "x", fn = "count", where = { source_version = ["two"] } }"#, vec!["where.source_version", "two"]),
+        (r#"{ name = "x", fn = "count", where = { source_version = [1.5] } }"#, vec!["where.source_version", "1.5"]),
+        (r#"{ name = "x", fn = "count", where = { amount = ["1e-3"] } }"#, vec!["where.amount", "decimal places"]),
+        (r#"{ name = "x", fn = "count", where = { event_date = ["2026-11-31"] } }"#, vec!["where.event_date"]),
         (r#"{ name = "x", fn = "count", where = { status = [1] } }"#, vec!["where.status", "quote"]),
         (r#"{ name = "x", fn = "count", where = "amont > 1" }"#, vec!["aggregate.measures", "amont"]),
     ] {
