@@ -758,9 +758,11 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         };
         // Every row of a lookup belongs to it: read under one placeholder date.
         let day = NaiveDate::default();
-        let table = read::read_date(&store, &decoder, &objects, day, Some(day))
-            .await
-            .map_err(|e| config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name)))?;
+        // A lookup's types are declared in its own `schema`, not the input's.
+        let table = read::read_date(&store, &decoder, &objects, day, Some(day)).await.map_err(|e| {
+            let e = e.to_string().replace("[input.schema]", &format!("aggregate.tables[{i}].schema"));
+            config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name))
+        })?;
         let has: Vec<String> = table.schema().fields().iter().map(|f| f.name().clone()).collect();
         if let Some(c) = t.schema.keys().find(|c| !has.contains(c)) {
             return Err(config_err(

@@ -520,6 +520,13 @@ print("\n".join(sorted(out)))
     // --dry-run prints the query plan.
     let o = cli(&["run", "--config", c, "--date", "2026-11-01", "--dry-run"], lake.dir.path());
     assert!(text(&o).contains("query plan") && text(&o).contains("lookup table fx"), "{}", text(&o));
+    // Objects of the lookup that disagree on a column's type: refused, with the place to declare
+    // it, the lookup's own schema.
+    std::fs::write(fx.join("more.csv"), "currency,date,usd_rate\n5,2026-11-01,1.0\n").unwrap();
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01", "--dry-run"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("`currency` cannot be unified"), "{}", text(&o));
+    assert!(text(&o).contains("aggregate.tables[0].schema") && !text(&o).contains("[input.schema]"), "{}", text(&o));
 }
 
 /// `--allow-empty` with a grouped query over no rows writes a zero-row file.
