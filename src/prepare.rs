@@ -301,14 +301,32 @@ pub fn version_values(arr: &ArrayRef) -> Result<ScalarBuffer<i64>, String> {
         | DataType::UInt8
         | DataType::UInt16
         | DataType::UInt32
+        | DataType::UInt64
         | DataType::Date32
         | DataType::Date64
         | DataType::Timestamp(_, _) => {
+            if let Some(i) = version_past_int64(arr) {
+                return Err(version_too_large(arr, i));
+            }
             let ints = arrow::compute::cast(arr, &DataType::Int64).map_err(|e| e.to_string())?;
             Ok(ints.as_primitive::<Int64Type>().values().clone())
         }
         other => Err(format!("has type {other}; a version must be an integer, a date or a timestamp")),
     }
+}
+
+/// The first row of a uint64 version past int64's range: versions are compared as int64.
+pub fn version_past_int64(arr: &ArrayRef) -> Option<usize> {
+    let u = arr.as_primitive_opt::<arrow::datatypes::UInt64Type>()?;
+    (0..u.len()).find(|&i| arrow::array::Array::is_valid(u, i) && u.value(i) > i64::MAX as u64)
+}
+
+fn version_too_large(arr: &ArrayRef, i: usize) -> String {
+    let v = arr.as_primitive::<arrow::datatypes::UInt64Type>().value(i);
+    format!(
+        "the version {v} is past {}, the largest version lakeswap compares (versions are compared as int64)",
+        i64::MAX
+    )
 }
 
 /// Renders the key of `row` as text (`a|b` for several columns).
@@ -712,6 +730,12 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
                 return Err(
                     InputError::bad(table.locate(i, Some(v)), "the version is null; every row needs one").into()
                 );
+            }
+            for (c, a) in chunks.iter().enumerate() {
+                if let Some(i) = version_past_int64(a) {
+                    let row = (c << crate::read::CHUNK_BITS) + i;
+                    return Err(InputError::bad(table.locate(row, Some(v)), version_too_large(a, i)).into());
+                }
             }
             let values: Result<Vec<_>, _> = chunks.iter().map(version_values).collect();
             Some(values.map_err(|m| missing(v, &m))?)

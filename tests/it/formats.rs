@@ -1556,3 +1556,47 @@ fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
         assert!(t.contains("Utf8") && !t.contains("Null"), "{date}: {t}");
     }
 }
+
+/// Parquet shapes once refused though exact: a uint64 version (compared as int64, so one past
+/// int64's range fails its date naming the row), and a double -0.0 in a column declared int64
+/// (the number 0).
+#[test]
+fn a_uint64_version_and_a_negative_zero_declared_an_integer_are_read_exactly() {
+    use arrow::array::{Float64Array, StringArray, UInt64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, false),
+        Field::new("v", DataType::UInt64, false),
+        Field::new("x", DataType::Float64, false),
+    ]));
+    let batch = |versions: Vec<u64>| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "a", "b"])),
+                Arc::new(UInt64Array::from(versions)),
+                Arc::new(Float64Array::from(vec![5.0, -0.0, 3.0])),
+            ],
+        )
+        .unwrap()
+    };
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let sql = "SELECT count(*) AS n, sum(x) AS s, max(v) AS newest FROM events";
+    let lake = one_object(&batch(vec![1, 2, 3]));
+    let out = job(&lake, "parquet", "[input.schema]\nx = \"int64\"", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let shown: Vec<String> =
+        b.columns().iter().map(|c| arrow::util::display::array_value_to_string(c, 0).unwrap()).collect();
+    // Key a keeps its version 2, whose x is 0.
+    assert_eq!(shown, ["2", "3", "3"]);
+    assert_eq!(b.schema().field_with_name("x").ok(), None);
+    let lake = one_object(&batch(vec![1, 2, u64::MAX]));
+    let out = job(&lake, "parquet", "[input.schema]\nx = \"int64\"", identity, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains("a.parquet, row 2, column `v`") && text(&out).contains(&u64::MAX.to_string()),
+        "{}",
+        text(&out)
+    );
+}
