@@ -734,7 +734,7 @@ async fn cmd_verify(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
     if a.json {
         println!("{}", report::verify_json(&summary));
     } else {
-        print!("{}", report::table(&summary));
+        print!("{}", report::verify_table(&summary));
         for p in summary.failed() {
             eprintln!("error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
         }

@@ -12,8 +12,58 @@ use crate::error::ExitCode;
 use crate::journal::PartitionReport;
 use crate::run::RunSummary;
 
-/// The summary as an aligned text table, failed partitions' errors below it.
+/// The summary as an aligned text table and the run's totals.
 pub fn table(s: &RunSummary) -> String {
+    let mut out = partitions(s);
+    let count = |a: Action| s.partitions.iter().filter(|p| p.action == a).count();
+    let untouched = count(Action::Untouched);
+    let stopped = count(Action::Stopped);
+    let _ = writeln!(
+        out,
+        "run {}: {} created, {} replaced, {} unchanged, {} skipped, {}{} failed{} in {:.2}s",
+        s.run_id,
+        count(Action::Created),
+        count(Action::Replaced),
+        count(Action::Unchanged),
+        count(Action::Skipped),
+        if untouched > 0 { format!("{untouched} untouched, ") } else { String::new() },
+        count(Action::Failed),
+        if stopped > 0 { format!(", {stopped} stopped") } else { String::new() },
+        s.seconds
+    );
+    let rows = quarantined_now(s);
+    if rows > 0 {
+        let _ = writeln!(
+            out,
+            "{rows} conflicting row(s) set aside in quarantine/{}/ of the state location (on_conflict = \"quarantine\")",
+            s.run_id
+        );
+    }
+    out
+}
+
+/// `verify`'s summary: the table and how many partitions match their recomputation. It
+/// writes nothing, so it has no run to name.
+pub fn verify_table(s: &RunSummary) -> String {
+    let mut out = partitions(s);
+    let count = |a: Action| s.partitions.iter().filter(|p| p.action == a).count();
+    let _ = writeln!(
+        out,
+        "verify: {} verified, {} differ, {}{} failed in {:.2}s",
+        count(Action::Verified),
+        count(Action::Differs),
+        match count(Action::Untouched) {
+            0 => String::new(),
+            n => format!("{n} untouched (no input, no file), "),
+        },
+        count(Action::Failed),
+        s.seconds
+    );
+    out
+}
+
+/// The partitions as an aligned text table.
+fn partitions(s: &RunSummary) -> String {
     let merging = s.partitions.iter().any(|p| p.merge.is_some());
     let head: Vec<&str> = if merging {
         vec![
@@ -86,30 +136,6 @@ pub fn table(s: &RunSummary) -> String {
     line(&mut out, &head);
     for r in &rows {
         line(&mut out, &r.iter().map(String::as_str).collect::<Vec<_>>());
-    }
-    let count = |a: Action| s.partitions.iter().filter(|p| p.action == a).count();
-    let untouched = count(Action::Untouched);
-    let stopped = count(Action::Stopped);
-    let _ = writeln!(
-        out,
-        "run {}: {} created, {} replaced, {} unchanged, {} skipped, {}{} failed{} in {:.2}s",
-        s.run_id,
-        count(Action::Created),
-        count(Action::Replaced),
-        count(Action::Unchanged),
-        count(Action::Skipped),
-        if untouched > 0 { format!("{untouched} untouched, ") } else { String::new() },
-        count(Action::Failed),
-        if stopped > 0 { format!(", {stopped} stopped") } else { String::new() },
-        s.seconds
-    );
-    let rows = quarantined_now(s);
-    if rows > 0 {
-        let _ = writeln!(
-            out,
-            "{rows} conflicting row(s) set aside in quarantine/{}/ of the state location (on_conflict = \"quarantine\")",
-            s.run_id
-        );
     }
     out
 }

@@ -295,6 +295,9 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     let o = cli(&["verify", "--config", c, "--date", "2026-11-04"], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains(" verified "), "{}", text(&o));
+    // Its totals are verify's: it ran nothing, created nothing.
+    assert!(text(&o).contains("verify: 1 verified, 0 differ, 0 failed in"), "{}", text(&o));
+    assert!(!text(&o).contains("created"), "{}", text(&o));
     // A day without input and without a file is what `run` leaves: nothing to rewrite.
     let o = cli(&["verify", "--config", c, "--date", "2026-11-05"], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -306,4 +309,5 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     let o = cli(&["verify", "--config", c, "--date", "2026-11-05"], lake.dir.path());
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains(" differs "), "{}", text(&o));
+    assert!(text(&o).contains("verify: 0 verified, 1 differ, 0 failed in"), "{}", text(&o));
 }
