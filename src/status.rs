@@ -171,6 +171,15 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
             ),
             j.host
         );
+        // Every row a run set aside, on any date: a date it left untouched has no lineage to show them.
+        let aside: u64 = j.partitions.iter().map(|p| p.counts.quarantined_rows).sum();
+        if aside > 0 {
+            let _ = writeln!(
+                s,
+                "    {aside} conflicting row(s) set aside under quarantine/{}/ in the state location",
+                j.run_id
+            );
+        }
     }
     // A merge that moves keys between dates records its swaps first: left pending, a crash
     // stopped it between two of them, and the next run of the table completes it.

@@ -922,6 +922,11 @@ async fn quarantine_sets_rows_aside_when_their_partition_does_not_change() {
         assert_eq!((p.merge.unwrap().conflicts, p.counts.quarantined_rows), (1, 1), "{date}: {table}");
         assert_eq!(lakeswap::report::quarantined_now(&s), 1, "{date}");
         assert!(table.contains("1 conflicting row(s) set aside"), "{date}: {table}");
+        // `status` names them too, under the run, whatever became of their date.
+        let (journals, parts) = lakeswap::status::status(&job, None).await.unwrap();
+        let shown = lakeswap::status::render(&journals, &parts, 5);
+        let line = format!("1 conflicting row(s) set aside under quarantine/{}/", s.run_id);
+        assert!(shown.contains(&line), "{date}: {shown}");
         let q: Vec<(String, Vec<u8>)> =
             b.objects(STATE).await.into_iter().filter(|(k, _)| k.starts_with("quarantine/")).collect();
         let names: Vec<&String> = q.iter().map(|x| &x.0).collect();
