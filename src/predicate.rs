@@ -44,13 +44,27 @@ pub(crate) fn value_text(v: &toml::Value, column_ty: &DataType) -> String {
         toml::Value::String(s) => s.clone(),
         toml::Value::Datetime(d) => d.to_string(),
         toml::Value::Float(f)
-            if crate::read::unify::base(column_ty).is_integer() && f.fract() == 0.0 && f.abs() < 2f64.powi(63) =>
+            if crate::read::unify::base(column_ty).is_integer() && f.fract() == 0.0 && f.abs() < 2f64.powi(127) =>
         {
-            // Exact: an integral double below 2^63 is an i64.
-            (*f as i64).to_string()
+            // Exact: an integral double below 2^127 is an i128.
+            (*f as i128).to_string()
         }
         other => other.to_string(),
     }
+}
+
+/// An integer written for an integer column of type `ty`, as one value of that type, or why
+/// it can never be one; `None` when `text` is no integer.
+pub(crate) fn integer_value(text: &str, ty: &DataType) -> Option<Result<ArrayRef, String>> {
+    let n = text.trim().parse::<i128>().ok()?;
+    let out_of_range = || format!("{n} is out of the range of the column's type ({ty})");
+    let value: ArrayRef = match (i64::try_from(n), u64::try_from(n)) {
+        (Ok(v), _) => Arc::new(arrow::array::Int64Array::from(vec![v])),
+        (Err(_), Ok(v)) if ty == &DataType::UInt64 => Arc::new(arrow::array::UInt64Array::from(vec![v])),
+        _ => return Some(Err(out_of_range())),
+    };
+    let exact = arrow::compute::CastOptions { safe: false, ..Default::default() };
+    Some(arrow::compute::cast_with_options(&value, ty, &exact).map_err(|_| out_of_range()))
 }
 
 /// A quoted value for an integer column must be the integer as it is written: `"007"` would
@@ -92,6 +106,10 @@ impl Equals {
                 arrow::compute::cast(&(Arc::new(StringArray::from(vec![text.as_str()])) as ArrayRef), &base)
                     .map_err(|e| e.to_string())?
             }
+            other if other.is_integer() => match integer_value(&text, other) {
+                Some(v) => v.map_err(|why| never(&why))?,
+                None => return Err(never(&format!("`{text}` is not an integer"))),
+            },
             other => {
                 let parsed = crate::read::text::parse_column(
                     &StringArray::from(vec![text.as_str()]),
@@ -101,7 +119,7 @@ impl Equals {
                 if let Some((_, why)) = parsed.bad.first() {
                     return Err(never(why));
                 }
-                parsed.array
+                crate::prepare::one_zero_one_nan(&parsed.array)
             }
         };
         Ok(Equals { value: Some(Scalar::new(value)) })
@@ -132,6 +150,8 @@ impl Equals {
             }
             _ => array.clone(),
         };
+        // Floats compare as numbers: -0.0 equals 0.0, and every NaN the value NaN.
+        let plain = crate::prepare::one_zero_one_nan(&plain);
         let eq = arrow::compute::kernels::cmp::eq(&plain, value).map_err(|e| e.to_string())?;
         // Nulls never match.
         Ok(match eq.nulls() {
@@ -174,6 +194,30 @@ mod tests {
         let m = Equals::new(&DataType::Int64, &toml::Value::Float(2.0), tz).unwrap().matches(&n).unwrap();
         assert_eq!(m, BooleanArray::from(vec![false, true]));
         assert!(Equals::new(&DataType::Int64, &toml::Value::Float(1.5), tz).is_err());
+        // Every integer width; a value past the column's range is refused, past int64 too.
+        let small: ArrayRef = Arc::new(arrow::array::Int8Array::from(vec![0, 2]));
+        for v in [toml::Value::Integer(2), toml::Value::Float(2.0), "2".into()] {
+            let m = Equals::new(&DataType::Int8, &v, tz).unwrap().matches(&small).unwrap();
+            assert_eq!(m, BooleanArray::from(vec![false, true]), "{v}");
+        }
+        assert!(Equals::new(&DataType::Int8, &toml::Value::Integer(300), tz).unwrap_err().contains("out of the range"));
+        let big: ArrayRef = Arc::new(arrow::array::UInt64Array::from(vec![u64::MAX, 3]));
+        let m =
+            Equals::new(&DataType::UInt64, &u64::MAX.to_string().as_str().into(), tz).unwrap().matches(&big).unwrap();
+        assert_eq!(m, BooleanArray::from(vec![true, false]));
+        let e = Equals::new(&DataType::Int64, &toml::Value::Float(9.3e18), tz).unwrap_err();
+        assert!(e.contains("out of the range"), "{e}");
+        // Floats compare as numbers: one zero, one NaN whatever its bits.
+        let other_nan = f64::from_bits(0x7ff8_0000_0000_0001);
+        let f: ArrayRef = Arc::new(arrow::array::Float64Array::from(vec![0.0, -0.0, other_nan, -f64::NAN, 1.0]));
+        for (v, want) in [
+            (0.0, [true, true, false, false, false]),
+            (-0.0, [true, true, false, false, false]),
+            (f64::NAN, [false, false, true, true, false]),
+        ] {
+            let m = Equals::new(&DataType::Float64, &toml::Value::Float(v), tz).unwrap().matches(&f).unwrap();
+            assert_eq!(m, BooleanArray::from(want.to_vec()), "{v}");
+        }
         assert!(Equals::new(&DataType::Int64, &"007".into(), tz).unwrap_err().contains("write 7"));
         assert!(Equals::new(&DataType::Int32, &"+7".into(), tz).unwrap_err().contains("write 7"));
         let m = Equals::new(&DataType::Int64, &"2".into(), tz).unwrap().matches(&n).unwrap();

@@ -1300,10 +1300,16 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
             toml::Value::Boolean(b) => b.to_string().to_uppercase(),
             _ => return Err(never("write true or false".into())),
         },
-        t if t.is_integer() || t.is_floating() || matches!(t, DataType::Decimal128(..) | DataType::Date32) => {
+        t if t.is_integer() => match crate::predicate::integer_value(&text, t) {
+            Some(Ok(v)) => arrow::util::display::array_value_to_string(&v, 0).map_err(|e| never(e.to_string()))?,
+            Some(Err(why)) => return Err(never(why)),
+            None => return Err(never(format!("`{text}` is not an integer"))),
+        },
+        t if t.is_floating() || matches!(t, DataType::Decimal128(..) | DataType::Date32) => {
             let declared = crate::read::Declared::plain(match t {
                 DataType::Date32 => DataType::Date32,
-                t if t.is_integer() => DataType::Int64,
+                // In the column's own width: a value a float32 cannot hold is refused.
+                DataType::Float32 => DataType::Float32,
                 t if t.is_floating() => DataType::Float64,
                 t => t.clone(),
             });
@@ -1319,17 +1325,6 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
             match t {
                 DataType::Date32 => format!("DATE {}", quoted(&shown()?)),
                 DataType::Decimal128(p, s) => format!("CAST({} AS DECIMAL({p},{s}))", quoted(&shown()?)),
-                t if t.is_integer() => {
-                    let n = parsed.array.as_primitive::<arrow::datatypes::Int64Type>().value(0);
-                    // A value outside the column's type can never match it.
-                    let fits =
-                        arrow::compute::cast(&(Arc::new(arrow::array::Int64Array::from(vec![n])) as ArrayRef), t)
-                            .is_ok_and(|a| a.null_count() == 0);
-                    if !fits {
-                        return Err(never("out of the column's range".into()));
-                    }
-                    n.to_string()
-                }
                 // In the column's own type: `0.1` for a float32 column is float32's 0.1.
                 DataType::Float32 => format!("CAST({} AS REAL)", quoted(text.trim())),
                 _ => format!("CAST({} AS DOUBLE)", quoted(text.trim())),

@@ -371,8 +371,8 @@ impl Decoder {
                     bad.extend(parsed.bad.into_iter().map(|(r, m)| (r, name.clone(), m)));
                     parsed.array
                 }
-                // An integer is an epoch value only in a declared unit, as in text.
-                Some(d) if matches!(d.ty, DataType::Timestamp(..)) && c.data_type().is_integer() && !d.epoch => {
+                // A number is an epoch value only in a declared unit, as in text.
+                Some(d) if matches!(d.ty, DataType::Timestamp(..)) && is_number(c.data_type()) && !d.epoch => {
                     let message = format!(
                         "is a {} column: declare it `timestamp(s)` or `timestamp(ms)` (or us, ns) to read epoch values",
                         c.data_type()
@@ -1072,4 +1072,9 @@ pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// An integer, float or decimal type: a column of one holds numbers, not instants.
+fn is_number(t: &DataType) -> bool {
+    t.is_integer() || t.is_floating() || t.is_decimal()
 }

@@ -378,7 +378,7 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
     let back =
         cast_with_options(&out, from, &opts).map_err(|e| fail(format!("cannot convert {to} back to {from}: {e}")))?;
     // A float's -0.0 is the number 0 as much as 0.0 is: an integer or decimal 0 holds it exactly.
-    let original = if to.is_floating() { arr.clone() } else { one_zero(arr) };
+    let original = if to.is_floating() { arr.clone() } else { crate::prepare::one_zero_one_nan(arr) };
     let differs = arrow::compute::kernels::cmp::distinct(&original, &back).map_err(|e| fail(e.to_string()))?;
     if let Some(row) = differs.values().set_indices().next() {
         let shown = arrow::util::display::ArrayFormatter::try_new(arr.as_ref(), &Default::default())
@@ -390,16 +390,6 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
         });
     }
     Ok(out)
-}
-
-/// `arr` with -0.0 as 0.0, when it holds floats.
-fn one_zero(arr: &ArrayRef) -> ArrayRef {
-    use arrow::datatypes::{Float32Type, Float64Type};
-    match arr.data_type() {
-        DataType::Float64 => Arc::new(arr.as_primitive::<Float64Type>().unary::<_, Float64Type>(|x| x + 0.0)),
-        DataType::Float32 => Arc::new(arr.as_primitive::<Float32Type>().unary::<_, Float32Type>(|x| x + 0.0)),
-        _ => arr.clone(),
-    }
 }
 
 fn raw(arr: &ArrayRef) -> Result<Int64Array, Inexact> {

@@ -1600,3 +1600,55 @@ fn a_uint64_version_and_a_negative_zero_declared_an_integer_are_read_exactly() {
         text(&out)
     );
 }
+
+/// Risk: values taken in another width or unit than the column's, with exit 0: a float32
+/// `where` value rounded to the float32 next to it (16777217 matched 16777216, 1e-50 matched
+/// 0), and a double column declared a plain `timestamp` read as microseconds. Both are refused.
+#[test]
+fn a_float32_list_value_and_a_double_declared_a_timestamp_are_not_rounded_or_guessed() {
+    use arrow::array::{Float32Array, Float64Array, Int64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, false),
+        Field::new("x", DataType::Float32, false),
+        Field::new("t", DataType::Float64, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2, 3])),
+            Arc::new(Int64Array::from(vec![1, 1, 1])),
+            Arc::new(Float32Array::from(vec![16_777_216.0, 0.0, 0.1])),
+            Arc::new(Float64Array::from(vec![0.0, 1.7e9, 2.0])),
+        ],
+    )
+    .unwrap();
+    let lake = one_object(&batch);
+    let identity = "[identity]\nkey = [\"k\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+    let shorthand = |value: &str| {
+        let text = format!(
+            "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n{identity}\n\n\
+             [aggregate]\nmeasures = [{{ name = \"n\", fn = \"count\", where = {{ x = [{value}] }} }}]\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let cfg = lake.dir.path().join("where.toml");
+        std::fs::write(&cfg, text).unwrap();
+        let _ = std::fs::remove_dir_all(lake.output());
+        cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path())
+    };
+    let o = shorthand("0.1");
+    assert!(o.status.success(), "{}", text(&o));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    assert_eq!(b.column(0).as_primitive::<arrow::datatypes::Int64Type>().value(0), 1, "float32's 0.1");
+    for (value, needle) in [("16777217", "float32 cannot hold exactly"), ("1e-50", "too small for a float32")] {
+        let o = shorthand(value);
+        assert_eq!(o.status.code(), Some(2), "{value}: {}", text(&o));
+        assert!(text(&o).contains("where.x") && text(&o).contains(needle), "{value}: {}", text(&o));
+    }
+    let o =
+        job(&lake, "parquet", "[input.schema]\nt = \"timestamp\"", identity, "SELECT k, t FROM events", "2026-11-01");
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("column `t`: is a Float64 column: declare it `timestamp(s)`"), "{}", text(&o));
+}
