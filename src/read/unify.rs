@@ -372,6 +372,9 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
     if let (DataType::Timestamp(_, Some(_)), DataType::Timestamp(tu, None)) = (from, to) {
         return instant_to_wall_clock(arr, *tu, to, tz);
     }
+    if !arrow::compute::can_cast_types(from, to) {
+        return Err(fail(format!("{from} values cannot be read as {to}: declare a type they can take")));
+    }
     let opts = CastOptions { safe: true, ..Default::default() };
     let out = cast_with_options(arr, to, &opts).map_err(|e| fail(format!("cannot convert {from} to {to}: {e}")))?;
     // Exact means the round trip gives every value back (and no value became null).

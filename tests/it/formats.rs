@@ -1651,4 +1651,9 @@ fn a_float32_list_value_and_a_double_declared_a_timestamp_are_not_rounded_or_gue
         job(&lake, "parquet", "[input.schema]\nt = \"timestamp\"", identity, "SELECT k, t FROM events", "2026-11-01");
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(text(&o).contains("column `t`: is a Float64 column: declare it `timestamp(s)`"), "{}", text(&o));
+    // A type no double converts to is named as such, not by the engine's cast error.
+    let o = job(&lake, "parquet", "[input.schema]\nt = \"date\"", identity, "SELECT k, t FROM events", "2026-11-01");
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("column `t`: Float64 values cannot be read as Date32"), "{}", text(&o));
+    assert!(!text(&o).contains("Cast error"), "{}", text(&o));
 }
