@@ -43,14 +43,28 @@ pub(crate) fn value_text(v: &toml::Value, column_ty: &DataType) -> String {
     match v {
         toml::Value::String(s) => s.clone(),
         toml::Value::Datetime(d) => d.to_string(),
-        toml::Value::Float(f)
-            if crate::read::unify::base(column_ty).is_integer() && f.fract() == 0.0 && f.abs() < 2f64.powi(127) =>
-        {
-            // Exact: an integral double below 2^127 is an i128.
-            (*f as i128).to_string()
+        toml::Value::Float(f) if crate::read::unify::base(column_ty).is_integer() && f.fract() == 0.0 => {
+            integer_text(*f).unwrap_or_else(|| v.to_string())
         }
         other => other.to_string(),
     }
+}
+
+/// The integer a float was written as: its shortest text that reads back as it (what
+/// [`exact_float`] keeps exact), not the double's own value, which may lie off it
+/// (`999999999999999e3` is held as 999999999999998976). `None` past 10^40.
+fn integer_text(f: f64) -> Option<String> {
+    let shortest = format!("{f:e}");
+    let (mantissa, exp) = shortest.split_once('e')?;
+    let exp: usize = exp.parse().ok()?;
+    let (sign, mantissa) = mantissa.strip_prefix('-').map_or(("", mantissa), |m| ("-", m));
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let zeros = exp.checked_sub(fraction.len()).filter(|&z| z <= 40)?;
+    let digits = format!("{whole}{fraction}{}", "0".repeat(zeros));
+    Some(match digits.trim_start_matches('0') {
+        "" => "0".to_string(),
+        d => format!("{sign}{d}"),
+    })
 }
 
 /// An integer written for an integer column of type `ty`, as one value of that type, or why
@@ -205,6 +219,11 @@ mod tests {
         let m =
             Equals::new(&DataType::UInt64, &u64::MAX.to_string().as_str().into(), tz).unwrap().matches(&big).unwrap();
         assert_eq!(m, BooleanArray::from(vec![true, false]));
+        // A float is the number written, not the double next to it: 999999999999999e3 is
+        // 999999999999999000 (the double holds 999999999999998976).
+        let near: ArrayRef = Arc::new(Int64Array::from(vec![999_999_999_999_999_000, 999_999_999_999_998_976]));
+        let m = Equals::new(&DataType::Int64, &toml::Value::Float(999_999_999_999_999e3), tz).unwrap().matches(&near);
+        assert_eq!(m.unwrap(), BooleanArray::from(vec![true, false]));
         let e = Equals::new(&DataType::Int64, &toml::Value::Float(9.3e18), tz).unwrap_err();
         assert!(e.contains("out of the range"), "{e}");
         // Floats compare as numbers: one zero, one NaN whatever its bits.
