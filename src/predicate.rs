@@ -89,8 +89,14 @@ pub(crate) fn quoted_integer(v: &toml::Value, column_ty: &DataType) -> Result<()
     if !crate::read::unify::base(column_ty).is_integer() {
         return Ok(());
     }
-    match s.trim().parse::<i128>() {
-        Ok(n) if n.to_string() != *s => Err(format!(
+    // An integer in another spelling (`"007"`, `"+7"`, `"7.0"`, `"7e0"`): which integer is meant is
+    // plain, and that the text is not it.
+    let whole = match s.trim().parse::<i128>() {
+        Ok(n) => Some(n.to_string()),
+        Err(_) => s.trim().parse::<f64>().ok().filter(|f| f.is_finite() && f.fract() == 0.0).and_then(integer_text),
+    };
+    match whole {
+        Some(n) if n != *s => Err(format!(
             "`\"{s}\"` is text, and the column holds integers, where it would read as {n}; write {n} to match the \
              number, or declare the column `utf8` in [input.schema] to compare the text as written"
         )),
@@ -239,6 +245,11 @@ mod tests {
         }
         assert!(Equals::new(&DataType::Int64, &"007".into(), tz).unwrap_err().contains("write 7"));
         assert!(Equals::new(&DataType::Int32, &"+7".into(), tz).unwrap_err().contains("write 7"));
+        for (v, n) in [("7.0", "7"), ("1e3", "1000"), ("-2.00", "-2")] {
+            let e = Equals::new(&DataType::Int64, &v.into(), tz).unwrap_err();
+            assert!(e.contains(&format!("write {n} ")), "{v}: {e}");
+        }
+        assert!(Equals::new(&DataType::Int64, &"7.5".into(), tz).unwrap_err().contains("not an integer"));
         let m = Equals::new(&DataType::Int64, &"2".into(), tz).unwrap().matches(&n).unwrap();
         assert_eq!(m, BooleanArray::from(vec![false, true]));
         // A column with no value that day: no deletes, whatever the value.
