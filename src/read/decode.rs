@@ -772,21 +772,23 @@ impl Decoder {
             .build(Cursor::new(bytes))
             .and_then(|r| r.collect::<Result<Vec<_>, _>>())
             .map_err(|e| InputError::bad(Location::object(object), format!("malformed NDJSON: {e}")))?;
-        let past_a_double =
-            |v: &str| !v.contains(['.', 'e', 'E']) && v.parse::<i128>().is_ok_and(|n| n.unsigned_abs() > 1 << 53);
+        // A number read as a double that is not what was written (see `float_as_written`).
+        let not_as_written = |v: &str| {
+            let read = v.trim().parse::<f64>().unwrap_or(f64::NAN);
+            text::float_as_written(v, read, "double").err().map(|why| why.what)
+        };
         for f in &nested {
             for b in &batches {
                 let mut leaves = Vec::new();
                 if let (Some(c), Ok(i)) = (b.column_by_name(f.name()), inferred.field_with_name(f.name())) {
                     texts(c.as_ref(), i.data_type(), &mut leaves);
                 }
-                if let Some(v) = leaves.iter().flat_map(|a| a.iter().flatten()).find(|v| past_a_double(v)) {
+                if let Some(why) = leaves.iter().flat_map(|a| a.iter().flatten()).find_map(not_as_written) {
                     return Err(InputError::bad(
                         at(object, None, None, Some(f.name())),
                         format!(
-                            "this field holds numbers with fractions and the integer {v} inside its objects or arrays; \
-                             as a double it would be rounded, and a nested field's type cannot be declared: fix the \
-                             writer to write such numbers as strings"
+                            "a number inside this field's objects or arrays is read as a double: {why}; a nested \
+                             field's type cannot be declared: fix the writer to write such numbers as strings"
                         ),
                     ));
                 }

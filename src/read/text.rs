@@ -101,29 +101,81 @@ pub struct Parsed {
 /// A float from text: a number past the type's range is refused, not read as an infinity
 /// (which only `inf` and `infinity` spell).
 fn parse_float<T: std::str::FromStr + Into<f64> + Copy>(s: &str, ty: &str) -> Result<T, String> {
-    let t = s.trim();
-    let v: T = t.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    let word = t.trim_start_matches(['+', '-']).to_ascii_lowercase();
-    if v.into().is_infinite() && word != "inf" && word != "infinity" {
-        return Err(format!("`{s}` is past what a {ty} holds"));
+    let v: T = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+    float_as_written(s, v.into(), ty).map_err(|why| match why.whole {
+        true => format!("{}: declare the column int64 or decimal", why.what),
+        false => why.what,
+    })?;
+    Ok(v)
+}
+
+/// How a number's text and the float it reads as differ ([`float_as_written`]).
+pub(crate) struct NotAsWritten {
+    pub what: String,
+    /// A whole number the float cannot hold exactly.
+    pub whole: bool,
+}
+
+/// Whether `v`, the float (of type `ty`) that the number `s` reads as, is what `s` says: not an
+/// infinity for a finite number, not 0 for a nonzero one, and the very integer for a whole
+/// number ([`whole_number`]): `9007199254740993` as a double would become another one (two
+/// ids, one key). Other numbers are read as the nearest float, as a float column's values are.
+pub(crate) fn float_as_written(s: &str, v: f64, ty: &str) -> Result<(), NotAsWritten> {
+    let word = s.trim().trim_start_matches(['+', '-']).to_ascii_lowercase();
+    let not = |what: String, whole: bool| Err(NotAsWritten { what, whole });
+    if v.is_infinite() && word != "inf" && word != "infinity" {
+        return not(format!("`{s}` is past what a {ty} holds"), false);
     }
     let mantissa = word.split('e').next().unwrap_or("");
-    if v.into() == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
-        return Err(format!("`{s}` is too small for a {ty}: it would read as 0"));
+    if v == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+        return not(format!("`{s}` is too small for a {ty}: it would read as 0"), false);
     }
-    // A whole number the float cannot hold exactly (`9007199254740993`, `…993.0`) would become
-    // another one (two ids, one key).
-    let (int, frac) = word.split_once('.').unwrap_or((&word, ""));
-    let whole = word == mantissa && frac.bytes().all(|b| b == b'0');
-    if whole && !int.is_empty() && int.bytes().all(|b| b.is_ascii_digit()) {
-        let exact = int.parse::<i128>().is_ok_and(|n| v.into().abs() < 2f64.powi(127) && v.into().abs() as i128 == n);
-        if !exact {
-            return Err(format!(
-                "`{s}` is a whole number a {ty} cannot hold exactly: declare the column int64 or decimal"
-            ));
+    if let Some(n) = whole_number(&word) {
+        if !n.is_some_and(|n| v.abs() < 2f64.powi(127) && v.abs() as i128 == n) {
+            return not(format!("`{s}` is a whole number a {ty} cannot hold exactly"), true);
         }
     }
-    Ok(v)
+    Ok(())
+}
+
+/// The whole number an unsigned number's text says, held to exactness when read as a float:
+/// written out (`9007199254740993`, `…993.0`; `Some(None)` past i128), or with an exponent
+/// below 2^64, where integer ids live (`9007199254740993e0`, `9.007199254740993e15`). A larger
+/// number with an exponent (`6.02e23`) is a measurement, read as the nearest float. `None`: no
+/// whole number, or zero.
+fn whole_number(word: &str) -> Option<Option<i128>> {
+    let digit = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    let (mantissa, exp) = match word.split_once('e') {
+        Some((m, e)) => (m, Some(e)),
+        None => (word, None),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if !digit(int) || !digit(frac) {
+        return None;
+    }
+    let Some(exp) = exp else {
+        let whole = !int.is_empty() && frac.bytes().all(|b| b == b'0');
+        return whole.then(|| int.parse::<i128>().ok());
+    };
+    let exp: i64 = exp.parse().ok()?;
+    let all = format!("{int}{frac}");
+    let digits = all.trim_start_matches('0');
+    // The value is `digits` × 10^shift.
+    let mut shift = exp.checked_sub(frac.len() as i64)?;
+    let mut digits = digits;
+    if shift < 0 {
+        let cut = usize::try_from(-shift).ok().filter(|&c| c <= digits.len())?;
+        let (kept, dropped) = digits.split_at(digits.len() - cut);
+        if !dropped.bytes().all(|b| b == b'0') {
+            return None;
+        }
+        (digits, shift) = (kept, 0);
+    }
+    if digits.is_empty() || digits.len() as i64 + shift > 20 {
+        return None;
+    }
+    let n = digits.parse::<i128>().ok()? * 10i128.pow(shift as u32);
+    (n < 1 << 64).then_some(Some(n))
 }
 
 /// Parses text values into `d`'s type, exactly. Nulls stay null.
@@ -420,8 +472,7 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
                     && v.parse::<i64>().is_ok();
             }
             let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
-            let whole = !unsigned.is_empty() && unsigned.bytes().all(|b| b.is_ascii_digit());
-            inexact |= whole && !v.parse::<i64>().is_ok_and(|x| x.unsigned_abs() <= 1 << 53);
+            inexact |= whole_number(&unsigned.to_ascii_lowercase()).is_some_and(|n| !n.is_some_and(|n| n <= 1 << 53));
             if all_num && !all_int {
                 let int_part = unsigned.split(['.', 'e', 'E']).next().unwrap_or("");
                 all_num = !inexact
@@ -774,6 +825,18 @@ mod tests {
         assert!(parse_float::<f64>("-9007199254740993.00", "float64").unwrap_err().contains("cannot hold exactly"));
         assert_eq!(parse_float::<f64>("-9007199254740992.0", "float64"), Ok(-9007199254740992.0));
         assert_eq!(parse_float::<f64>("6.02e23", "float64"), Ok(6.02e23));
+        // The same with an exponent, below 2^64.
+        for s in ["9007199254740993e0", "9.007199254740993e15", "90071992547409930e-1", "12345678901234567E0"] {
+            assert!(parse_float::<f64>(s, "float64").unwrap_err().contains("cannot hold exactly"), "{s}");
+        }
+        for s in ["16777217e0", "1.6777217e7"] {
+            assert!(parse_float::<f32>(s, "float32").unwrap_err().contains("cannot hold exactly"), "{s}");
+        }
+        assert_eq!(parse_float::<f64>("9.007199254740992e15", "float64"), Ok(9007199254740992.0));
+        assert_eq!(parse_float::<f64>("1.5e2", "float64"), Ok(150.0));
+        assert_eq!(parse_float::<f64>("1.0000000000000001e300", "float64"), Ok(1e300));
+        assert_eq!(parse_float::<f64>("1.5e-1", "float64"), Ok(0.15));
+        assert_eq!(parse_float::<f64>("9007199254740993.5e0", "float64"), Ok(9007199254740994.0));
         assert!(parse_float::<f32>("16777217", "float32").unwrap_err().contains("cannot hold exactly"));
         assert!(parse_float::<f64>("1000000000000000000000000000000000000000", "float64").is_err());
         assert_eq!(parse_float::<f32>("16777216", "float32"), Ok(16777216.0));
@@ -836,6 +899,8 @@ mod tests {
         assert_eq!(infer(&[&a(&["2.5", "1", "-9007199254740992"])]), DataType::Float64);
         assert_eq!(infer(&[&a(&["9007199254740993", "0.5"])]), DataType::Utf8, "the integer came first");
         assert_eq!(infer(&[&a(&["9007199254740993"]), &a(&["-0.25"])]), DataType::Utf8);
+        assert_eq!(infer(&[&a(&["1", "9007199254740993e0"])]), DataType::Utf8, "in any notation");
+        assert_eq!(infer(&[&a(&["1", "6.02e23", "2.5e-3"])]), DataType::Float64);
         assert_eq!(infer(&[&a(&["9223372036854775807", "-9223372036854775808"])]), DataType::Int64);
         assert_eq!(infer(&[&a(&["true", "False"])]), DataType::Boolean);
         assert_eq!(infer(&[&a(&["2026-11-01"])]), DataType::Utf8);

@@ -1477,16 +1477,26 @@ fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
         assert!(t.contains("a.ndjson") && t.contains("cannot type") && !t.contains("malformed"), "{t}");
     }
 
-    // Integers a double cannot hold beside fractions, inside a list or an object: refused, not
-    // rounded; as text, or among integers only, they are kept.
-    for body in [
-        "{\"k\": 1, \"v\": 1, \"t\": [9007199254740993, 1.5]}\n",
-        "{\"k\": 1, \"v\": 1, \"m\": {\"f\": 9007199254740993}}\n{\"k\": 2, \"v\": 1, \"m\": {\"f\": 1.5}}\n",
+    // Integers a double cannot hold beside fractions, inside a list or an object, in any
+    // notation, and a nonzero number a double reads as 0: refused, not rounded; as text, or
+    // among integers only, they are kept.
+    for (body, number, why) in [
+        ("{\"k\": 1, \"v\": 1, \"t\": [9007199254740993, 1.5]}\n", "9007199254740993", "cannot hold exactly"),
+        (
+            "{\"k\": 1, \"v\": 1, \"m\": {\"f\": 9007199254740993}}\n{\"k\": 2, \"v\": 1, \"m\": {\"f\": 1.5}}\n",
+            "9007199254740993",
+            "cannot hold exactly",
+        ),
+        ("{\"k\": 1, \"v\": 1, \"m\": {\"f\": 9007199254740993e0}}\n", "9007199254740993e0", "cannot hold exactly"),
+        ("{\"k\": 1, \"v\": 1, \"t\": [9.007199254740993e15, 0.5]}\n", "9.007199254740993e15", "cannot hold exactly"),
+        ("{\"k\": 1, \"v\": 1, \"m\": {\"a\": 1e-400}}\n", "1e-400", "would read as 0"),
     ] {
         let lake = text_objects(&[("a.ndjson", body)]);
         let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
-        assert_eq!(out.status.code(), Some(3), "{body}: {}", text(&out));
-        assert!(text(&out).contains("the integer 9007199254740993 inside its objects or arrays"), "{}", text(&out));
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{body}: {t}");
+        assert!(t.contains("inside this field's objects or arrays") && t.contains(&format!("`{number}` ")), "{t}");
+        assert!(t.contains(why) && t.contains("write such numbers as strings"), "{t}");
     }
     let kept =
         "{\"k\": 1, \"v\": 1, \"m\": {\"id\": \"9007199254740993\", \"p\": 1.5}, \"t\": [9007199254740993, 2]}\n";
