@@ -397,6 +397,16 @@ measures = [
         (r#"{ name = "x", fn = "count", where = { event_date = ["2026-11-31"] } }"#, vec!["where.event_date"]),
         (r#"{ name = "x", fn = "count", where = { status = [1] } }"#, vec!["where.status", "quote"]),
         (r#"{ name = "x", fn = "count", where = "amont > 1" }"#, vec!["aggregate.measures", "amont"]),
+        // One expression, not text pasted into the query: nothing may close it and go on.
+        (
+            r#"{ name = "x", fn = "count", where = "true)) + 1000 + count(*) FILTER (WHERE (false" }"#,
+            vec!["aggregate.measures[0].where", "not a SQL boolean expression", "followed by more"],
+        ),
+        (
+            r#"{ name = "x", fn = "count", where = "amount > 0) OR (1=1" }"#,
+            vec!["measures[0].where", "followed by more"],
+        ),
+        (r#"{ name = "x", fn = "count", where = "amount > " }"#, vec!["measures[0].where", "not a SQL boolean"]),
     ] {
         let cfg = sql_config(&lake, &format!("measures = [{bad}]"), "");
         let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
