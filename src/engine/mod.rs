@@ -261,6 +261,11 @@ fn config() -> SessionConfig {
         // The top-K aggregation (`ORDER BY min(f) LIMIT n`) compares floats its own way, and
         // took a group whose min was after a NaN for the smallest.
         .set_bool("datafusion.optimizer.enable_topk_aggregation", false)
+        // A sort that holds its input sorts it as one batch. Otherwise it sorts runs cut by the
+        // batches' memory sizes (which differ in memory and spilled) and merges them: rows that
+        // tie (a window without an order) came out in another order, and a window's float sum
+        // or first value with them.
+        .set_usize("datafusion.execution.sort_in_place_threshold_bytes", usize::MAX)
 }
 
 fn options() -> SQLOptions {
