@@ -111,7 +111,43 @@ pub fn parse(sql: &str) -> Result<(), String> {
     if statements.len() != 1 {
         return Err(format!("write one query (a SELECT over `{EVENTS}`), not {} statements", statements.len()));
     }
+    for statement in &statements {
+        use datafusion::sql::sqlparser::ast::{Statement, Visit};
+        let datafusion::sql::parser::Statement::Statement(query) = statement else {
+            return Err(format!("write one query (a SELECT over `{EVENTS}`), not `{statement}`"));
+        };
+        if !matches!(query.as_ref(), Statement::Query(_)) {
+            return Err(format!("write one query (a SELECT over `{EVENTS}`), not `{query}`"));
+        }
+        if let std::ops::ControlFlow::Break(sample) = query.visit(&mut Samples) {
+            return Err(format!(
+                "`{sample}` picks rows at random, and the engine would not apply it (it reads every row); a \
+                 re-run must give the same bytes: filter rows by a value instead (WHERE …)"
+            ));
+        }
+    }
     statements.iter().try_for_each(unlike::unlike_syntax)
+}
+
+/// Finds a `TABLESAMPLE` in a query.
+struct Samples;
+
+impl datafusion::sql::sqlparser::ast::Visitor for Samples {
+    type Break = String;
+
+    fn pre_visit_table_factor(
+        &mut self,
+        t: &datafusion::sql::sqlparser::ast::TableFactor,
+    ) -> std::ops::ControlFlow<String> {
+        use datafusion::sql::sqlparser::ast::{TableFactor, TableSampleKind};
+        match t {
+            TableFactor::Table { sample: Some(s), .. } | TableFactor::Derived { sample: Some(s), .. } => {
+                let (TableSampleKind::BeforeTableAlias(s) | TableSampleKind::AfterTableAlias(s)) = s;
+                std::ops::ControlFlow::Break(s.to_string())
+            }
+            _ => std::ops::ControlFlow::Continue(()),
+        }
+    }
 }
 
 /// Said of an engine error about a column of type Null.
@@ -353,6 +389,9 @@ pub async fn plan(
                  case), which lives in the path; drop it from the SELECT or rename it",
                 f.name()
             ));
+        }
+        if f.name().trim().is_empty() {
+            return Err("the query outputs a column with no name; name it (AS)".into());
         }
         if !seen.insert(f.name().to_lowercase()) {
             return Err(format!(

@@ -321,6 +321,13 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("DROP TABLE events", vec!["aggregate.sql"]),
         ("SELECT 1 AS a; SELECT 2 AS b", vec!["one query"]),
         ("SELECT currency AS a, status AS a FROM events", vec!["same name"]),
+        // A sample the engine would ignore; statements that are no query; a nameless column.
+        ("SELECT count(*) AS c FROM events TABLESAMPLE (10 PERCENT)", vec!["TABLESAMPLE", "at random"]),
+        ("SELECT count(*) AS c FROM (SELECT * FROM events) TABLESAMPLE BERNOULLI (1)", vec!["TABLESAMPLE"]),
+        ("EXPLAIN SELECT count(*) AS c FROM events", vec!["one query", "EXPLAIN"]),
+        ("EXPLAIN ANALYZE SELECT count(*) AS c FROM events", vec!["one query"]),
+        ("DESCRIBE events", vec!["one query", "DESCRIBE"]),
+        ("SELECT count(*) AS \"\" FROM events", vec!["no name"]),
     ];
     for (sql, needles) in cases {
         let cfg = sql_config(&lake, &format!("sql = \"\"\"\n{sql}\n\"\"\""), "");
