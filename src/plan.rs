@@ -582,7 +582,9 @@ fn decoder_schema(decoder: &Decoder, raw: SchemaRef) -> SchemaRef {
                 }
                 _ => read::unify::base(f.data_type()).clone(),
             };
+            // Marks of how a column was read (text from JSON numbers) stay.
             arrow::datatypes::Field::new(f.name(), read::unify::parquet_native(&t), true)
+                .with_metadata(f.metadata().clone())
         })
         .collect();
     Arc::new(arrow::datatypes::Schema::new(fields))

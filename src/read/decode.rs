@@ -585,6 +585,7 @@ impl Decoder {
         for b in batches {
             let n = b.num_rows();
             let (batch, bad) = self.convert(b, &number_type);
+            let batch = unify::mark_numbers_as_text(batch, &|c| number_type(c) == Some(DataType::Utf8));
             let slice: Option<Arc<[u64]>> = lines.get(row as usize..row as usize + n).map(Into::into);
             out.push(Rows { batch, first_row: row, lines: slice, bad });
             row += n as u64;

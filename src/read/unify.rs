@@ -38,11 +38,23 @@ use chrono_tz::Tz;
 pub struct Clash {
     pub column: String,
     pub types: [(DataType, String); 2],
+    /// Text from JSON numbers in the first object, from JSON strings in the second (or the
+    /// other way round): both utf8.
+    pub numbers_and_text: bool,
 }
 
 impl std::fmt::Display for Clash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let [(a, oa), (b, ob)] = &self.types;
+        if self.numbers_and_text {
+            return write!(
+                f,
+                "column `{}` holds numbers in {oa} (kept as text: a double would round them) and text in {ob}, \
+                 so 1 and \"1\" would read alike; fix the writer to give each value one JSON type, or declare the \
+                 column's type in [input.schema] (utf8 reads every value as text)",
+                self.column
+            );
+        }
         write!(
             f,
             "column `{}` cannot be unified: {a} in {oa}, {b} in {ob}. Fix the writer, or declare the column's \
@@ -50,6 +62,29 @@ impl std::fmt::Display for Clash {
             self.column
         )
     }
+}
+
+/// The field metadata of a text column read from JSON numbers (past what int64 and a double
+/// hold exactly, kept as text by the rule of CSV).
+const NUMBERS_AS_TEXT: &str = "lakeswap.numbers_as_text";
+
+/// `batch` with the text columns that `numbers` names marked as read from JSON numbers: such a
+/// column does not unify with one read from JSON strings, where `1` and `"1"` would be one value.
+pub fn mark_numbers_as_text(batch: RecordBatch, numbers: &dyn Fn(&str) -> bool) -> RecordBatch {
+    let schema = batch.schema();
+    if !schema.fields().iter().any(|f| numbers(f.name())) {
+        return batch;
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match numbers(f.name()) {
+            true => f.as_ref().clone().with_metadata([(NUMBERS_AS_TEXT.to_string(), "true".to_string())].into()),
+            false => f.as_ref().clone(),
+        })
+        .collect();
+    let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), batch.columns().to_vec(), &opts).unwrap_or(batch)
 }
 
 /// The type a dictionary stands for, every text encoding as utf8 and every byte encoding as
@@ -281,9 +316,30 @@ pub fn unify(
     empty: &dyn Fn(&str) -> Option<DataType>,
 ) -> Result<SchemaRef, Clash> {
     let mut fields: Vec<(String, DataType, String)> = Vec::new();
+    // Per text column: whether its text came from JSON numbers, and the object that said so.
+    let mut text_from: Vec<(String, bool, String)> = Vec::new();
     for (object, schema) in objects {
         for f in schema.fields() {
             let t = base(f.data_type()).clone();
+            if t == DataType::Utf8 && declared(f.name()).is_none() {
+                let numbers = f.metadata().contains_key(NUMBERS_AS_TEXT);
+                match text_from.iter().find(|(n, _, _)| n == f.name()) {
+                    None => text_from.push((f.name().clone(), numbers, object.to_string())),
+                    Some((_, was, first)) if *was != numbers => {
+                        // The object of numbers first.
+                        let (with_numbers, with_text) = match was {
+                            true => (first.clone(), object.to_string()),
+                            false => (object.to_string(), first.clone()),
+                        };
+                        return Err(Clash {
+                            column: f.name().clone(),
+                            types: [(t.clone(), with_numbers), (t, with_text)],
+                            numbers_and_text: true,
+                        });
+                    }
+                    Some(_) => {}
+                }
+            }
             match fields.iter_mut().find(|(n, _, _)| n == f.name()) {
                 None => fields.push((f.name().clone(), declared(f.name()).unwrap_or(t), object.to_string())),
                 Some(_) if declared(f.name()).is_some() => {}
@@ -293,6 +349,7 @@ pub fn unify(
                         return Err(Clash {
                             column: name.clone(),
                             types: [(have.clone(), first.clone()), (t, object.to_string())],
+                            numbers_and_text: false,
                         })
                     }
                 },

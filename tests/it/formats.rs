@@ -123,6 +123,19 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
 /// Runs `date` of a job in the time zone of New York over the lake's input folder, with
 /// `input` added to `[input]` and the given identity (and partition) sections.
 fn job(lake: &Lake, format: &str, input: &str, identity: &str, sql: &str, date: &str) -> std::process::Output {
+    job_with(lake, format, input, identity, sql, date, &[])
+}
+
+/// [`job`], with more arguments to `run`.
+fn job_with(
+    lake: &Lake,
+    format: &str,
+    input: &str,
+    identity: &str,
+    sql: &str,
+    date: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let text = format!(
         "[job]\nname = \"t\"\nkind = \"aggregate\"\ntimezone = \"America/New_York\"\n\n[input]\nurl = \"{}\"\nformat = \"{format}\"\n{input}\n\n{identity}\n\n[aggregate]\nsql = \"{sql}\"\n\n[output]\nurl = \"{}\"\n",
         lake.input().display(),
@@ -131,7 +144,9 @@ fn job(lake: &Lake, format: &str, input: &str, identity: &str, sql: &str, date: 
     let cfg = lake.input().parent().unwrap().join("job.toml");
     std::fs::write(&cfg, text).unwrap();
     let _ = std::fs::remove_dir_all(lake.output());
-    cli(&["run", "--config", cfg.to_str().unwrap(), "--date", date], lake.input().parent().unwrap())
+    let mut args = vec!["run", "--config", cfg.to_str().unwrap(), "--date", date];
+    args.extend_from_slice(extra);
+    cli(&args, lake.input().parent().unwrap())
 }
 
 /// Identity `k`, version `v`, dates from `event_date`.
@@ -1467,6 +1482,25 @@ fn an_ndjson_nested_field_empty_in_one_object_takes_the_others_type() {
     let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("column `tags` cannot be unified"), "{}", text(&out));
+
+    // Numbers kept as text (one past int64) in one object, strings in another: refused, not
+    // one key `1`, in memory and spilled; declared utf8, every value is text.
+    let lake = text_objects(&[
+        ("a.ndjson", "{\"k\": 9223372036854775808, \"v\": 1}\n{\"k\": 1, \"v\": 1}\n"),
+        ("b.ndjson", "{\"k\": \"1\", \"v\": 2}\n"),
+    ]);
+    for extra in [&[][..], &["--memory-limit", "1MiB"][..]] {
+        let out = job_with(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02", extra);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{t}");
+        assert!(
+            t.contains("column `k` holds numbers in") && t.contains("a.ndjson (kept as text") && t.contains("text in"),
+            "{t}"
+        );
+    }
+    let out = job(&lake, "ndjson", "schema = { k = \"utf8\" }", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(first_row(&lake, &["n"]), ["2"]);
 
     // Valid JSON the reader cannot type is not called malformed.
     for list in ["[{\"y\": \"p\"}, null]", "[null, {\"y\": \"p\"}]"] {
