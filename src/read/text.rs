@@ -605,10 +605,52 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
             ));
         }
     }
+    let bom = if bytes.starts_with(b"\xef\xbb\xbf") { 3 } else { 0 };
+    if let Some(at) = text_after_quote(&bytes[bom..], delimiter).map(|at| at + bom) {
+        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count() as u64;
+        let shown = String::from_utf8_lossy(&bytes[at..bytes.len().min(at + 12)]).into_owned();
+        let shown = shown.split(['\n', '\r']).next().unwrap_or_default().to_string();
+        return Err(err_at(
+            None,
+            Some(line),
+            format!(
+                "malformed CSV: a quoted field is closed and then goes on (`{shown}` after its closing `\"`), where \
+                 a delimiter or the line's end must follow; a `\"` inside a quoted field is written `\"\"`"
+            ),
+        ));
+    }
     if !(row as usize).is_multiple_of(TEXT_BATCH) {
         batches.push(builders.iter_mut().map(|b| b.finish()).collect());
     }
     Ok(TextRows { names, batches, lines })
+}
+
+/// Where text follows a closed quoted field (`"abc"def`, `"a\"b"`): the CSV reader would join
+/// it to the field's value, a guess at what the writer meant. Read as the reader reads quotes
+/// ([`quote_left_open`]).
+fn text_after_quote(text: &[u8], delimiter: u8) -> Option<usize> {
+    let (mut quoted, mut closed, mut at_start, mut i) = (false, false, true, 0);
+    while i < text.len() {
+        let b = text[i];
+        if quoted {
+            if b == b'"' {
+                if text.get(i + 1) == Some(&b'"') {
+                    i += 1;
+                } else {
+                    (quoted, closed) = (false, true);
+                }
+            }
+        } else if b == delimiter || b == b'\n' || b == b'\r' {
+            (at_start, closed) = (true, false);
+        } else if closed {
+            return Some(i);
+        } else {
+            quoted = at_start && b == b'"';
+            at_start = false;
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Whether CSV text ends inside a quoted field, read as the CSV reader reads it: a `"` opens a
@@ -791,6 +833,18 @@ mod tests {
         // Closed quotes, doubled quotes, and a quote inside an unquoted field are fine.
         assert_eq!(rows("k,v\n1,\"a,\"\"b\"\"\nc\"\n2,x\"y\n3,\"z\"\r\n").unwrap(), 3);
         assert_eq!(rows("k;v\n1;\"a;b\"\n").map_err(|e| e.message), Ok(1));
+        assert_eq!(rows("\u{feff}\"k\",\"v\"\r\n1,\"\"\r\n").map_err(|e| e.message), Ok(1));
+        // Text after a closing quote is refused, not joined to the value.
+        for (t, line, shown) in [
+            ("k,v\n1,\"abc\"def\n", 2, "def"),
+            ("k,v\n1,a\n2,\"a\\\"b\"\n", 3, "b\""),
+            ("k,v\n1,\"a,b\" \n", 2, " "),
+            ("\"k\"x,v\n1,a\n", 1, "x,v"),
+        ] {
+            let e = rows(t).unwrap_err();
+            assert_eq!(e.line, Some(line), "{t:?}: {}", e.message);
+            assert!(e.message.contains(&format!("`{shown}` after its closing")), "{t:?}: {}", e.message);
+        }
     }
 
     #[test]
