@@ -762,9 +762,32 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         let day = NaiveDate::default();
         // A lookup's types are declared in its own `schema`, not the input's.
         let table = read::read_date(&store, &decoder, &objects, day, Some(day)).await.map_err(|e| {
-            let e = e.to_string().replace("[input.schema]", &format!("aggregate.tables[{i}].schema"));
+            let e = e
+                .to_string()
+                .replace("[input.schema]", &format!("aggregate.tables[{i}].schema"))
+                .replace("input.format", &format!("aggregate.tables[{i}].format"));
             config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name))
         })?;
+        // A lookup with no rows (a CSV header alone) has the columns its schema declares.
+        let table = match table.num_rows() {
+            0 if !t.schema.is_empty() => {
+                let fields: Vec<arrow::datatypes::Field> =
+                    decoder.declared.iter().map(|(c, d)| arrow::datatypes::Field::new(c, d.ty.clone(), true)).collect();
+                read::Table::empty(Arc::new(arrow::datatypes::Schema::new(fields)))
+            }
+            0 => {
+                return Err(config_err(
+                    cfg,
+                    &format!("aggregate.tables[{i}].schema"),
+                    format!(
+                        "the lookup table `{}` has no rows, so its columns have no types: declare them in its \
+                         `schema`",
+                        t.name
+                    ),
+                ))
+            }
+            _ => table,
+        };
         let has: Vec<String> = table.schema().fields().iter().map(|f| f.name().clone()).collect();
         if let Some(c) = t.schema.keys().find(|c| !has.contains(c)) {
             return Err(config_err(

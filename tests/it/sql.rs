@@ -544,6 +544,33 @@ print("\n".join(sorted(out)))
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("`currency` cannot be unified"), "{}", text(&o));
     assert!(text(&o).contains("aggregate.tables[0].schema") && !text(&o).contains("[input.schema]"), "{}", text(&o));
+    // A lookup of the wrong format names the lookup's own key.
+    std::fs::remove_file(fx.join("more.csv")).unwrap();
+    let text1 = std::fs::read_to_string(&cfg).unwrap();
+    let at = text1.find("[[aggregate.tables]]").unwrap();
+    let wrong = format!("{}{}", &text1[..at], text1[at..].replacen("format = \"csv\"", "format = \"parquet\"", 1));
+    std::fs::write(&cfg, wrong).unwrap();
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01", "--dry-run"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("check aggregate.tables[0].format"), "{}", text(&o));
+    // A lookup of a header alone is a table of no rows of its declared columns; undeclared, its
+    // columns have no types.
+    std::fs::write(&cfg, &text1).unwrap();
+    std::fs::write(fx.join("rates.csv"), "currency,date,usd_rate\n").unwrap();
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01", "--dry-run"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("No field named fx.currency"), "{}", text(&o));
+    std::fs::write(
+        &cfg,
+        text1.replace("usd_rate = \"decimal(12,6)\" }", "usd_rate = \"decimal(12,6)\", currency = \"utf8\" }"),
+    )
+    .unwrap();
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    std::fs::write(&cfg, text1.replace("schema = { date = \"date\", usd_rate = \"decimal(12,6)\" }", "")).unwrap();
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01", "--dry-run"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("has no rows") && text(&o).contains("aggregate.tables[0].schema"), "{}", text(&o));
 }
 
 /// `--allow-empty` with a grouped query over no rows writes a zero-row file.
