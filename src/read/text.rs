@@ -472,7 +472,7 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
                     && v.parse::<i64>().is_ok();
             }
             let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
-            inexact |= whole_number(&unsigned.to_ascii_lowercase()).is_some_and(|n| !n.is_some_and(|n| n <= 1 << 53));
+            inexact |= whole_number(&unsigned.to_ascii_lowercase()).is_some_and(|n| n.is_none_or(|n| n > 1 << 53));
             if all_num && !all_int {
                 let int_part = unsigned.split(['.', 'e', 'E']).next().unwrap_or("");
                 all_num = !inexact

@@ -37,7 +37,7 @@ use chrono_tz::Tz;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Clash {
     pub column: String,
-    pub types: [(DataType, String); 2],
+    pub types: Box<[(DataType, String); 2]>,
     /// Text from JSON numbers in the first object, from JSON strings in the second (or the
     /// other way round): both utf8.
     pub numbers_and_text: bool,
@@ -45,7 +45,7 @@ pub struct Clash {
 
 impl std::fmt::Display for Clash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let [(a, oa), (b, ob)] = &self.types;
+        let [(a, oa), (b, ob)] = &*self.types;
         if self.numbers_and_text {
             return write!(
                 f,
@@ -333,7 +333,7 @@ pub fn unify(
                         };
                         return Err(Clash {
                             column: f.name().clone(),
-                            types: [(t.clone(), with_numbers), (t, with_text)],
+                            types: Box::new([(t.clone(), with_numbers), (t, with_text)]),
                             numbers_and_text: true,
                         });
                     }
@@ -348,7 +348,7 @@ pub fn unify(
                     None => {
                         return Err(Clash {
                             column: name.clone(),
-                            types: [(have.clone(), first.clone()), (t, object.to_string())],
+                            types: Box::new([(have.clone(), first.clone()), (t, object.to_string())]),
                             numbers_and_text: false,
                         })
                     }
