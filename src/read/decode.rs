@@ -642,7 +642,7 @@ impl Decoder {
         };
         Err(InputError::bad(
             at(object, None, None, field.as_deref()),
-            format!("this field holds text on some lines and other JSON values (numbers, booleans) on others{remedy}"),
+            format!("this field holds values of more than one JSON type (text, numbers, booleans) on different lines{remedy}"),
         ))
     }
 

@@ -257,7 +257,14 @@ pub fn parse_column(values: &StringArray, d: &Declared, tz: Tz) -> Parsed {
 }
 
 fn parse_int(s: &str) -> Result<i64, String> {
-    s.trim().parse::<i64>().map_err(|_| format!("`{s}` is not an integer"))
+    let t = s.trim();
+    t.parse::<i64>().map_err(|_| {
+        let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+        match !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            true => format!("`{s}` is out of the range of int64"),
+            false => format!("`{s}` is not an integer"),
+        }
+    })
 }
 
 fn parse_bool(s: &str) -> Result<bool, String> {
@@ -845,6 +852,14 @@ mod tests {
             assert_eq!(e.line, Some(line), "{t:?}: {}", e.message);
             assert!(e.message.contains(&format!("`{shown}` after its closing")), "{t:?}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn integers_past_int64_are_out_of_range_not_unreadable() {
+        assert_eq!(parse_int(" -12 "), Ok(-12));
+        assert!(parse_int("9223372036854775808").unwrap_err().contains("out of the range of int64"));
+        assert!(parse_int("-99999999999999999999999").unwrap_err().contains("out of the range"));
+        assert!(parse_int("1e3").unwrap_err().contains("not an integer"));
     }
 
     #[test]

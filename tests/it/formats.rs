@@ -934,8 +934,13 @@ fn ndjson_text_and_numbers_are_told_apart_inside_objects_and_arrays() {
         let lake = text_objects(&[("a.ndjson", &body)]);
         let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
         assert_eq!(out.status.code(), Some(3), "{one}: {}", text(&out));
-        assert!(text(&out).contains("holds text on some lines"), "{one}: {}", text(&out));
+        assert!(text(&out).contains("more than one JSON type"), "{one}: {}", text(&out));
     }
+    // A boolean beside a number: no text, but still more than one type.
+    let lake = text_objects(&[("a.ndjson", "{\"k\": 1, \"v\": 1, \"t\": false}\n{\"k\": 2, \"v\": 1, \"t\": 1}\n")]);
+    let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("more than one JSON type"), "{}", text(&out));
 }
 
 /// Risk: a wall-clock (`timestamp_ntz`) version in the hour New York repeats on 2026-11-01.
