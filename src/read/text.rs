@@ -145,7 +145,7 @@ pub(crate) fn float_as_written(s: &str, v: f64, ty: &str) -> Result<(), NotAsWri
 /// whole number, or zero.
 fn whole_number(word: &str) -> Option<Option<i128>> {
     let digit = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
-    let (mantissa, exp) = match word.split_once('e') {
+    let (mantissa, exp) = match word.split_once(['e', 'E']) {
         Some((m, e)) => (m, Some(e)),
         None => (word, None),
     };
@@ -479,7 +479,7 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
                     && v.parse::<i64>().is_ok();
             }
             let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
-            inexact |= whole_number(&unsigned.to_ascii_lowercase()).is_some_and(|n| n.is_none_or(|n| n > 1 << 53));
+            inexact |= whole_number(unsigned).is_some_and(|n| n.is_none_or(|n| n > 1 << 53));
             if all_num && !all_int {
                 let int_part = unsigned.split(['.', 'e', 'E']).next().unwrap_or("");
                 all_num = !inexact
@@ -602,7 +602,7 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
         // The reader skips a byte-order mark before the first field.
         let rest = bytes.get(start as usize..).unwrap_or_default();
         let rest = if start == 0 { rest.strip_prefix(b"\xef\xbb\xbf").unwrap_or(rest) } else { rest };
-        if quote_left_open(rest, delimiter) {
+        if quotes(rest, delimiter).open {
             return Err(err_at(
                 row,
                 Some(line),
@@ -613,7 +613,7 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
         }
     }
     let bom = if bytes.starts_with(b"\xef\xbb\xbf") { 3 } else { 0 };
-    if let Some(at) = text_after_quote(&bytes[bom..], delimiter).map(|at| at + bom) {
+    if let Some(at) = quotes(&bytes[bom..], delimiter).text_after.map(|at| at + bom) {
         let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count() as u64;
         let shown = String::from_utf8_lossy(&bytes[at..bytes.len().min(at + 12)]).into_owned();
         let shown = shown.split(['\n', '\r']).next().unwrap_or_default().to_string();
@@ -632,11 +632,19 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
     Ok(TextRows { names, batches, lines })
 }
 
-/// Where text follows a closed quoted field (`"abc"def`, `"a\"b"`): the CSV reader would join
-/// it to the field's value, a guess at what the writer meant. Read as the reader reads quotes
-/// ([`quote_left_open`]).
-fn text_after_quote(text: &[u8], delimiter: u8) -> Option<usize> {
+/// How CSV text uses quotes, read as the CSV reader reads them: a `"` opens a quoted field only
+/// at the field's start, and `""` inside one is a quote.
+struct Quotes {
+    /// The text ends inside a quoted field.
+    open: bool,
+    /// Where text first follows a closed quoted field (`"abc"def`, `"a\"b"`): the reader would
+    /// join it to the field's value, a guess at what the writer meant.
+    text_after: Option<usize>,
+}
+
+fn quotes(text: &[u8], delimiter: u8) -> Quotes {
     let (mut quoted, mut closed, mut at_start, mut i) = (false, false, true, 0);
+    let mut text_after = None;
     while i < text.len() {
         let b = text[i];
         if quoted {
@@ -649,40 +657,17 @@ fn text_after_quote(text: &[u8], delimiter: u8) -> Option<usize> {
             }
         } else if b == delimiter || b == b'\n' || b == b'\r' {
             (at_start, closed) = (true, false);
-        } else if closed {
-            return Some(i);
         } else {
-            quoted = at_start && b == b'"';
-            at_start = false;
-        }
-        i += 1;
-    }
-    None
-}
-
-/// Whether CSV text ends inside a quoted field, read as the CSV reader reads it: a `"` opens a
-/// quoted field only at the field's start, and `""` inside one is a quote.
-fn quote_left_open(text: &[u8], delimiter: u8) -> bool {
-    let (mut quoted, mut at_start, mut i) = (false, true, 0);
-    while i < text.len() {
-        let b = text[i];
-        if quoted {
-            if b == b'"' {
-                if text.get(i + 1) == Some(&b'"') {
-                    i += 1;
-                } else {
-                    quoted = false;
-                }
+            if closed {
+                text_after = text_after.or(Some(i));
+                closed = false;
             }
-        } else if b == delimiter || b == b'\n' || b == b'\r' {
-            at_start = true;
-        } else {
             quoted = at_start && b == b'"';
             at_start = false;
         }
         i += 1;
     }
-    quoted
+    Quotes { open: quoted, text_after }
 }
 
 /// The line (1-based) of every non-blank line of NDJSON text: row `i` is on `lines[i]`.

@@ -146,18 +146,13 @@ fn windows_without_an_order_give_the_same_bytes_when_spilled() {
         Field::new("grp", DataType::Utf8, false),
         Field::new("x", DataType::Float64, false),
     ]));
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(150_000);
     let props =
         parquet::file::properties::WriterProperties::builder().set_max_row_group_row_count(Some(20_000)).build();
     for day in 1..=3i64 {
         for part in 0..3 {
-            let r: Vec<u64> = (0..50_000).map(|_| next()).collect();
+            let r: Vec<u64> = (0..50_000).map(|_| rng.random()).collect();
             let id = Int64Array::from_iter_values(r.iter().map(|v| day * 1_000_000 + (v % 100_000) as i64));
             let ver = Int64Array::from_iter_values((0..50_000).map(|i| part * 50_000 + i));
             let grp: StringArray =
