@@ -561,6 +561,14 @@ impl JobConfig {
             // A merge keeps each key under the date of its latest version, and stores rows without
             // the partition column (the path holds it): the date is where a key lives, not who it
             // is or how new.
+            if whole_record {
+                return Err(bad(
+                    "identity.key",
+                    "kind = \"merge\" needs named key columns: `[\"*\"]` (the whole record) holds the version and \
+                     the date too, so no row could ever replace or delete another"
+                        .into(),
+                ));
+            }
             if id.key.contains(column) {
                 return Err(bad(
                     "identity.key",
@@ -844,7 +852,7 @@ url = "out"
     }
 
     #[test]
-    fn a_merge_is_not_keyed_or_versioned_by_its_partition_column() {
+    fn a_merge_is_not_keyed_by_its_partition_column_or_the_whole_record() {
         let merge = |identity: &str| {
             format!(
                 "[job]\nname = \"t\"\nkind = \"merge\"\n[input]\nurl = \"in\"\nformat = \"parquet\"\n[identity]\n{identity}\n\
@@ -859,6 +867,9 @@ url = "out"
             let e = JobConfig::parse(&merge(identity), "t.toml").unwrap_err().to_string();
             assert!(e.contains(key) && e.contains("partition column `event_date`"), "{e}");
         }
+        // The whole record holds the date and the version: it failed every date at run time.
+        let e = JobConfig::parse(&merge("key = [\"*\"]\nversion = \"v\""), "t.toml").unwrap_err().to_string();
+        assert!(e.contains("identity.key") && e.contains("named key columns"), "{e}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{ConflictKey, Location, PartitionError};
 use crate::kind::{Context, Outcome};
+use crate::plan::PartitionPlan;
 use crate::prepare;
 
 /// A key's bytes, its text, and where it was found.
@@ -79,74 +80,125 @@ pub fn keep(cx: &Context<'_>, name: &str, hashes: Vec<u64>) -> Result<Hashes, cr
     Ok(Hashes::File(path))
 }
 
+/// A date of the range this run does not compute (skipped as unchanged, or held by another
+/// run): its keys, for [`check`].
+pub struct Guard {
+    pub plan: PartitionPlan,
+    pub hashes: Hashes,
+    pub types: KeyTypes,
+}
+
+/// The hashes and key types of each of `plans`, read from their input (`None`: unreadable, as
+/// a date whose computation failed, it guards nothing).
+pub async fn guards(cx: &Context<'_>, plans: &[PartitionPlan]) -> Vec<Guard> {
+    use futures::StreamExt;
+    futures::stream::iter(plans.iter().cloned())
+        .map(|plan| async move {
+            let estimate = match cx.flat {
+                Some(_) => 0,
+                None => crate::spill::estimate(cx.plan.decoder.format, &plan.inputs),
+            };
+            let _held = cx.spill.reserve(estimate).await;
+            let table = cx.table(&plan).await.ok()?;
+            let id = cx.identity(&table);
+            let types = KeyTypes::of(table.schema(), &id.key);
+            let hashes = tokio::task::spawn_blocking(move || prepare::all_key_hashes(&table, &id)).await.ok()?;
+            let hashes = keep(cx, &format!("{}.guard", plan.dir), hashes).ok()?;
+            Some(Guard { plan, hashes, types })
+        })
+        .buffer_unordered(cx.opts.concurrency.max(1))
+        .filter_map(|g| async move { g })
+        .collect()
+        .await
+}
+
 /// Fails every pair of computed partitions that share a key (`done`: each outcome with the
-/// sorted hashes of its keys and the types they were taken over, sorted by date).
+/// sorted hashes of its keys and the types they were taken over, sorted by date), and every
+/// computed partition that shares a key with one of the `guards` (which are not this run's to
+/// fail).
 ///
 /// Keys of different types give different bytes for what may be one key (`1001` as int32
 /// and as int64, or as int64 and as text), so such partitions cannot be compared: the dates
 /// whose key types differ from those of most dates (of the earliest date, on a tie) fail,
-/// and the rest are checked among themselves.
-pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes, KeyTypes)]) {
-    let mut ok: Vec<usize> = (0..done.len()).filter(|&i| done[i].0.result.is_ok()).collect();
-    if ok.len() < 2 {
+/// and the rest are checked among themselves. A guard typed otherwise than most dates fails
+/// every computed date: none of them can be checked against it.
+pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes, KeyTypes)], guards: &[Guard]) {
+    let n = done.len();
+    let computed: Vec<usize> = (0..n).filter(|&i| done[i].0.result.is_ok()).collect();
+    if computed.is_empty() || computed.len() + guards.len() < 2 {
         return;
     }
+    // Entries `0..n` are the computed dates, `n..` the guards.
+    let types = |i: usize| if i < n { &done[i].2 } else { &guards[i - n].types };
+    let plan = |i: usize| if i < n { &done[i].0.plan } else { &guards[i - n].plan };
+    let mut ok: Vec<usize> = computed.iter().copied().chain(n..n + guards.len()).collect();
+    ok.sort_by_key(|&i| plan(i).date);
     let mut groups: BTreeMap<&KeyTypes, (usize, usize)> = BTreeMap::new();
     for &i in &ok {
-        groups.entry(&done[i].2).or_insert((0, i)).0 += 1;
+        groups.entry(types(i)).or_insert((0, i)).0 += 1;
     }
+    let mut failed: Vec<(usize, PartitionError)> = Vec::new();
     if groups.len() > 1 {
         let (count, first) =
             groups.values().copied().max_by_key(|&(n, first)| (n, std::cmp::Reverse(first))).unwrap_or((0, 0));
-        let main = done[first].2.clone();
-        let date = done[first].0.plan.date;
-        for &i in &ok {
-            if let Some((column, here, there)) = done[i].2.differs(&main) {
-                done[i].0.result = Err(PartitionError::KeyTypesDiffer { column, here, there, date, others: count - 1 });
+        let main = types(first).clone();
+        let date = plan(first).date;
+        let guard_apart = ok.iter().find(|&&i| i >= n && types(i).differs(&main).is_some()).copied();
+        for &i in ok.iter().filter(|&&i| i < n) {
+            let error = match guard_apart {
+                // Here against the guard typed apart, or against the main types.
+                Some(g) => types(i).differs(types(g)).map(|(column, here, there)| (column, here, there, plan(g).date)),
+                None => None,
+            }
+            .or_else(|| types(i).differs(&main).map(|(column, here, there)| (column, here, there, date)));
+            if let Some((column, here, there, date)) = error {
+                failed.push((i, PartitionError::KeyTypesDiffer { column, here, there, date, others: count - 1 }));
             }
         }
-        ok.retain(|&i| done[i].0.result.is_ok());
+        ok.retain(|&i| types(i).differs(&main).is_none() && !failed.iter().any(|(f, _)| *f == i));
     }
-    if ok.len() < 2 {
-        return;
-    }
-    // Candidates: the hashes each partition shares with another.
-    let lists: Vec<&Hashes> = ok.iter().map(|&i| &done[i].1).collect();
-    let candidates: BTreeMap<usize, Vec<u64>> = shared_per_list(&lists).into_iter().map(|(j, h)| (ok[j], h)).collect();
-    if candidates.is_empty() {
-        return;
-    }
-    // Name the real keys (equal bytes), per partition.
-    let mut found: Vec<(usize, Vec<NamedKey>)> = Vec::new();
-    for (idx, hashes) in candidates {
-        if let Ok(table) = cx.table(&done[idx].0.plan).await {
-            let id = cx.identity(&table);
-            let keys = prepare::keys_with_hashes(&table, &id, &hashes);
-            found.push((idx, keys.into_iter().map(|(b, s, row)| (b, s, table.locate(row, None))).collect()));
+    if ok.iter().filter(|&&i| i < n).count() > 0 && ok.len() >= 2 {
+        // Candidates: the hashes each partition shares with another.
+        let lists: Vec<&Hashes> = ok.iter().map(|&i| if i < n { &done[i].1 } else { &guards[i - n].hashes }).collect();
+        let candidates: BTreeMap<usize, Vec<u64>> =
+            shared_per_list(&lists).into_iter().map(|(j, h)| (ok[j], h)).collect();
+        // Name the real keys (equal bytes), per partition.
+        let mut found: Vec<(usize, Vec<NamedKey>)> = Vec::new();
+        for (idx, hashes) in candidates {
+            if let Ok(table) = cx.table(plan(idx)).await {
+                let id = cx.identity(&table);
+                let keys = prepare::keys_with_hashes(&table, &id, &hashes);
+                found.push((idx, keys.into_iter().map(|(b, s, row)| (b, s, table.locate(row, None))).collect()));
+            }
+        }
+        let mut by_key: BTreeMap<Vec<u8>, Vec<(usize, String, Location)>> = BTreeMap::new();
+        for (idx, keys) in &found {
+            for (b, s, loc) in keys {
+                by_key.entry(b.clone()).or_default().push((*idx, s.clone(), loc.clone()));
+            }
+        }
+        let mut per_partition: BTreeMap<usize, Vec<ConflictKey>> = BTreeMap::new();
+        // A key under two dates, at least one of them computed: guards alone were committed
+        // by other runs.
+        for places in by_key.values().filter(|v| v.len() > 1 && v.iter().any(|(i, _, _)| *i < n)) {
+            let at: Vec<_> = places.iter().map(|(_, _, l)| l.clone()).collect();
+            for (idx, key, _) in places.iter().filter(|(i, _, _)| *i < n) {
+                per_partition.entry(*idx).or_default().push(ConflictKey {
+                    key: key.clone(),
+                    version: None,
+                    at: at.clone(),
+                });
+            }
+        }
+        for (idx, mut keys) in per_partition {
+            keys.sort_by(|a, b| a.key.cmp(&b.key));
+            let total = keys.len();
+            keys.truncate(5);
+            failed.push((idx, PartitionError::KeyUnderTwoDates { keys, total }));
         }
     }
-    let mut by_key: BTreeMap<Vec<u8>, Vec<(usize, String, Location)>> = BTreeMap::new();
-    for (idx, keys) in &found {
-        for (b, s, loc) in keys {
-            by_key.entry(b.clone()).or_default().push((*idx, s.clone(), loc.clone()));
-        }
-    }
-    let mut per_partition: BTreeMap<usize, Vec<ConflictKey>> = BTreeMap::new();
-    for places in by_key.values().filter(|v| v.len() > 1) {
-        let at: Vec<_> = places.iter().map(|(_, _, l)| l.clone()).collect();
-        for (idx, key, _) in places {
-            per_partition.entry(*idx).or_default().push(ConflictKey {
-                key: key.clone(),
-                version: None,
-                at: at.clone(),
-            });
-        }
-    }
-    for (idx, mut keys) in per_partition {
-        keys.sort_by(|a, b| a.key.cmp(&b.key));
-        let total = keys.len();
-        keys.truncate(5);
-        done[idx].0.result = Err(PartitionError::KeyUnderTwoDates { keys, total });
+    for (i, e) in failed {
+        done[i].0.result = Err(e);
     }
 }
 

@@ -53,6 +53,23 @@ pub fn from_days(days: i32) -> Option<NaiveDate> {
     NaiveDate::from_ymd_opt(1970, 1, 1)?.checked_add_signed(chrono::Duration::days(days as i64))
 }
 
+/// The first instant (Unix seconds) at which `tz`'s clock is no longer known exactly, if any:
+/// the time zone table (chrono-tz) lists daylight-saving changes up to 2099 and none after, so
+/// a zone that still changes its clocks then reads every later time as standard time (New
+/// York's 2100-07-02 00:30 would be 2100-07-01 23:30). Zones that no longer change their
+/// clocks (UTC, Tokyo) are exact at any time.
+pub fn zone_known_until(tz: Tz) -> Option<i64> {
+    use chrono::{Offset, TimeZone};
+    let offset = |m: u32| {
+        let t = NaiveDate::from_ymd_opt(2099, m, 15).and_then(|d| d.and_hms_opt(12, 0, 0)).unwrap_or_default();
+        tz.offset_from_utc_datetime(&t).fix().local_minus_utc()
+    };
+    let changes = (1..=12).any(|m| offset(m) != offset(1));
+    changes.then(|| {
+        NaiveDate::from_ymd_opt(2100, 1, 1).unwrap_or_default().and_time(Default::default()).and_utc().timestamp()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +92,14 @@ mod tests {
         assert_eq!(range(a, b).unwrap().len(), 7);
         assert!(range(b, a).is_err());
         assert_eq!(from_days(to_days(b)), Some(b));
+    }
+
+    #[test]
+    fn a_zone_that_changes_its_clocks_is_known_until_2100() {
+        let end = NaiveDate::from_ymd_opt(2100, 1, 1).unwrap().and_time(Default::default()).and_utc().timestamp();
+        assert_eq!(zone_known_until(chrono_tz::America::New_York), Some(end));
+        assert_eq!(zone_known_until(chrono_tz::Europe::London), Some(end));
+        assert_eq!(zone_known_until(chrono_tz::Asia::Tokyo), None);
+        assert_eq!(zone_known_until(chrono_tz::UTC), None);
     }
 }

@@ -230,7 +230,7 @@ fn suggest(column: &str, here: &str, there: &str) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum PartitionError {
     #[error(
-        "{total} conflicting key(s): one key and version with two different payloads; first {}: {}. \
+        "{total} conflicting key(s): one key and version (one key, in an immutable job) with two different payloads; first {}: {}. \
          Fix the source, or set `[prepare] on_conflict = \"quarantine\"` to set them aside",
         keys.len(), list(keys)
     )]

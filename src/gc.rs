@@ -10,8 +10,9 @@
 //!   take-over;
 //! - with [`GcOptions::quarantine_older_than`], quarantined rows written longer ago than that;
 //! - on a local folder, temporary files of interrupted writes (`<name>#<n>`, which the object
-//!   store API never lists) beside the paths lakeswap writes, once older than
-//!   [`lease::TEMP_FILE_AGE`];
+//!   store API never lists) beside the paths lakeswap writes, and the empty probe files a run
+//!   killed at start-up left (`.lakeswap-probe-…`, made to check that a folder is writable),
+//!   once older than [`lease::TEMP_FILE_AGE`];
 //! - tombstone and key-index objects of merged partitions that no committed footer names any
 //!   more, once older than that too.
 //!
@@ -100,6 +101,8 @@ enum Entry {
     AsideLease,
     /// A tombstone or key-index object of a partition folder.
     Sidecar(String),
+    /// An empty file a run made to check that the folder is writable.
+    Probe,
     /// Not a name lakeswap makes.
     NotMine,
 }
@@ -108,6 +111,7 @@ enum Entry {
 fn classify_data(rel: &str, column: &str) -> Entry {
     match rel.split('/').collect::<Vec<_>>().as_slice() {
         [dir, commit::PART_FILE] if is_partition_dir(dir, column) => Entry::Kept,
+        [name] if crate::store::is_probe_name(name) => Entry::Probe,
         _ => Entry::NotMine,
     }
 }
@@ -126,6 +130,7 @@ fn classify_state(rel: &str, column: &str) -> Entry {
         }
         ["runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Kept,
         ["table-schema"] | ["table.json"] => Entry::Kept,
+        [name] if crate::store::is_probe_name(name) => Entry::Probe,
         ["leases", name] if lease_name(name) => Entry::Lease,
         ["leases", name]
             if name
@@ -236,10 +241,16 @@ fn local_temp_files(at: &StoreLocation, parts: &[&str]) -> Vec<(std::path::PathB
 pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: &GcOptions) -> Result<GcReport> {
     let mut report = GcReport::default();
     let now = Utc::now();
-    // The table holds partition files only.
+    let old = |m: &ObjectMeta| (now - m.last_modified).to_std().unwrap_or_default() > lease::TEMP_FILE_AGE;
+    // The table holds partition files only (and, for a moment, a run's probe).
     for m in list_all(out).await? {
-        if classify_data(&out.relative(&m.location), column) == Entry::NotMine {
-            report.not_mine.push(out.display(&m.location));
+        match classify_data(&out.relative(&m.location), column) {
+            Entry::NotMine => report.not_mine.push(out.display(&m.location)),
+            Entry::Probe if old(&m) => {
+                delete(out, &m.location).await?;
+                report.temp_files_removed += 1;
+            }
+            _ => {}
         }
     }
     let pending = crate::journal::pending_staging(state).await?;
@@ -275,6 +286,12 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
                 report.expired_leases += 1;
             }
             Entry::Sidecar(dir) => sidecars.entry(dir).or_default().push(m),
+            Entry::Probe => {
+                if old(&m) {
+                    delete(state, &m.location).await?;
+                    report.temp_files_removed += 1;
+                }
+            }
             Entry::NotMine => report.not_mine.push(state.display(&m.location)),
         }
     }
@@ -311,8 +328,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             continue;
         }
         for m in objects {
-            let old = (now - m.last_modified).to_std().unwrap_or_default() > lease::TEMP_FILE_AGE;
-            if old && !named.contains(&state.relative(&m.location)) {
+            if old(&m) && !named.contains(&state.relative(&m.location)) {
                 delete(state, &m.location).await?;
                 report.sidecars_removed += 1;
             }
@@ -362,6 +378,11 @@ mod tests {
         assert_eq!(classify_data("event_date=2026-11-01/part-00000.parquet", c), Entry::Kept);
         for foreign in ["event_date=2026-11-01/backup.parquet", "_lakeswap/table-schema", staged, "notes.txt"] {
             assert_eq!(classify_data(foreign, c), Entry::NotMine, "{foreign}");
+        }
+        let probe = ".lakeswap-probe-4242-1764806400123456789-9f3a";
+        assert_eq!((classify_state(probe, c), classify_data(probe, c)), (Entry::Probe, Entry::Probe));
+        for foreign in [".lakeswap-probe-x", ".lakeswap-probe-1-2-zz", "staging/.lakeswap-probe-1-2-3a"] {
+            assert_eq!(classify_state(foreign, c), Entry::NotMine, "{foreign}");
         }
         assert_eq!(temp_base("part-00000.parquet#12"), Some("part-00000.parquet"));
         assert_eq!(temp_base("report#x"), None);

@@ -79,8 +79,8 @@ struct RunArgs {
     /// without dates merges every date its batch holds.
     #[arg(long, conflicts_with_all = ["from", "to", "retry_failed"])]
     date: Option<String>,
-    /// Re-run exactly the partitions that the run RUN_ID failed or did not get to (stopped),
-    /// from its journal (`status` lists the runs).
+    /// Re-run exactly the partitions that the run RUN_ID failed or did not get to (stopped, or
+    /// never reached by a run that was killed), from its journal (`status` lists the runs).
     #[arg(long, value_name = "RUN_ID", conflicts_with_all = ["from", "to"])]
     retry_failed: Option<String>,
     /// Take a deterministic share of the dates: I/N runs every N-th date of the range, from
@@ -373,7 +373,7 @@ async fn cmd_run(a: RunArgs, vars: &Vars) -> Result<ExitCode, Error> {
     // The file says `running` until the run ends: a reader never takes an older attempt's
     // summary (one killed with SIGKILL) for this one's.
     if let Some(path) = &a.summary_json {
-        std::fs::write(path, report::running_json())
+        std::fs::write(path, report::running_json(None))
             .map_err(|e| usage(format!("--summary-json {}: cannot write it: {e}", path.display())))?;
     }
     let summary_json = a.summary_json.clone();
@@ -460,7 +460,7 @@ async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Err
         return Ok(None);
     }
     let terminal = std::io::stderr().is_terminal() && a.log_format == LogFormat::Text;
-    let progress = Arc::new(Progress::new(n, terminal));
+    let progress = Arc::new(Progress::new(n, terminal, a.summary_json.clone()));
     opts.observer = progress.clone();
     // Listening until the process exits: a second signal exits at once at any point.
     on_signals(opts.stop.clone());
@@ -552,10 +552,12 @@ struct Progress {
     done: std::sync::atomic::AtomicUsize,
     rows: std::sync::atomic::AtomicU64,
     started: std::time::Instant,
+    /// `--summary-json`, given the run id as soon as there is one.
+    summary_json: Option<PathBuf>,
 }
 
 impl Progress {
-    fn new(partitions: u64, terminal: bool) -> Self {
+    fn new(partitions: u64, terminal: bool, summary_json: Option<PathBuf>) -> Self {
         let bar = if terminal && partitions > 1 {
             let pb = ProgressBar::new(partitions);
             pb.set_style(
@@ -566,7 +568,13 @@ impl Progress {
         } else {
             ProgressBar::hidden()
         };
-        Progress { bar, done: Default::default(), rows: Default::default(), started: std::time::Instant::now() }
+        Progress {
+            bar,
+            done: Default::default(),
+            rows: Default::default(),
+            started: std::time::Instant::now(),
+            summary_json,
+        }
     }
 
     fn finish(&self) {
@@ -587,6 +595,10 @@ impl run::Observer for Progress {
     fn event(&self, e: &run::Event<'_>) {
         match e {
             run::Event::Planned { run_id, partitions } => {
+                if let Some(path) = &self.summary_json {
+                    // Written once already at start: a failure now is not the run's to fail.
+                    let _ = std::fs::write(path, report::running_json(Some(run_id)));
+                }
                 self.bar.set_length(*partitions as u64);
                 tracing::info!(target: OUTCOME, record = "run", run_id = %run_id, partitions, "run started");
             }
@@ -699,8 +711,16 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
         .iter()
         .find(|j| j.run_id == run_id)
         .ok_or_else(|| usage(format!("no run {run_id} in {}/runs/ (lakeswap status lists the runs)", job.state.url)))?;
-    let failed: Vec<chrono::NaiveDate> =
+    let mut failed: Vec<chrono::NaiveDate> =
         j.partitions.iter().filter(|p| matches!(p.action, Action::Failed | Action::Stopped)).map(|p| p.date).collect();
+    // A run that never finished (killed, or still going): also every date it planned and did
+    // not report on. Leases keep a live run's dates its own.
+    if j.status != "finished" {
+        failed.extend(j.dates.iter().filter(|d| !j.partitions.iter().any(|p| p.date == **d)));
+        failed.sort();
+        failed.dedup();
+        eprintln!("run {run_id} did not finish: retrying {} date(s) it failed or did not get to", failed.len());
+    }
     if failed.is_empty() {
         eprintln!("run {run_id} failed no partition: nothing to retry");
     }

@@ -82,6 +82,9 @@ pub struct Plan {
     pub query_plan: Option<String>,
     /// The input columns the daily table's query reads.
     pub query_columns: Vec<String>,
+    /// Dates of the range this run does not compute — skipped as unchanged, or held by
+    /// another run — whose keys still take part in the check that no key is under two dates.
+    pub others: Vec<PartitionPlan>,
 }
 
 fn config_err(cfg: &JobConfig, key: &str, message: String) -> Error {
@@ -297,6 +300,7 @@ pub async fn plan(
         lookups,
         query_plan,
         query_columns: used,
+        others: Vec::new(),
     })
 }
 

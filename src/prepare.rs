@@ -267,12 +267,20 @@ pub(crate) fn key_bytes(chunks: &[Vec<ArrayRef>]) -> Result<KeyBytes<'_>, String
     rows.map(|r| KeyBytes::Rows(Chunked(r))).map_err(|e| e.to_string())
 }
 
-/// A float column with one zero and one NaN: the row format keeps the sign of zero and a NaN's
-/// bits apart, and `0.0` and `-0.0` are one key, as they are equal in SQL. Other columns as
-/// they are.
+/// A column with one zero and one NaN in its floats, also inside lists, structs, maps and
+/// dictionaries: the row format keeps the sign of zero and a NaN's bits apart, and `0.0` and
+/// `-0.0` are one key, as they are equal in SQL (`[0.0]` and `[-0.0]` one value). Other columns
+/// as they are.
 pub(crate) fn one_zero_one_nan(c: &ArrayRef) -> ArrayRef {
-    use arrow::datatypes::{Float32Type, Float64Type};
+    use arrow::array::{Array, FixedSizeListArray, LargeListArray, ListArray, MapArray, StructArray};
+    use arrow::datatypes::{Float16Type, Float32Type, Float64Type};
     match c.data_type() {
+        t if !holds_floats(t) => c.clone(),
+        DataType::Float16 => Arc::new(c.as_primitive::<Float16Type>().unary::<_, Float16Type>(|v| match v.to_f32() {
+            x if x.is_nan() => f16_of(f32::NAN),
+            0.0 => f16_of(0.0),
+            _ => v,
+        })),
         DataType::Float64 => Arc::new(c.as_primitive::<Float64Type>().unary::<_, Float64Type>(|v| {
             if v.is_nan() {
                 f64::NAN
@@ -287,7 +295,70 @@ pub(crate) fn one_zero_one_nan(c: &ArrayRef) -> ArrayRef {
                 v + 0.0
             }
         })),
+        DataType::List(f) => {
+            let l = c.as_list::<i32>();
+            Arc::new(ListArray::new(f.clone(), l.offsets().clone(), one_zero_one_nan(l.values()), l.nulls().cloned()))
+        }
+        DataType::LargeList(f) => {
+            let l = c.as_list::<i64>();
+            Arc::new(LargeListArray::new(
+                f.clone(),
+                l.offsets().clone(),
+                one_zero_one_nan(l.values()),
+                l.nulls().cloned(),
+            ))
+        }
+        DataType::FixedSizeList(f, n) => {
+            let l = c.as_fixed_size_list();
+            Arc::new(FixedSizeListArray::new(f.clone(), *n, one_zero_one_nan(l.values()), l.nulls().cloned()))
+        }
+        DataType::Struct(fields) => {
+            let s = c.as_struct();
+            Arc::new(StructArray::new(
+                fields.clone(),
+                s.columns().iter().map(one_zero_one_nan).collect(),
+                s.nulls().cloned(),
+            ))
+        }
+        DataType::Map(f, sorted) => {
+            let m = c.as_map();
+            let entries = one_zero_one_nan(&(Arc::new(m.entries().clone()) as ArrayRef));
+            Arc::new(MapArray::new(
+                f.clone(),
+                m.offsets().clone(),
+                entries.as_struct().clone(),
+                m.nulls().cloned(),
+                *sorted,
+            ))
+        }
+        DataType::Dictionary(..) => {
+            let d = c.as_any_dictionary();
+            d.with_values(one_zero_one_nan(d.values()))
+        }
+        // Views, run-end encoded arrays and unions: no reader of lakeswap's makes them.
         _ => c.clone(),
+    }
+}
+
+/// An `f32` as the half float type (arrow does not name it).
+fn f16_of(v: f32) -> <arrow::datatypes::Float16Type as arrow::datatypes::ArrowPrimitiveType>::Native {
+    <arrow::datatypes::Float16Type as arrow::datatypes::ArrowPrimitiveType>::Native::from_f32(v)
+}
+
+/// Whether a value of `t` holds a float, at its top or nested.
+pub(crate) fn holds_floats(t: &DataType) -> bool {
+    match t {
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => true,
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::Map(f, _) => holds_floats(f.data_type()),
+        DataType::Struct(fields) => fields.iter().any(|f| holds_floats(f.data_type())),
+        DataType::Dictionary(_, v) => holds_floats(v),
+        DataType::RunEndEncoded(_, v) => holds_floats(v.data_type()),
+        _ => false,
     }
 }
 
@@ -1095,6 +1166,17 @@ fn radix_sort(v: &mut Vec<u64>) {
         }
         std::mem::swap(v, &mut buf);
     }
+}
+
+/// The sorted hashes of every key of `table`, as a prepared date gives them: a date this run
+/// does not compute, for the check that no key is under two dates.
+pub fn all_key_hashes(table: &Table, id: &Identity) -> Vec<u64> {
+    let (Some(cols), hasher) = (table.columns(&id.key), key_hasher()) else { return Vec::new() };
+    let Ok(keys) = key_bytes(&cols) else { return Vec::new() };
+    let mut out: Vec<u64> = table.ids().map(|i| hasher.hash_one(keys.get(i))).collect();
+    radix_sort(&mut out);
+    out.dedup();
+    out
 }
 
 /// The rendered keys of `table` whose hash is in `hashes` (sorted), with the row where each

@@ -64,7 +64,7 @@ pub fn verify_table(s: &RunSummary) -> String {
 
 /// The partitions as an aligned text table.
 fn partitions(s: &RunSummary) -> String {
-    let merging = s.partitions.iter().any(|p| p.merge.is_some());
+    let merging = s.merge || s.partitions.iter().any(|p| p.merge.is_some());
     let head: Vec<&str> = if merging {
         vec![
             "partition",
@@ -189,9 +189,10 @@ pub fn refused_json(exit_code: ExitCode, error: &str, seconds: f64) -> String {
     .unwrap_or_default()
 }
 
-/// What `--summary-json` holds while the run goes: an older attempt's summary is gone.
-pub fn running_json() -> String {
-    serde_json::to_string_pretty(&serde_json::json!({ "run_id": null, "status": "running", "exit_code": null }))
+/// What `--summary-json` holds while the run goes: an older attempt's summary is gone. Its
+/// run id once the run has one, so a run killed on the way can be retried (`--retry-failed`).
+pub fn running_json(run_id: Option<&str>) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({ "run_id": run_id, "status": "running", "exit_code": null }))
         .unwrap_or_default()
 }
 
@@ -229,4 +230,39 @@ pub fn verify_json(s: &RunSummary) -> String {
         "partitions": s.partitions,
     }))
     .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merge_whose_partitions_all_failed_shows_a_merges_columns() {
+        let failed = PartitionReport {
+            date: chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
+            action: Action::Failed,
+            counts: Default::default(),
+            output_rows: 0,
+            merge: None,
+            seconds: 0.0,
+            spilled_bytes: 0,
+            error: Some("a conflict".into()),
+            exit_code: 3,
+        };
+        let summary = |merge: bool| RunSummary {
+            run_id: "r".into(),
+            partitions: vec![failed.clone()],
+            exit_code: ExitCode::DataContract,
+            seconds: 0.0,
+            journal_error: None,
+            merge,
+        };
+        let merged = table(&summary(true));
+        assert!(
+            merged.contains("inserted") && merged.contains("moved in") && !merged.contains("superseded"),
+            "{merged}"
+        );
+        let aggregated = table(&summary(false));
+        assert!(aggregated.contains("superseded") && !aggregated.contains("inserted"), "{aggregated}");
+    }
 }

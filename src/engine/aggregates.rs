@@ -9,6 +9,8 @@
 //!   them as SQL does.
 //! - **`count(DISTINCT x)` of text or bytes**, grouped, by [`distinct::DistinctBytes`]
 //!   instead of one ungrouped accumulator per group. Same counts, faster.
+//! - **`avg` of decimals rounded**, by [`mean::Rounded`] and [`mean::RoundedGroups`] around
+//!   DataFusion's, which cut the mean toward zero.
 //!
 //! Everything else is DataFusion's function, unchanged.
 
@@ -21,15 +23,17 @@ use datafusion::logical_expr::{
     Signature, StatisticsArgs,
 };
 
-use super::distinct;
+use super::{distinct, mean};
 
-/// Which grouped accumulator lakeswap chooses in place of DataFusion's.
+/// Which accumulator lakeswap chooses in place of DataFusion's.
 #[derive(Debug, PartialEq, Eq, Hash)]
 enum Grouped {
-    /// None for floats (`min`, `max`).
+    /// No grouped one for floats (`min`, `max`).
     NotForFloats,
     /// [`distinct::DistinctBytes`] for a distinct count of text or bytes (`count`).
     DistinctBytes,
+    /// DataFusion's, rounding a decimal mean (`avg`).
+    RoundsDecimals,
 }
 
 /// One of DataFusion's aggregate functions, with its grouped accumulator chosen by `grouped`.
@@ -40,6 +44,11 @@ struct Own {
 }
 
 impl Own {
+    /// Whether this call is a decimal mean that lakeswap rounds.
+    fn rounds(&self, args: &AccumulatorArgs) -> bool {
+        self.grouped == Grouped::RoundsDecimals && mean::rounds(args.return_type())
+    }
+
     /// Whether lakeswap's distinct count takes this call.
     fn distinct_bytes(&self, args: &AccumulatorArgs) -> bool {
         self.grouped == Grouped::DistinctBytes
@@ -49,12 +58,18 @@ impl Own {
     }
 }
 
-/// `min`, `max` and `count`, in place of DataFusion's.
-pub fn own() -> [AggregateUDF; 3] {
+/// `min`, `max`, `count` and `avg`, in place of DataFusion's.
+pub fn own() -> [AggregateUDF; 4] {
+    use datafusion::functions_aggregate::average::avg_udaf;
     use datafusion::functions_aggregate::count::count_udaf;
     use datafusion::functions_aggregate::min_max::{max_udaf, min_udaf};
-    [(min_udaf(), Grouped::NotForFloats), (max_udaf(), Grouped::NotForFloats), (count_udaf(), Grouped::DistinctBytes)]
-        .map(|(f, grouped)| AggregateUDF::new_from_impl(Own { inner: f.as_ref().clone(), grouped }))
+    [
+        (min_udaf(), Grouped::NotForFloats),
+        (max_udaf(), Grouped::NotForFloats),
+        (count_udaf(), Grouped::DistinctBytes),
+        (avg_udaf(), Grouped::RoundsDecimals),
+    ]
+    .map(|(f, grouped)| AggregateUDF::new_from_impl(Own { inner: f.as_ref().clone(), grouped }))
 }
 
 impl AggregateUDFImpl for Own {
@@ -77,7 +92,10 @@ impl AggregateUDFImpl for Own {
         self.inner.is_nullable()
     }
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        self.inner.accumulator(args)
+        match self.rounds(&args) {
+            true => Ok(Box::new(mean::Rounded::new(self.inner.accumulator(args.clone())?, args.return_type().clone()))),
+            false => self.inner.accumulator(args),
+        }
     }
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         self.inner.state_fields(args)
@@ -88,16 +106,29 @@ impl AggregateUDFImpl for Own {
                 !args.return_field.data_type().is_floating() && self.inner.groups_accumulator_supported(args)
             }
             Grouped::DistinctBytes => self.distinct_bytes(&args) || self.inner.groups_accumulator_supported(args),
+            Grouped::RoundsDecimals => self.inner.groups_accumulator_supported(args),
         }
     }
     fn create_groups_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
-        match self.distinct_bytes(&args) {
-            true => Ok(Box::new(distinct::DistinctBytes::new(args.expr_fields[0].data_type().clone()))),
+        if self.distinct_bytes(&args) {
+            return Ok(Box::new(distinct::DistinctBytes::new(args.expr_fields[0].data_type().clone())));
+        }
+        match self.rounds(&args) {
+            true => Ok(Box::new(mean::RoundedGroups::new(
+                self.inner.create_groups_accumulator(args.clone())?,
+                args.return_type().clone(),
+            ))),
             false => self.inner.create_groups_accumulator(args),
         }
     }
     fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        self.inner.create_sliding_accumulator(args)
+        match self.rounds(&args) {
+            true => Ok(Box::new(mean::Rounded::new(
+                self.inner.create_sliding_accumulator(args.clone())?,
+                args.return_type().clone(),
+            ))),
+            false => self.inner.create_sliding_accumulator(args),
+        }
     }
     fn order_sensitivity(&self) -> AggregateOrderSensitivity {
         self.inner.inner().order_sensitivity()

@@ -24,6 +24,7 @@ mod aggregates;
 mod distinct;
 mod floats;
 mod in_order;
+mod mean;
 mod sums;
 mod unlike;
 mod zones;
@@ -188,12 +189,30 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
              one of them in a subquery",
         );
     }
+    // An unknown function: the engine suggests the nearest name it finds first in a hash map,
+    // another on a tie from run to run (`md5`: `min` or `max`).
+    if let Some((head, _)) = msg.split_once("\nDid you mean '") {
+        let name = head.strip_prefix("Invalid function '").and_then(|r| r.strip_suffix("'.")).unwrap_or_default();
+        msg = match nearest_function(name) {
+            Some(f) => format!("{head} Did you mean '{f}'?"),
+            None => head.to_string(),
+        };
+    }
     if let Some(span) = e.diagnostic().and_then(|d| d.span) {
         if span.start.line > 0 && !msg.contains("Line:") {
             msg = format!("{msg} (at line {}, column {})", span.start.line, span.start.column);
         }
     }
     msg
+}
+
+/// The function of the engine's nearest to `name` by edit distance, the first in alphabetical
+/// order on a tie.
+fn nearest_function(name: &str) -> Option<String> {
+    let state = session(None).state();
+    let names = state.scalar_functions().keys().chain(state.aggregate_functions().keys());
+    let name = name.to_lowercase();
+    names.min_by_key(|f| (strsim::levenshtein(&f.to_lowercase(), &name), f.as_str())).cloned()
 }
 
 /// The columns a plan node's expressions can refer to: its inputs' schemas merged.
@@ -708,7 +727,7 @@ impl Batches {
 /// (`count(DISTINCT f)` counted both zeros, a NaN with its sign bit set made a second group
 /// and was the `min`).
 fn one_zero_one_nan(b: RecordBatch) -> Result<RecordBatch, DataFusionError> {
-    if !b.schema().fields().iter().any(|f| f.data_type().is_floating()) {
+    if !b.schema().fields().iter().any(|f| crate::prepare::holds_floats(f.data_type())) {
         return Ok(b);
     }
     let columns = b.columns().iter().map(crate::prepare::one_zero_one_nan).collect();

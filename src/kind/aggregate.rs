@@ -139,7 +139,11 @@ impl Kind for Aggregate {
             done.sort_by_key(|(o, _, _)| o.plan.date);
             // A key seen under two dates fails both partitions.
             if !cx.job.config.is_whole_record_key() {
-                crate::crossdate::check(cx, &mut done).await;
+                let guards = match done.iter().any(|(o, _, _)| o.result.is_ok()) {
+                    true => crate::crossdate::guards(cx, &cx.plan.others).await,
+                    false => Vec::new(),
+                };
+                crate::crossdate::check(cx, &mut done, &guards).await;
             }
             Computed { outcomes: done.into_iter().map(|(o, _, _)| o).collect(), moves: Vec::new() }
         })

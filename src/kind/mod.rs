@@ -136,7 +136,7 @@ impl Context<'_> {
         if cfg.is_whole_record_key() {
             id.key = table.schema().fields().iter().map(|f| f.name().clone()).collect();
         }
-        id.key_hashes = self.plan.partitions.len() > 1 && !cfg.is_whole_record_key();
+        id.key_hashes = self.plan.partitions.len() + self.plan.others.len() > 1 && !cfg.is_whole_record_key();
         id.threads = self.threads();
         id
     }

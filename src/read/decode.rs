@@ -829,9 +829,22 @@ impl Decoder {
                 let ints =
                     arrow::compute::cast(arr, &DataType::Int64).map_err(|e| InputError::bad(loc(0), e.to_string()))?;
                 let ints = ints.as_primitive::<arrow::datatypes::Int64Type>();
+                let known_until = dates::zone_known_until(self.tz);
                 let mut v = Vec::with_capacity(ints.len());
                 for i in 0..ints.len() {
                     let t = ints.value(i);
+                    if zone.is_some() && known_until.is_some_and(|u| t.div_euclid(per_second(*unit)) >= u) {
+                        return Err(InputError::bad(
+                            loc(i),
+                            format!(
+                                "{} is in 2100 or later, past the time zone table's daylight-saving changes for {} (they \
+                                 end in 2099): its date there cannot be known exactly",
+                                chrono::DateTime::from_timestamp(t.div_euclid(per_second(*unit)), 0)
+                                    .map_or(t.to_string(), |d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                                self.tz.name()
+                            ),
+                        ));
+                    }
                     let d = match zone {
                         // Wall-clock time: its own date.
                         None => Some(t.div_euclid(per_day) as i32),
@@ -1003,6 +1016,9 @@ pub fn row_group_dates(md: &ParquetMetaData, arrow: &Schema, source: &DateSource
     };
     let Ok(field) = arrow.field_with_name(name) else { return none };
     let ty = field.data_type().clone();
+    // Past the zone table's daylight-saving changes a date is not known: such a row group may
+    // hold any date, so it is read, and its rows refused.
+    let known_until = dates::zone_known_until(tz);
     md.row_groups()
         .iter()
         .map(|rg| {
@@ -1014,6 +1030,7 @@ pub fn row_group_dates(md: &ParquetMetaData, arrow: &Schema, source: &DateSource
                         let ps = per_second(*unit);
                         match zone {
                             None => Some(t.div_euclid(86_400 * ps) as i32),
+                            Some(_) if known_until.is_some_and(|u| t.div_euclid(ps) >= u) => None,
                             Some(_) => {
                                 tz.timestamp_opt(t.div_euclid(ps), 0).single().map(|dt| dates::to_days(dt.date_naive()))
                             }

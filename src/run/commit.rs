@@ -345,7 +345,14 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
         Ok(()) => (exit, None),
         Err(e) => (ExitCode::combine([exit, ExitCode::PartialFailure]), Some(e.to_string())),
     };
-    Ok(RunSummary { run_id, partitions: reports, exit_code, seconds: super::elapsed(started), journal_error })
+    Ok(RunSummary {
+        run_id,
+        partitions: reports,
+        exit_code,
+        seconds: super::elapsed(started),
+        journal_error,
+        merge: job.kind.name() == "merge",
+    })
 }
 
 /// `verify`: each recomputed file compared with the committed one; nothing written.
@@ -399,6 +406,7 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
         exit_code: exit,
         seconds: super::elapsed(held.started),
         journal_error: None,
+        merge: false,
     })
 }
 

@@ -102,6 +102,10 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
             false
         });
     }
+    // An aggregate's dates this run does not compute still guard their keys (no key under
+    // two dates of the range).
+    let guards = job.kind.output_from_input_alone() && !cfg.is_whole_record_key();
+    let mut others = Vec::new();
     for p in todo {
         let seen = match leases.acquire(&p.dir, &opts.stop).await {
             Ok(()) => commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await,
@@ -111,6 +115,9 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
             Ok(meta) => held.push(PartitionPlan { seen: Seen { meta }, ..p }),
             Err(e) => {
                 leases.release(&p.dir).await;
+                if guards && matches!(e, crate::error::PartitionError::Leased { .. }) {
+                    others.push(p.clone());
+                }
                 opts.observer.event(&Event::Passed { date: p.date, why: "refused" });
                 let r = report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e));
                 opts.observer.event(&Event::Done { report: &r });
@@ -145,11 +152,16 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
             let r = report(p.date, Action::Skipped, committed.counts, committed.output_rows, 0.0, None);
             opts.observer.event(&Event::Done { report: &r });
             reports.push(r);
+            if guards {
+                others.push(p);
+            }
         } else {
             todo.push(p);
         }
     }
     plan.partitions = todo;
+    // Nothing computed, nothing to guard.
+    plan.others = if plan.partitions.is_empty() { Vec::new() } else { others };
     let flat = read_input(job, &mut plan, flat).await;
     let spill = super::spill_area(job, opts, &run_id);
     Ok(Held {
@@ -205,12 +217,13 @@ async fn read_input(job: &Job, plan: &mut Plan, flat: Option<Arc<FlatInput>>) ->
     let flat = match flat {
         Some(f) => f,
         None => {
-            let dates: Vec<_> = plan.partitions.iter().map(|p| p.date).collect();
+            let mut dates: Vec<_> = plan.partitions.iter().chain(&plan.others).map(|p| p.date).collect();
+            dates.sort();
             Arc::new(read::read_flat(&job.input, &plan.decoder, &plan.objects, &dates).await)
         }
     };
     if job.config.input.format != crate::config::Format::Parquet {
-        for p in &mut plan.partitions {
+        for p in plan.partitions.iter_mut().chain(plan.others.iter_mut()) {
             p.inputs = flat.objects_of(p.date, &plan.objects, &job.input);
         }
     }

@@ -282,6 +282,8 @@ pub struct RunSummary {
     /// The run journal could not be written (the store went away): the partitions' reports
     /// still say what happened to each; the exit code is at least 1.
     pub journal_error: Option<String>,
+    /// A merge's run: its table shows a merge's counts, also when no partition got that far.
+    pub merge: bool,
 }
 
 impl RunSummary {

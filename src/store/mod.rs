@@ -279,6 +279,15 @@ fn probe_name() -> String {
     format!(".lakeswap-probe-{}-{nanos}-{:x}", std::process::id(), rand::random::<u32>())
 }
 
+/// Whether `name` is one [`probe_name`] makes: a file a run killed at start-up may leave, which
+/// `gc` removes.
+pub fn is_probe_name(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = name.strip_prefix(".lakeswap-probe-").map(|r| r.split('-').collect()).unwrap_or_default();
+    matches!(parts.as_slice(), [pid, nanos, r] if digits(pid) && digits(nanos)
+        && !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+}
+
 fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
     static STORES: OnceLock<Mutex<HashMap<String, Arc<InMemory>>>> = OnceLock::new();
     STORES.get_or_init(Default::default)

@@ -110,6 +110,48 @@ async fn a_key_under_two_dates_fails_both_partitions() {
     assert!(!lake.partition_file("2026-11-01").exists());
 }
 
+/// Risk: a date of the range that the run does not compute — skipped as unchanged, or held by
+/// another run — was left out of the check, so a late file putting its key under another date
+/// committed that date with the key counted twice (exit 0 with `--skip-unchanged`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_under_two_dates_is_caught_against_dates_the_run_does_not_compute() {
+    let lake = Lake::new();
+    let rows = vec![
+        order("a", 1, "2026-11-01", "USD", 100, "placed"),
+        order("x", 1, "2026-11-01", "USD", 100, "placed"),
+        order("y", 1, "2026-11-02", "USD", 100, "placed"),
+        order("z", 1, "2026-11-03", "USD", 100, "placed"),
+    ];
+    lake.write_hive(&rows, 1);
+    assert_eq!(run_range(&lake.config(), "2026-11-01", "2026-11-03").await.exit_code, ExitCode::Ok);
+    let before = lake.snapshot();
+    // A late file under the 2nd with key a, which the 1st holds.
+    let late = [order("a", 2, "2026-11-02", "USD", 100, "placed")];
+    write_parquet(&lake.input().join("event_date=2026-11-02/part-00001.parquet"), &batch(&late));
+    let s = run_with(&lake.config(), "2026-11-01", "2026-11-03", |o| o.skip_unchanged = true).await;
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Skipped, Action::Failed, Action::Skipped], "{}", lakeswap::report::table(&s));
+    assert_eq!(s.exit_code, ExitCode::DataContract);
+    let err = s.partitions[1].error.clone().unwrap();
+    assert!(
+        err.contains("seen under two dates") && err.contains("key a") && err.contains("event_date=2026-11-01"),
+        "{err}"
+    );
+    assert_eq!(lake.snapshot(), before, "nothing is written");
+    // The 1st held by a live run of another host: its input is read all the same.
+    let lease = serde_json::json!({"run_id": "20261204T000000.000Z-abcdef", "host": "elsewhere", "pid": 1,
+        "since": "2026-12-04T00:00:00Z", "expires": (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339()});
+    std::fs::create_dir_all(lake.state().join("leases")).unwrap();
+    std::fs::write(lake.state().join("leases/event_date=2026-11-01.json"), serde_json::to_vec(&lease).unwrap())
+        .unwrap();
+    let s = run_range(&lake.config(), "2026-11-01", "2026-11-03").await;
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Failed, Action::Failed, Action::Unchanged], "{}", lakeswap::report::table(&s));
+    assert!(s.partitions[0].error.as_deref().is_some_and(|e| e.contains("leased")), "{s:?}");
+    assert!(s.partitions[1].error.as_deref().is_some_and(|e| e.contains("seen under two dates")), "{s:?}");
+    assert_eq!(lake.snapshot(), before, "nothing is written");
+}
+
 /// Risk: every key of a date also under another (a re-exported day): the keys behind the
 /// matches were gathered by a scan of those gathered so far, quadratic in the shared keys (a
 /// run over two dates of 1 M shared keys did not end, nor stop on a signal).

@@ -674,6 +674,45 @@ fn one_zero_and_one_nan() {
     assert_eq!(["lo", "hi", "hi4", "hi3"].map(v), ["0.0", "NaN", "NaN", "1.0"]);
 }
 
+/// Risk: a zero's sign or a NaN's bits inside a list, a struct or a map told two rows apart:
+/// `[0.0]` and `[-0.0]` under one key and version were a conflict (exit 3), and two rows with
+/// a whole-record key (exit 0, both counted). At the top level they were already one value.
+#[test]
+fn a_zeros_sign_and_a_nans_bits_inside_nested_values_tell_no_row_apart() {
+    use arrow::array::Float64Builder;
+    use arrow::array::{ArrayRef, Float64Array, Int64Array, ListArray, MapBuilder, StringBuilder, StructArray};
+    use arrow::datatypes::{DataType, Field, Float64Type};
+    let list = ListArray::from_iter_primitive::<Float64Type, _, _>(
+        [0.0, -0.0, f64::NAN, -f64::NAN].map(|x| Some(vec![Some(1.5), Some(x)])),
+    );
+    let inner = Arc::new(Float64Array::from(vec![-0.0, 0.0, -f64::NAN, f64::NAN])) as ArrayRef;
+    let strukt = StructArray::from(vec![(Arc::new(Field::new("a", DataType::Float64, true)), inner)]);
+    let mut map = MapBuilder::new(None, StringBuilder::new(), Float64Builder::new());
+    for x in [0.0, -0.0, f64::NAN, -f64::NAN] {
+        map.keys().append_value("m");
+        map.values().append_value(x);
+        map.append(true).unwrap();
+    }
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from(vec![1, 1, 2, 2])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![1; 4])) as ArrayRef),
+        ("l", Arc::new(list) as ArrayRef),
+        ("s", Arc::new(strukt) as ArrayRef),
+        ("m", Arc::new(map.finish()) as ArrayRef),
+    ])
+    .unwrap();
+    let lake = one_object(&batch);
+    let whole = "[identity]\nkey = [\"*\"]\n\n[partition]\ncolumn = \"event_date\"";
+    let sql = "SELECT count(*) AS n, count(DISTINCT l) AS lists FROM events";
+    for identity in [KV, whole] {
+        let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+        assert!(out.status.success(), "{identity}: {}", text(&out));
+        let b = read_batch(&lake.partition_file("2026-11-01"));
+        let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+        assert_eq!(["n", "lists"].map(v), ["2", "2"], "{identity}");
+    }
+}
+
 /// Risk: an NDJSON field holding `1` on one line and `"1"` on another read as text, so the two
 /// are one key (the same lines in two objects are refused as types that do not unify).
 #[test]

@@ -264,11 +264,18 @@ fn a_retry_right_after_sigkill_on_the_same_host_runs_at_once() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(!leases(&lake).is_empty(), "the killed run left its leases");
+    // Its summary names it (it was `null` until the run ended), so it can be retried: every
+    // date it did not report on.
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(lake.dir.path().join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["status"], "running", "{s}");
+    let id = s["run_id"].as_str().unwrap_or_else(|| panic!("no run id: {s}")).to_string();
     let t = Instant::now();
-    let o = run(&lake, &lake.config(), &["--from", "2026-11-01", "--to", "2026-12-30"]);
+    let o = run(&lake, &lake.config(), &["--retry-failed", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(t.elapsed() < Duration::from_secs(60));
     assert!(leases(&lake).is_empty());
+    assert_eq!(committed(&lake), 60, "{}", stderr(&o));
     // The killed run's journal: status calls it dead, not running.
     let o = bin().args(["status", "--config", lake.config().to_str().unwrap()]).output().unwrap();
     let s = table_of(&o);

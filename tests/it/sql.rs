@@ -129,7 +129,7 @@ fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
         (serde_json::Value::Number(x), serde_json::Value::Number(y)) => {
             (x.as_f64().unwrap_or(f64::NAN) - y.as_f64().unwrap_or(f64::NAN)).abs() < 1e-6
         }
-        // An average: a decimal of scale 6 in DataFusion (truncated), a double in DuckDB.
+        // An average: a decimal of scale 6 in DataFusion (rounded), a double in DuckDB.
         (serde_json::Value::String(x), serde_json::Value::Number(y))
         | (serde_json::Value::Number(y), serde_json::Value::String(x)) => {
             x.parse::<f64>().is_ok_and(|x| (x - y.as_f64().unwrap_or(f64::NAN)).abs() < 2e-6)
@@ -195,6 +195,57 @@ fn random_query(rng: &mut impl Rng) -> String {
     }
     let having = if rng.random_bool(0.2) { " HAVING count(*) > 5" } else { "" };
     format!("SELECT {} FROM events GROUP BY {g}{having}", select.join(", "))
+}
+
+/// Risk: DataFusion cuts a decimal mean toward zero: the mean of 0.01, 0.00 and 0.01 was
+/// 0.006666 (a `decimal(16,6)`), where Spark and PostgreSQL round it to 0.006667. Rounded half
+/// away from zero, grouped or not, distinct, over a window and in the shorthand.
+#[test]
+fn a_decimal_mean_is_rounded_not_cut() {
+    let lake = Lake::new();
+    let rows = vec![
+        order("a", 1, "2026-11-01", "USD", 1, "placed"),
+        order("b", 1, "2026-11-01", "USD", 0, "placed"),
+        order("c", 1, "2026-11-01", "USD", 1, "placed"),
+        order("d", 1, "2026-11-01", "EUR", -1, "placed"),
+        order("e", 1, "2026-11-01", "EUR", 0, "placed"),
+        order("f", 1, "2026-11-01", "EUR", -1, "placed"),
+        order("g", 1, "2026-11-01", "EUR", -3, "placed"),
+    ];
+    lake.write_hive(&rows, 1);
+    let sql = "SELECT currency, avg(amount) AS a, avg(DISTINCT amount) AS ad, max(w) AS w, \
+               max(s) FILTER (WHERE order_id IN ('c', 'g')) AS s \
+               FROM (SELECT currency, order_id, amount, avg(amount) OVER (PARTITION BY currency) AS w, \
+               avg(amount) OVER (PARTITION BY currency ORDER BY order_id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s \
+               FROM events) GROUP BY currency";
+    let cfg = sql_config(&lake, &format!("sql = \"{sql}\""), "");
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let got = lakeswap_rows(&lake.partition_file("2026-11-01"));
+    let row = |c: &str| got.iter().find(|r| r["currency"] == c).unwrap().clone();
+    // USD: 0.02 / 3; distinct 0.01 / 2; the sliding window at c (a, b, c) 0.02 / 3.
+    let usd = row("USD");
+    assert_eq!(
+        [&usd["a"], &usd["ad"], &usd["w"], &usd["s"]].map(|v| v.as_str().unwrap()),
+        ["0.006667", "0.005000", "0.006667", "0.006667"]
+    );
+    // EUR: -0.05 / 4 = -0.0125; distinct -0.04 / 3 = -0.013333…; the sliding window at g
+    // (e, f, g) -0.04 / 3.
+    let eur = row("EUR");
+    assert_eq!(
+        [&eur["a"], &eur["ad"], &eur["w"], &eur["s"]].map(|v| v.as_str().unwrap()),
+        ["-0.012500", "-0.013333", "-0.012500", "-0.013333"]
+    );
+    // The shorthand's avg is the same function.
+    let cfg = sql_config(
+        &lake,
+        "group_by = [\"currency\"]\nmeasures = [{ name = \"a\", fn = \"avg\", column = \"amount\" }]",
+        "",
+    );
+    let o = run(&lake, &cfg, &["--date", "2026-11-01", "--schema-change", "rebuild"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let got = lakeswap_rows(&lake.partition_file("2026-11-01"));
+    assert_eq!(got.iter().find(|r| r["currency"] == "USD").unwrap()["a"], "0.006667");
 }
 
 #[test]
@@ -309,6 +360,8 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("SELECT currency, count(* FROM events GROUP BY currency", vec!["Line: 1"]),
         ("SELECT currency,\n       sum(amout) AS s\nFROM events GROUP BY currency", vec!["amout", "line 2"]),
         ("SELECT currency, frobnicate(amount) AS f FROM events GROUP BY currency", vec!["frobnicate"]),
+        // Two functions as near (`min`, `max`): the same one named on every run.
+        ("SELECT md5(status) AS h FROM events", vec!["md5", "Did you mean 'max'?"]),
         ("SELECT currency, sum(status) AS s FROM events GROUP BY currency", vec!["sum"]),
         ("SELECT currency, count(*) AS n FROM orders GROUP BY currency", vec!["orders"]),
         ("SELECT currency, count(*) AS n, random() AS r FROM events GROUP BY currency", vec!["random", "same bytes"]),
