@@ -252,6 +252,11 @@ impl Leases {
             if gone {
                 tracing::warn!(lease = %self.state.display(&path), run = current.as_ref().map(|c| c.run_id.as_str()).unwrap_or(""),
                     "taking over the lease of a run that died on this host");
+            } else if current.is_none() {
+                // At the lease's own path, but not a lease lakeswap can read: it would block the
+                // partition for ever. Said, since it is replaced.
+                tracing::warn!(lease = %self.state.display(&path),
+                    "replacing an object at this partition's lease path that is not a lakeswap lease");
             } else {
                 tracing::info!(lease = %self.state.display(&path), "taking over an expired lease");
             }

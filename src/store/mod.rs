@@ -279,7 +279,7 @@ fn probe_name() -> String {
     format!(".lakeswap-probe-{}-{nanos}-{:x}", std::process::id(), rand::random::<u32>())
 }
 
-/// Whether `name` is one [`probe_name`] makes: a file a run killed at start-up may leave, which
+/// Whether `name` is a name lakeswap gives a probe file: a file a run killed at start-up may leave, which
 /// `gc` removes.
 pub fn is_probe_name(name: &str) -> bool {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
