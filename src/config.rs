@@ -328,7 +328,15 @@ pub fn parse_duration(s: &str) -> Result<chrono::Duration, String> {
         "s" => chrono::Duration::try_seconds(n),
         _ => None,
     };
-    d.filter(|d| *d > chrono::Duration::zero()).ok_or_else(err)
+    let d = d.ok_or_else(err)?;
+    if d <= chrono::Duration::zero() {
+        return Err(format!("`{s}` is no time at all: a duration must be more than zero"));
+    }
+    // Taken from the clock (`now - d`), which must stay a time.
+    if d > chrono::Duration::days(100 * 366) {
+        return Err(format!("`{s}` is more than 100 years: write a shorter duration"));
+    }
+    Ok(d)
 }
 
 /// The whole job config, as written in TOML.
@@ -480,6 +488,16 @@ impl JobConfig {
         if self.input.delimiter.len() != 1 {
             return Err(bad("input.delimiter", "must be exactly one ASCII character".into()));
         }
+        if self.input.delimiter.chars().any(|c| c.is_ascii_control() && c != '\t' || c == '"') {
+            return Err(bad(
+                "input.delimiter",
+                "cannot be a line break, a quote or another control character (a tab is fine: \"\\t\")".into(),
+            ));
+        }
+        if self.input.format != Format::Csv && (self.input.delimiter != "," || !self.input.header) {
+            let key = if self.input.delimiter != "," { "input.delimiter" } else { "input.header" };
+            return Err(bad(key, format!("applies to CSV only; this input is {:?}", self.input.format).to_lowercase()));
+        }
         for (col, ty) in &self.input.schema {
             let d = crate::read::parse_type(ty).map_err(|m| bad(&format!("input.schema.{col}"), m))?;
             if *col == self.partition.column && d.ty != arrow::datatypes::DataType::Date32 {
@@ -498,6 +516,14 @@ impl JobConfig {
         let whole_record = id.key == ["*"];
         if id.key.iter().any(|k| k == "*") && !whole_record {
             return Err(bad("identity.key", "\"*\" (the whole record) stands alone".into()));
+        }
+        if whole_record && self.job.kind != JobKind::Merge && id.version.is_some() {
+            return Err(bad(
+                "identity.version",
+                "`key = [\"*\"]` makes the whole record the identity, version included: no row is another's older \
+                 version, so a version would order nothing. Name the key columns, or leave the version out"
+                    .into(),
+            ));
         }
         match (&id.version, id.immutable) {
             (Some(_), true) => {
@@ -870,6 +896,32 @@ url = "out"
         // The whole record holds the date and the version: it failed every date at run time.
         let e = JobConfig::parse(&merge("key = [\"*\"]\nversion = \"v\""), "t.toml").unwrap_err().to_string();
         assert!(e.contains("identity.key") && e.contains("named key columns"), "{e}");
+    }
+
+    #[test]
+    fn durations_are_more_than_zero_and_less_than_a_century() {
+        assert_eq!(parse_duration("30d").unwrap(), chrono::Duration::days(30));
+        assert!(parse_duration("0d").unwrap_err().contains("more than zero"));
+        // `now - d` overflowed the clock: a panic at run time.
+        assert!(parse_duration("100000000000d").unwrap_err().contains("100 years"));
+        assert!(parse_duration("9223372036854775807s").is_err());
+        assert!(parse_duration("30 days").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn csv_options_belong_to_csv_and_a_whole_record_key_has_no_version() {
+        let csv = BASE.replace("format = \"parquet\"", "format = \"csv\"");
+        for (text, key) in [
+            (BASE.replace("format = \"parquet\"", "format = \"parquet\"\ndelimiter = \";\""), "input.delimiter"),
+            (BASE.replace("format = \"parquet\"", "format = \"ndjson\"\nheader = false"), "input.header"),
+            (csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = \"\\n\""), "input.delimiter"),
+            (csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = '\"'"), "input.delimiter"),
+            (BASE.replace("key = [\"order_id\"]", "key = [\"*\"]"), "identity.version"),
+        ] {
+            let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
+            assert!(e.contains(key), "{text}\n{e}");
+        }
+        JobConfig::parse(&csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = \"\\t\""), "t.toml").unwrap();
     }
 
     #[test]

@@ -88,9 +88,12 @@ pub struct Guard {
     pub types: KeyTypes,
 }
 
-/// The hashes and key types of each of `plans`, read from their input (`None`: unreadable, as
-/// a date whose computation failed, it guards nothing).
-pub async fn guards(cx: &Context<'_>, plans: &[PartitionPlan]) -> Vec<Guard> {
+/// The hashes and key types of each of `plans`, read from their input; or why a date's could
+/// not be read (its date and the error).
+pub async fn guards(
+    cx: &Context<'_>,
+    plans: &[PartitionPlan],
+) -> Vec<Result<Guard, (chrono::NaiveDate, PartitionError)>> {
     use futures::StreamExt;
     futures::stream::iter(plans.iter().cloned())
         .map(|plan| async move {
@@ -99,15 +102,17 @@ pub async fn guards(cx: &Context<'_>, plans: &[PartitionPlan]) -> Vec<Guard> {
                 None => crate::spill::estimate(cx.plan.decoder.format, &plan.inputs),
             };
             let _held = cx.spill.reserve(estimate).await;
-            let table = cx.table(&plan).await.ok()?;
+            let date = plan.date;
+            let table = cx.table(&plan).await.map_err(|e| (date, e))?;
             let id = cx.identity(&table);
             let types = KeyTypes::of(table.schema(), &id.key);
-            let hashes = tokio::task::spawn_blocking(move || prepare::all_key_hashes(&table, &id)).await.ok()?;
-            let hashes = keep(cx, &format!("{}.guard", plan.dir), hashes).ok()?;
-            Some(Guard { plan, hashes, types })
+            let hashes = tokio::task::spawn_blocking(move || prepare::all_key_hashes(&table, &id))
+                .await
+                .map_err(|e| (date, PartitionError::Other(format!("the key pass failed: {e}"))))?;
+            let hashes = keep(cx, &format!("{}.guard", plan.dir), hashes).map_err(|e| (date, e))?;
+            Ok(Guard { plan, hashes, types })
         })
         .buffer_unordered(cx.opts.concurrency.max(1))
-        .filter_map(|g| async move { g })
         .collect()
         .await
 }
@@ -122,8 +127,21 @@ pub async fn guards(cx: &Context<'_>, plans: &[PartitionPlan]) -> Vec<Guard> {
 /// whose key types differ from those of most dates (of the earliest date, on a tie) fail,
 /// and the rest are checked among themselves. A guard typed otherwise than most dates fails
 /// every computed date: none of them can be checked against it.
-pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes, KeyTypes)], guards: &[Guard]) {
+pub async fn check(
+    cx: &Context<'_>,
+    done: &mut [(Outcome, Hashes, KeyTypes)],
+    guards: Vec<Result<Guard, (chrono::NaiveDate, PartitionError)>>,
+) {
     let n = done.len();
+    // A guard whose keys could not be read: no computed date can be shown free of its keys.
+    let (guards, unread): (Vec<_>, Vec<_>) = guards.into_iter().partition(Result::is_ok);
+    let guards: Vec<Guard> = guards.into_iter().flatten().collect();
+    if let Some(Err((date, e))) = unread.into_iter().min_by_key(|u| u.as_ref().err().map(|(d, _)| *d)) {
+        for (o, _, _) in done.iter_mut().filter(|(o, _, _)| o.result.is_ok()) {
+            o.result = Err(PartitionError::GuardUnread { date, reason: e.to_string(), exit: e.exit_code() });
+        }
+        return;
+    }
     let computed: Vec<usize> = (0..n).filter(|&i| done[i].0.result.is_ok()).collect();
     if computed.is_empty() || computed.len() + guards.len() < 2 {
         return;
@@ -147,11 +165,13 @@ pub async fn check(cx: &Context<'_>, done: &mut [(Outcome, Hashes, KeyTypes)], g
         for &i in ok.iter().filter(|&&i| i < n) {
             let error = match guard_apart {
                 // Here against the guard typed apart, or against the main types.
-                Some(g) => types(i).differs(types(g)).map(|(column, here, there)| (column, here, there, plan(g).date)),
+                Some(g) => types(i)
+                    .differs(types(g))
+                    .map(|(column, here, there)| (column, here, there, plan(g).date, groups[types(g)].0)),
                 None => None,
             }
-            .or_else(|| types(i).differs(&main).map(|(column, here, there)| (column, here, there, date)));
-            if let Some((column, here, there, date)) = error {
+            .or_else(|| types(i).differs(&main).map(|(column, here, there)| (column, here, there, date, count)));
+            if let Some((column, here, there, date, count)) = error {
                 failed.push((i, PartitionError::KeyTypesDiffer { column, here, there, date, others: count - 1 }));
             }
         }

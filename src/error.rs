@@ -323,6 +323,12 @@ pub enum PartitionError {
     #[error("spilling to {path} failed: {message}. The partition was not written; {}", spill_hint(message))]
     Spill { path: String, message: String },
 
+    #[error(
+        "the keys of {date}, which this run does not compute (skipped as unchanged, or held by another run), could \
+         not be read for the check that no key is under two dates: {reason}"
+    )]
+    GuardUnread { date: chrono::NaiveDate, reason: String, exit: ExitCode },
+
     #[error("{0}")]
     Other(String),
 }
@@ -341,6 +347,7 @@ impl PartitionError {
             | PartitionError::Query { .. }
             | PartitionError::Overflow { .. } => ExitCode::DataContract,
             PartitionError::Input(e) => e.exit_code(),
+            PartitionError::GuardUnread { exit, .. } => *exit,
             PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,
             PartitionError::Stopped { signal } => {
                 if *signal == "SIGINT" {

@@ -245,7 +245,9 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
     // The table holds partition files only (and, for a moment, a run's probe).
     for m in list_all(out).await? {
         match classify_data(&out.relative(&m.location), column) {
+            // A probe is empty: a file of that name with bytes in it is not one.
             Entry::NotMine => report.not_mine.push(out.display(&m.location)),
+            Entry::Probe if m.size > 0 => report.not_mine.push(out.display(&m.location)),
             Entry::Probe if old(&m) => {
                 delete(out, &m.location).await?;
                 report.temp_files_removed += 1;
@@ -286,6 +288,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
                 report.expired_leases += 1;
             }
             Entry::Sidecar(dir) => sidecars.entry(dir).or_default().push(m),
+            Entry::Probe if m.size > 0 => report.not_mine.push(state.display(&m.location)),
             Entry::Probe => {
                 if old(&m) {
                     delete(state, &m.location).await?;

@@ -176,7 +176,23 @@ pub async fn plan(
     let (record_schema, output_schema, query_plan, used) = match reference {
         None => (None, None, None, Vec::new()),
         Some((schema, name, dated)) => {
+            let own_column = schema.field_with_name(column).is_ok() || dated;
             decoder.date_source = if let Some(ts) = &cfg.partition.from_timestamp {
+                if own_column {
+                    // Dated by `ts`, the query's `event_date` would be the input's own column:
+                    // another date, or text.
+                    return Err(config_err(
+                        cfg,
+                        "partition.column",
+                        format!(
+                            "the input {} has a column `{column}` of its own, and with `from_timestamp = \"{ts}\"` the \
+                             partition dates come from `{ts}`: `{column}` in the query would be the input's column, not \
+                             the partition's date. Name the partition column otherwise (e.g. `column = \"{ts}_date\"`), \
+                             or drop `from_timestamp` to partition by `{column}`",
+                            input.url
+                        ),
+                    ));
+                }
                 DateSource::Timestamp(ts.clone())
             } else if schema.field_with_name(column).is_ok()
                 || dated

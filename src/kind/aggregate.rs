@@ -143,7 +143,7 @@ impl Kind for Aggregate {
                     true => crate::crossdate::guards(cx, &cx.plan.others).await,
                     false => Vec::new(),
                 };
-                crate::crossdate::check(cx, &mut done, &guards).await;
+                crate::crossdate::check(cx, &mut done, guards).await;
             }
             Computed { outcomes: done.into_iter().map(|(o, _, _)| o).collect(), moves: Vec::new() }
         })

@@ -829,22 +829,11 @@ impl Decoder {
                 let ints =
                     arrow::compute::cast(arr, &DataType::Int64).map_err(|e| InputError::bad(loc(0), e.to_string()))?;
                 let ints = ints.as_primitive::<arrow::datatypes::Int64Type>();
-                let known_until = dates::zone_known_until(self.tz);
+                // A local date from 2100 on, in a zone whose table ends in 2099: not known.
+                let unknown_from = dates::zone_known_until(self.tz).map(|u| (u / 86_400) as i32);
                 let mut v = Vec::with_capacity(ints.len());
                 for i in 0..ints.len() {
                     let t = ints.value(i);
-                    if zone.is_some() && known_until.is_some_and(|u| t.div_euclid(per_second(*unit)) >= u) {
-                        return Err(InputError::bad(
-                            loc(i),
-                            format!(
-                                "{} is in 2100 or later, past the time zone table's daylight-saving changes for {} (they \
-                                 end in 2099): its date there cannot be known exactly",
-                                chrono::DateTime::from_timestamp(t.div_euclid(per_second(*unit)), 0)
-                                    .map_or(t.to_string(), |d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
-                                self.tz.name()
-                            ),
-                        ));
-                    }
                     let d = match zone {
                         // Wall-clock time: its own date.
                         None => Some(t.div_euclid(per_day) as i32),
@@ -857,6 +846,18 @@ impl Decoder {
                                 .map(|dt| dates::to_days(dt.date_naive()))
                         }
                     };
+                    if zone.is_some() && d.zip(unknown_from).is_some_and(|(d, u)| d >= u) {
+                        return Err(InputError::bad(
+                            loc(i),
+                            format!(
+                                "{} is in 2100 or later, past the time zone table's daylight-saving changes for {} (they \
+                                 end in 2099): its date there cannot be known exactly",
+                                chrono::DateTime::from_timestamp(t.div_euclid(per_second(*unit)), 0)
+                                    .map_or(t.to_string(), |d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                                self.tz.name()
+                            ),
+                        ));
+                    }
                     v.push(d.ok_or_else(|| InputError::bad(loc(i), "timestamp out of range"))?);
                 }
                 Int32Array::from(v)
@@ -1016,8 +1017,8 @@ pub fn row_group_dates(md: &ParquetMetaData, arrow: &Schema, source: &DateSource
     };
     let Ok(field) = arrow.field_with_name(name) else { return none };
     let ty = field.data_type().clone();
-    // Past the zone table's daylight-saving changes a date is not known: such a row group may
-    // hold any date, so it is read, and its rows refused.
+    // Past the zone table's daylight-saving changes a date is known to a day: such a row group
+    // is read for those days, and its rows there refused.
     let known_until = dates::zone_known_until(tz);
     md.row_groups()
         .iter()
@@ -1026,17 +1027,21 @@ pub fn row_group_dates(md: &ParquetMetaData, arrow: &Schema, source: &DateSource
             match (stats, &ty) {
                 (Statistics::Int32(s), DataType::Date32) => Some((*s.min_opt()?, *s.max_opt()?)),
                 (Statistics::Int64(s), DataType::Timestamp(unit, zone)) => {
-                    let day = |t: i64| -> Option<i32> {
+                    // `by`: a day earlier for the least, later for the greatest, where the zone's
+                    // offset is not known (a zone's date is within a day of UTC's).
+                    let day = |t: i64, by: i32| -> Option<i32> {
                         let ps = per_second(*unit);
                         match zone {
                             None => Some(t.div_euclid(86_400 * ps) as i32),
-                            Some(_) if known_until.is_some_and(|u| t.div_euclid(ps) >= u) => None,
+                            Some(_) if known_until.is_some_and(|u| t.div_euclid(ps) >= u) => {
+                                Some(t.div_euclid(86_400 * ps) as i32 + by)
+                            }
                             Some(_) => {
                                 tz.timestamp_opt(t.div_euclid(ps), 0).single().map(|dt| dates::to_days(dt.date_naive()))
                             }
                         }
                     };
-                    Some((day(*s.min_opt()?)?, day(*s.max_opt()?)?))
+                    Some((day(*s.min_opt()?, -1)?, day(*s.max_opt()?, 1)?))
                 }
                 _ => None,
             }

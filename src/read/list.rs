@@ -184,15 +184,36 @@ fn percent_decode(s: &str) -> String {
 
 /// Whether one location (a store URL or a local path) lies inside the other or is the same.
 pub fn nested(a: &str, b: &str) -> bool {
+    /// A local path as the file system resolves it, whether or not it exists yet: each part
+    /// that exists with its links followed, `..` taken from there (`y/../in/t`, `link/t` where
+    /// `link` is `in`: both are `in/t`).
+    fn physical(p: &std::path::Path) -> std::path::PathBuf {
+        use std::path::Component;
+        let abs = match p.is_absolute() {
+            true => p.to_path_buf(),
+            false => std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf()),
+        };
+        let mut out = std::path::PathBuf::new();
+        for part in abs.components() {
+            match part {
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    out.pop();
+                }
+                other => {
+                    out.push(other);
+                    if let Ok(real) = std::fs::canonicalize(&out) {
+                        out = real;
+                    }
+                }
+            }
+        }
+        out
+    }
     fn norm(u: &str) -> Vec<String> {
         let (scheme, rest) = match u.split_once("://") {
             Some((s, r)) => (s.to_ascii_lowercase(), r.to_string()),
-            None => {
-                let p = std::path::Path::new(u);
-                let abs = std::fs::canonicalize(p)
-                    .unwrap_or_else(|_| std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf()));
-                ("file".to_string(), abs.display().to_string())
-            }
+            None => ("file".to_string(), physical(std::path::Path::new(u)).display().to_string()),
         };
         let scheme = match scheme.as_str() {
             "s3a" => "s3".to_string(),
@@ -221,6 +242,16 @@ mod tests {
         assert!(!nested("s3://b/lake", "gs://b/lake"));
         assert!(nested("/tmp/x/in", "/tmp/x/in/out"));
         assert!(!nested("/tmp/x/in", "/tmp/x/out"));
+        // Paths not made yet, through `..` and a link: where the file system puts them.
+        let dir = tempfile::tempdir().unwrap();
+        let (input, link) = (dir.path().join("in"), dir.path().join("link"));
+        std::fs::create_dir(&input).unwrap();
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let at = |p: &str| dir.path().join(p).display().to_string();
+        assert!(nested(&at("in"), &at("y/../in/tbl")));
+        assert!(nested(&at("in"), &at("link/tbl")));
+        assert!(!nested(&at("in"), &at("./in/../out")));
+        assert!(!nested(&at("in"), &at("link/../out")));
     }
 
     #[test]

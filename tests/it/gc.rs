@@ -148,22 +148,25 @@ async fn gc_touches_only_what_lakeswap_wrote(kind: crate::common::backends::Kind
         }
     }
     // A run killed while it checked a folder is writable leaves an empty probe: removed once
-    // old, kept while a starting run may still hold it; lakeswap's either way.
+    // old, kept while a starting run may still hold it; lakeswap's either way. A file of that
+    // name with bytes in it is not a probe.
     let mut probes = Vec::new();
     if kind == Kind::Local {
-        for (at, age) in [("out", 3600), (STATE, 3600), ("out", 0)] {
-            let p = std::path::PathBuf::from(b.url(at)).join(format!(".lakeswap-probe-77-1764806400{age}-9f3a"));
-            put(&p, b"");
+        for (at, age, body) in [("out", 3600, ""), (STATE, 3600, ""), ("out", 0, ""), ("out", 3600, "data")] {
+            let name = format!(".lakeswap-probe-77-1764806400{age}{}-9f3a", body.len());
+            let p = std::path::PathBuf::from(b.url(at)).join(name);
+            put(&p, body.as_bytes());
             let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
             std::fs::File::options().write(true).open(&p).unwrap().set_modified(then).unwrap();
-            probes.push((p, age > 0));
+            probes.push((p, age > 0 && body.is_empty(), !body.is_empty()));
         }
     }
     let job = b.job();
     let r = lakeswap::gc::gc(&job.output, &job.state, "event_date", &Default::default()).await.unwrap();
-    for (p, old) in &probes {
-        assert_eq!(p.exists(), !old, "{}: {r:?}", p.display());
-        assert!(!r.not_mine.iter().any(|n| n.contains(".lakeswap-probe")), "{:?}", r.not_mine);
+    for (p, removed, foreign) in &probes {
+        assert_eq!(p.exists(), !removed, "{}: {r:?}", p.display());
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        assert_eq!(r.not_mine.iter().any(|n| n.ends_with(&name)), *foreign, "{name}: {:?}", r.not_mine);
     }
     if kind == Kind::Local {
         assert_eq!(r.temp_files_removed, 2, "{r:?}");
