@@ -266,6 +266,20 @@ async fn dates_from_timestamps_follow_the_time_zone_across_dst() {
     std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("Europe/Berlin", "Asia/Tokyo")).unwrap();
     let s = run_range(&cfg, "2100-07-02", "2100-07-02").await;
     assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    // An input column named like the partition column beside `from_timestamp`: the query's
+    // `event_date` would be that column, not the partition's date. Refused before anything runs.
+    let b = RecordBatch::try_from_iter([
+        ("order_id", Arc::new(StringArray::from(vec!["f"])) as arrow::array::ArrayRef),
+        ("updated_at", Arc::new(TimestampMicrosecondArray::from(vec![0]).with_timezone("UTC"))),
+        ("currency", Arc::new(StringArray::from(vec!["EUR"]))),
+        ("event_date", Arc::new(arrow::array::Date32Array::from(vec![20_000]))),
+    ])
+    .unwrap();
+    write_parquet(&lake.input().join("events.parquet"), &b);
+    let opts = RunOptions { dates: Some(vec![d("1970-01-01")]), ..Default::default() };
+    let e = run::run(&Job::load(&cfg).unwrap(), &opts).await.unwrap_err();
+    assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+    assert!(e.to_string().contains("partition.column") && e.to_string().contains("of its own"), "{e}");
     // `today` and `yesterday` are taken in the job's zone too.
     let today = chrono::Utc::now().with_timezone(&chrono_tz::Pacific::Kiritimati).date_naive();
     assert_eq!(lakeswap::dates::resolve("today", chrono_tz::Pacific::Kiritimati).unwrap(), today);
