@@ -561,6 +561,33 @@ impl JobConfig {
                     .into(),
             ));
         }
+        // CSV has no empty text: an empty field, quoted or not, reads as null, and null matches
+        // nothing.
+        let empty_text = |v: &toml::Value| v.as_str().is_some_and(|s| s.trim().is_empty());
+        if self.input.format == Format::Csv {
+            if id.deleted.as_ref().is_some_and(|d| empty_text(&d.equals)) {
+                return Err(bad(
+                    "identity.deleted.equals",
+                    "a CSV reads an empty field (and `\"\"`) as null, which matches nothing: no row would be a \
+                     delete. Name the value a delete holds"
+                        .into(),
+                ));
+            }
+            let measures = self.aggregate.iter().flat_map(|a| a.measures.iter().enumerate());
+            for (i, m) in measures {
+                if let Some(Where::Values(cols)) = &m.filter {
+                    if let Some((col, _)) = cols.iter().find(|(_, v)| v.values().iter().any(empty_text)) {
+                        return Err(bad(
+                            &format!("aggregate.measures[{i}].where.{col}"),
+                            format!(
+                                "a CSV reads an empty field (and `\"\"`) as null, which no value matches: write \
+                                 `where = \"{col} IS NULL\"`"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
         if id.deleted.is_some() && id.version.is_none() {
             return Err(bad("identity.deleted", "tombstones need a `version` column to order them".into()));
         }
@@ -917,6 +944,15 @@ url = "out"
             (csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = \"\\n\""), "input.delimiter"),
             (csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = '\"'"), "input.delimiter"),
             (BASE.replace("key = [\"order_id\"]", "key = [\"*\"]"), "identity.version"),
+            // An empty CSV field is null: `""` would match nothing.
+            (csv.replace("status = [\"placed\"]", "status = [\"\"]"), "aggregate.measures[1].where.status"),
+            (
+                csv.replace(
+                    "version = \"source_version\"",
+                    "version = \"v\"\ndeleted = { column = \"op\", equals = \"\" }",
+                ),
+                "identity.deleted.equals",
+            ),
         ] {
             let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
             assert!(e.contains(key), "{text}\n{e}");
