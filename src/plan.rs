@@ -570,9 +570,11 @@ async fn reference_schema(decoder: &Decoder, input: &StoreLocation, first: &Obje
     let name = input.display(&first.location);
     let bad = |m: String| Error::Input(InputError::bad(Location::object(name.clone()), m));
     if decoder.format == Format::Parquet {
-        let md = read::parquet_footer(input.store.as_ref(), first)
-            .await
-            .map_err(|m| bad(format!("not a readable Parquet file: {m}")))?;
+        // A store that failed is worth a retry (exit 1); bytes that are not Parquet are not (3).
+        let md = read::parquet_footer(input.store.as_ref(), first).await.map_err(|e| match e {
+            read::FooterError::Store(e) => Error::store("cannot read", &name, e),
+            read::FooterError::Bad(m) => bad(format!("not a readable Parquet file: {m}")),
+        })?;
         let s = read::footer_schema(&md).map_err(bad)?;
         return Ok(Arc::new(s));
     }

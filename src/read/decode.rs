@@ -1049,28 +1049,47 @@ pub fn row_group_dates(md: &ParquetMetaData, arrow: &Schema, source: &DateSource
         .collect()
 }
 
+/// Why a Parquet footer could not be read: the store failed (worth a retry), or the bytes are
+/// not Parquet (bad input).
+#[derive(Debug)]
+pub enum FooterError {
+    Store(object_store::Error),
+    Bad(String),
+}
+
+impl std::fmt::Display for FooterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FooterError::Store(e) => write!(f, "{e}"),
+            FooterError::Bad(m) => f.write_str(m),
+        }
+    }
+}
+
 /// Reads a Parquet footer from the end of an object (a few ranged reads), without its data.
 pub async fn parquet_footer(
     store: &dyn object_store::ObjectStore,
     meta: &object_store::ObjectMeta,
-) -> Result<ParquetMetaData, String> {
+) -> Result<ParquetMetaData, FooterError> {
     use object_store::ObjectStoreExt;
+    let bad = |m: String| FooterError::Bad(m);
     let size = meta.size;
     if size < 12 {
-        return Err(format!("the object is too small to be Parquet ({size} bytes)"));
+        return Err(bad(format!("the object is too small to be Parquet ({size} bytes)")));
     }
     let tail_len = size.min(64 * 1024);
-    let tail = store.get_range(&meta.location, size - tail_len..size).await.map_err(|e| e.to_string())?;
+    let tail = store.get_range(&meta.location, size - tail_len..size).await.map_err(FooterError::Store)?;
     let end = tail.len() - 8;
-    let footer = parquet::file::metadata::FooterTail::try_from(&tail[end..]).map_err(|e| e.to_string())?;
+    let footer = parquet::file::metadata::FooterTail::try_from(&tail[end..]).map_err(|e| bad(e.to_string()))?;
     let len = footer.metadata_length();
     let raw = if len <= end {
         tail.slice(end - len..end)
     } else {
-        let start = (size - 8).checked_sub(len as u64).ok_or("the footer is longer than the object")?;
-        store.get_range(&meta.location, start..size - 8).await.map_err(|e| e.to_string())?
+        let start =
+            (size - 8).checked_sub(len as u64).ok_or_else(|| bad("the footer is longer than the object".into()))?;
+        store.get_range(&meta.location, start..size - 8).await.map_err(FooterError::Store)?
     };
-    parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&raw).map_err(|e| e.to_string())
+    parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&raw).map_err(|e| bad(e.to_string()))
 }
 
 /// The arrow schema of a Parquet footer.

@@ -26,7 +26,7 @@ pub mod text;
 pub mod unify;
 pub use decode::{
     footer_schema, in_name_order, parquet_footer, row_group_dates, tombstone_missing, DateSource, Decoded, Decoder,
-    Tombstone,
+    FooterError, Tombstone,
 };
 pub use text::{parse_type, per_second, Declared};
 

@@ -364,3 +364,25 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     assert!(text(&o).contains(" differs "), "{}", text(&o));
     assert!(text(&o).contains("verify: 0 verified, 1 differ, 0 failed in"), "{}", text(&o));
 }
+
+/// Risk: a store that fails while the run's plan reads a Parquet footer (a timeout, an EIO)
+/// was taken for a file that is not Parquet: exit 3, which schedulers do not retry. Whichever
+/// call fails, the run exits 1 (worth a retry), never 3.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_failing_while_the_plan_reads_footers_is_worth_a_retry() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(116, 1, 40), 2);
+    let opts = RunOptions { dates: Some(vec![d("2026-11-01")]), ..Default::default() };
+    let mut failed = 0;
+    for i in 0..8 {
+        let mut job = Job::load(&lake.config()).unwrap();
+        job.input.store = FaultStore::new(job.input.store.clone(), Mode::FailAt(i));
+        let code = match run::run(&job, &opts).await {
+            Ok(s) => s.exit_code,
+            Err(e) => e.exit_code(),
+        };
+        assert!(matches!(code, ExitCode::Ok | ExitCode::PartialFailure), "call {i}: {code:?}");
+        failed += usize::from(code == ExitCode::PartialFailure);
+    }
+    assert!(failed > 0, "no call failed the run");
+}
