@@ -46,41 +46,71 @@ fn widened(values: &ArrayRef) -> Result<Decimal256Array> {
 /// away from zero; null where the count is 0 or the sum null. A mean past `out`'s precision is
 /// an error, as DataFusion's is.
 fn means(counts: &UInt64Array, sums: &ArrayRef, out: &DataType) -> Result<ArrayRef> {
-    let (precision, scale) = parts(out);
+    let (_, scale) = parts(out);
     let sums = widened(sums)?;
-    let shift = scale - sums.scale();
-    if shift < 0 {
-        return exec_err!("avg of scale {} to a mean of scale {scale}", sums.scale());
-    }
-    let up = arrow::array::ArrowNativeTypeOp::pow_wrapping(i256::from_i128(10), shift as u32);
-    let overflow = || exec_err!("avg overflows its type {out}");
     let mut rows = Vec::with_capacity(counts.len());
     for (count, sum) in counts.iter().zip(sums.iter()) {
-        let (Some(count), Some(sum)) = (count.filter(|&c| c > 0), sum) else {
-            rows.push(None);
-            continue;
-        };
-        let count = i256::from_i128(i128::from(count));
-        let Some(value) = sum.checked_mul(up) else { return overflow() };
-        let (quotient, rest) = (value.wrapping_div(count), value.wrapping_rem(count));
-        let mean = match rest.wrapping_abs().wrapping_mul(i256::from_i128(2)) >= count {
-            true if value < i256::ZERO => quotient.wrapping_sub(i256::ONE),
-            true => quotient.wrapping_add(i256::ONE),
-            false => quotient,
-        };
-        if Decimal256Type::validate_decimal_precision(mean, precision, scale).is_err() {
-            return overflow();
-        }
-        rows.push(Some(mean));
+        rows.push(match (count.filter(|&c| c > 0), sum) {
+            (Some(count), Some(sum)) => Some(mean(sum, sums.scale(), count, out)?),
+            _ => None,
+        });
     }
     let wide = Decimal256Array::from(rows).with_precision_and_scale(DECIMAL256_MAX_PRECISION, scale)?;
     Ok(cast_with_options(&wide, out, &CastOptions { safe: false, ..Default::default() })?)
 }
 
-/// A mean from an accumulator's state: `[count, sum]`, or `[distinct values]`.
+/// `sum` (of scale `sum_scale`) over `count` (more than 0), in `out`, rounded half away from
+/// zero; past `out`'s precision an error, as DataFusion's is.
+fn mean(sum: i256, sum_scale: i8, count: u64, out: &DataType) -> Result<i256> {
+    let (precision, scale) = parts(out);
+    let Ok(shift) = u32::try_from(scale - sum_scale) else {
+        return exec_err!("avg of scale {sum_scale} to a mean of scale {scale}");
+    };
+    let up = arrow::array::ArrowNativeTypeOp::pow_wrapping(i256::from_i128(10), shift);
+    let count = i256::from_i128(i128::from(count));
+    let overflow = || exec_err!("avg overflows its type {out}");
+    let Some(value) = sum.checked_mul(up) else { return overflow() };
+    let (quotient, rest) = (value.wrapping_div(count), value.wrapping_rem(count));
+    let mean = match rest.wrapping_abs().wrapping_mul(i256::from_i128(2)) >= count {
+        true if value < i256::ZERO => quotient.wrapping_sub(i256::ONE),
+        true => quotient.wrapping_add(i256::ONE),
+        false => quotient,
+    };
+    match Decimal256Type::validate_decimal_precision(mean, precision, scale) {
+        Ok(()) => Ok(mean),
+        Err(_) => overflow(),
+    }
+}
+
+/// A decimal scalar's value, widened, and its scale (`None`: null or not a decimal).
+fn decimal(v: &ScalarValue) -> Option<(i256, i8)> {
+    match v {
+        ScalarValue::Decimal32(Some(x), _, s) => Some((i256::from_i128(i128::from(*x)), *s)),
+        ScalarValue::Decimal64(Some(x), _, s) => Some((i256::from_i128(i128::from(*x)), *s)),
+        ScalarValue::Decimal128(Some(x), _, s) => Some((i256::from_i128(*x), *s)),
+        ScalarValue::Decimal256(Some(x), _, s) => Some((*x, *s)),
+        _ => None,
+    }
+}
+
+/// A mean from an accumulator's state: `[count, sum]`, or `[distinct values]`. The first is
+/// taken at every row of a window: computed on the scalars, with no arrays.
 fn mean_of_state(state: &[ScalarValue], out: &DataType) -> Result<ScalarValue> {
+    if let [ScalarValue::UInt64(count), sum] = state {
+        let (p, s) = parts(out);
+        let m = match (count.filter(|&c| c > 0), decimal(sum)) {
+            (Some(count), Some((sum, scale))) => Some(mean(sum, scale, count, out)?),
+            _ => None,
+        };
+        // Within `out`'s precision (checked), so it fits `out`'s width.
+        return Ok(match out {
+            DataType::Decimal32(..) => ScalarValue::Decimal32(m.map(|m| m.as_i128() as i32), p, s),
+            DataType::Decimal64(..) => ScalarValue::Decimal64(m.map(|m| m.as_i128() as i64), p, s),
+            DataType::Decimal128(..) => ScalarValue::Decimal128(m.map(|m| m.as_i128()), p, s),
+            _ => ScalarValue::Decimal256(m, p, s),
+        });
+    }
     let (counts, sums) = match state {
-        [count, sum] => (count.to_array()?.as_primitive().clone(), sum.to_array()?),
         [ScalarValue::List(list)] => {
             let values = widened(&list.value(0))?;
             let count = (values.len() - values.null_count()) as u64;
