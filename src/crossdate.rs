@@ -184,12 +184,27 @@ pub async fn check(
             shared_per_list(&lists).into_iter().map(|(j, h)| (ok[j], h)).collect();
         // Name the real keys (equal bytes), per partition.
         let mut found: Vec<(usize, Vec<NamedKey>)> = Vec::new();
-        for (idx, hashes) in candidates {
-            if let Ok(table) = cx.table(plan(idx)).await {
-                let id = cx.identity(&table);
-                let keys = prepare::keys_with_hashes(&table, &id, &hashes);
-                found.push((idx, keys.into_iter().map(|(b, s, row)| (b, s, table.locate(row, None))).collect()));
+        // A candidate that cannot be read again leaves its shared hashes unexplained: every
+        // computed candidate fails rather than pass a key that may be under two dates.
+        let mut unread: Option<(chrono::NaiveDate, String, crate::ExitCode)> = None;
+        for (&idx, hashes) in &candidates {
+            match cx.table(plan(idx)).await {
+                Ok(table) => {
+                    let id = cx.identity(&table);
+                    let keys = prepare::keys_with_hashes(&table, &id, hashes);
+                    found.push((idx, keys.into_iter().map(|(b, s, row)| (b, s, table.locate(row, None))).collect()));
+                }
+                Err(e) => {
+                    unread.get_or_insert((plan(idx).date, e.to_string(), e.exit_code()));
+                }
             }
+        }
+        if let Some((date, reason, exit)) = unread {
+            for &idx in candidates.keys().filter(|&&i| i < n) {
+                let (reason, exit) = (reason.clone(), exit);
+                failed.push((idx, PartitionError::KeysUnread { date, reason, exit }));
+            }
+            found.clear();
         }
         let mut by_key: BTreeMap<Vec<u8>, Vec<(usize, String, Location)>> = BTreeMap::new();
         for (idx, keys) in &found {

@@ -329,6 +329,12 @@ pub enum PartitionError {
     )]
     GuardUnread { date: chrono::NaiveDate, reason: String, exit: ExitCode },
 
+    #[error(
+        "the rows of {date} could not be read again to name the keys this date may share with it (for the check \
+         that no key is under two dates): {reason}"
+    )]
+    KeysUnread { date: chrono::NaiveDate, reason: String, exit: ExitCode },
+
     #[error("{0}")]
     Other(String),
 }
@@ -347,7 +353,7 @@ impl PartitionError {
             | PartitionError::Query { .. }
             | PartitionError::Overflow { .. } => ExitCode::DataContract,
             PartitionError::Input(e) => e.exit_code(),
-            PartitionError::GuardUnread { exit, .. } => *exit,
+            PartitionError::GuardUnread { exit, .. } | PartitionError::KeysUnread { exit, .. } => *exit,
             PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,
             PartitionError::Stopped { signal } => {
                 if *signal == "SIGINT" {

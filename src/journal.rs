@@ -28,6 +28,10 @@ pub struct PartitionReport {
     pub spilled_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Something worth knowing about a partition that went well (`verify`: rows that match
+    /// under a lineage out of date).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     pub exit_code: i32,
 }
 

@@ -32,7 +32,7 @@ pub struct InputObject {
 /// changes what some input and config compute (a value read another way, a refusal that made a
 /// date fail), so that `--skip-unchanged` recomputes a partition written under older rules
 /// rather than keep what a fixed bug wrote.
-pub const RULES: u32 = 1;
+pub const RULES: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lineage {
@@ -41,6 +41,10 @@ pub struct Lineage {
     #[serde(default)]
     pub rules: u32,
     pub config_fingerprint: String,
+    /// The partition's date: a file copied under another date's folder says so. `None` in
+    /// files written before the record held it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<chrono::NaiveDate>,
     pub input_fingerprint: String,
     pub inputs: Vec<InputObject>,
     pub counts: PrepareStats,
@@ -63,6 +67,7 @@ pub fn input_fingerprint(inputs: &[InputObject]) -> String {
 impl Lineage {
     pub fn new(
         config_fingerprint: String,
+        date: chrono::NaiveDate,
         mut inputs: Vec<InputObject>,
         counts: PrepareStats,
         output_rows: u64,
@@ -72,6 +77,7 @@ impl Lineage {
             tool: tool(),
             rules: RULES,
             config_fingerprint,
+            date: Some(date),
             input_fingerprint: input_fingerprint(&inputs),
             inputs,
             counts,

@@ -729,15 +729,16 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
 
 async fn cmd_status(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
     let job = Job::load_read_only(&a.config, vars)?;
-    let (journals, parts) = lakeswap::status::status(&job, a.dates(job.config.timezone())?).await?;
+    let status = lakeswap::status::status(&job, a.dates(job.config.timezone())?).await?;
     if a.json {
-        let runs: Vec<_> = journals.iter().rev().take(20).collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "runs": runs, "partitions": parts })).unwrap_or_default()
-        );
+        let runs: Vec<_> = status.journals.iter().rev().take(20).collect();
+        let mut v = serde_json::json!({ "runs": runs, "partitions": status.partitions });
+        if !status.strays.is_empty() {
+            v["strays"] = serde_json::json!(status.strays);
+        }
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        print!("{}", lakeswap::status::render(&journals, &parts, 10));
+        print!("{}", lakeswap::status::render(&status, 10));
     }
     Ok(ExitCode::Ok)
 }

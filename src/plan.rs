@@ -132,7 +132,18 @@ pub async fn plan(
             for d in &wanted {
                 let mut objs = Vec::new();
                 for folder in folders.get(d).into_iter().flatten() {
-                    objs.extend(list::objects(input, folder).await?);
+                    let listed = list::objects(input, folder).await?;
+                    if let Some(m) = listed.iter().find(|m| nested_date_folder(&m.location, folder, column)) {
+                        return Err(Error::Input(InputError::bad(
+                            Location::object(input.display(&m.location)),
+                            format!(
+                                "a `{column}=` folder inside the date folder `{}`: its rows would count for the outer \
+                                 folder's date, not the one it names; move it beside the other date folders",
+                                input.relative(folder)
+                            ),
+                        )));
+                    }
+                    objs.extend(listed);
                 }
                 objects.extend(objs.iter().cloned());
                 inputs.insert(*d, objs);
@@ -351,6 +362,15 @@ fn objects_for(objects: &[ObjectMeta], object_dates: &[Vec<Option<(i32, i32)>>],
         .collect()
 }
 
+/// Whether an object under a date folder lies in another `column=` folder below it.
+fn nested_date_folder(object: &object_store::path::Path, folder: &object_store::path::Path, column: &str) -> bool {
+    let Some(parts) = object.prefix_match(folder) else { return false };
+    let parts: Vec<_> = parts.collect();
+    let below = &parts[..parts.len().saturating_sub(1)];
+    let prefix = format!("{}=", column.to_ascii_lowercase());
+    below.iter().any(|p| p.as_ref().to_ascii_lowercase().starts_with(&prefix))
+}
+
 /// The run's reference record schema, which the config is checked against and the query is
 /// planned on; the object it is named after; and whether any object holds the partition
 /// `column`. Parquet: the footers of the first date's objects (`objects[..first]`; a few ranged
@@ -370,8 +390,8 @@ async fn reference(
 ) -> Result<Option<(SchemaRef, String, bool)>> {
     let Some(head) = objects.first() else { return Ok(None) };
     let name = input.display(&head.location);
-    let schema = reference_schema(decoder, input, head).await?;
     if decoder.format != Format::Parquet {
+        let schema = reference_schema(decoder, input, head).await?;
         let (mut schema, mut name, mut at) = (schema, name, 0);
         if schema.fields().is_empty() {
             for (i, m) in objects.iter().enumerate().skip(1) {
@@ -385,20 +405,34 @@ async fn reference(
         let typed = typed_from_later_objects(decoder, input, &objects[at + 1..], schema, stored).await?;
         return Ok(Some((typed, name, false)));
     }
+    let (schema, rows) = parquet_reference(input, head).await?;
     let footers: Vec<_> = objects[1..]
         .iter()
         .map(|m| {
             let (store, m) = (input.store.clone(), m.clone());
-            async move { read::footer_schema(&read::parquet_footer(store.as_ref(), &m).await.ok()?).ok() }
+            async move {
+                let md = read::parquet_footer(store.as_ref(), &m).await.ok()?;
+                Some((read::footer_schema(&md).ok()?, md.file_metadata().num_rows(), m.location))
+            }
         })
         .collect();
-    let others: Vec<Option<arrow::datatypes::Schema>> = futures::stream::iter(footers).buffered(8).collect().await;
-    let dated = others.iter().flatten().any(|s| s.field_with_name(column).is_ok());
+    let others: Vec<Option<(arrow::datatypes::Schema, i64, object_store::path::Path)>> =
+        futures::stream::iter(footers).buffered(8).collect().await;
+    let dated = others.iter().flatten().any(|(s, ..)| s.field_with_name(column).is_ok());
+    // The first date's objects with rows, as each date reads its own (an object without rows
+    // gives no types); all of them where none has a row.
+    let mut first_date: Vec<(arrow::datatypes::Schema, i64, String)> = std::iter::once((schema, rows, name))
+        .chain(others.into_iter().take(first.saturating_sub(1)).flatten().map(|(s, n, p)| (s, n, input.display(&p))))
+        .collect();
+    if first_date.iter().any(|(_, n, _)| *n > 0) {
+        first_date.retain(|(_, n, _)| *n > 0);
+    }
+    let mut first_date = first_date.into_iter();
+    let Some((schema, _, name)) = first_date.next() else { return Ok(None) };
     let mut fields: Vec<arrow::datatypes::Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-    let first_date = others.iter().take(first.saturating_sub(1)).flatten();
-    for f in first_date.flat_map(|s| s.fields().iter()) {
+    for f in first_date.flat_map(|(s, ..)| s.fields().iter().map(|f| f.as_ref().clone()).collect::<Vec<_>>()) {
         match fields.iter_mut().find(|g| g.name() == f.name()) {
-            None => fields.push(f.as_ref().clone()),
+            None => fields.push(f),
             Some(g) => {
                 if let Some(t) = read::unify::unify_types(g.data_type(), f.data_type()) {
                     *g = g.clone().with_data_type(t);
@@ -567,19 +601,24 @@ async fn typed_from_later_objects(
 /// The record schema of one object: a Parquet footer (a few ranged reads), or a whole text
 /// object decoded.
 async fn reference_schema(decoder: &Decoder, input: &StoreLocation, first: &ObjectMeta) -> Result<SchemaRef> {
-    let name = input.display(&first.location);
-    let bad = |m: String| Error::Input(InputError::bad(Location::object(name.clone()), m));
     if decoder.format == Format::Parquet {
-        // A store that failed is worth a retry (exit 1); bytes that are not Parquet are not (3).
-        let md = read::parquet_footer(input.store.as_ref(), first).await.map_err(|e| match e {
-            read::FooterError::Store(e) => Error::store("cannot read", &name, e),
-            read::FooterError::Bad(m) => bad(format!("not a readable Parquet file: {m}")),
-        })?;
-        let s = read::footer_schema(&md).map_err(bad)?;
-        return Ok(Arc::new(s));
+        return Ok(Arc::new(parquet_reference(input, first).await?.0));
     }
+    let name = input.display(&first.location);
     let bytes = fetch(input, first).await?;
     decoder.schema_of(&name, &bytes).map_err(Error::Input)
+}
+
+/// A Parquet object's record schema and row count, from its footer (a few ranged reads).
+async fn parquet_reference(input: &StoreLocation, object: &ObjectMeta) -> Result<(arrow::datatypes::Schema, i64)> {
+    let name = input.display(&object.location);
+    let bad = |m: String| Error::Input(InputError::bad(Location::object(name.clone()), m));
+    // A store that failed is worth a retry (exit 1); bytes that are not Parquet are not (3).
+    let md = read::parquet_footer(input.store.as_ref(), object).await.map_err(|e| match e {
+        read::FooterError::Store(e) => Error::store("cannot read", &name, e),
+        read::FooterError::Bad(m) => bad(format!("not a readable Parquet file: {m}")),
+    })?;
+    Ok((read::footer_schema(&md).map_err(bad)?, md.file_metadata().num_rows()))
 }
 
 /// An object's schema as it will be decoded (from a Parquet footer, or a text object's head).

@@ -59,6 +59,9 @@ pub fn verify_table(s: &RunSummary) -> String {
         count(Action::Failed),
         s.seconds
     );
+    for p in s.partitions.iter().filter(|p| p.note.is_some()) {
+        let _ = writeln!(out, "{}: {}", p.date, p.note.as_deref().unwrap_or_default());
+    }
     out
 }
 
@@ -247,6 +250,7 @@ mod tests {
             seconds: 0.0,
             spilled_bytes: 0,
             error: Some("a conflict".into()),
+            note: None,
             exit_code: 3,
         };
         let summary = |merge: bool| RunSummary {

@@ -19,7 +19,8 @@ use crate::run::Job;
 pub struct PartitionStatus {
     pub date: NaiveDate,
     /// `committed`, `failed` (the last run that touched it failed it; an older file may stay),
-    /// or `missing`.
+    /// `missing`, `unknown` (a file without lakeswap's lineage: not written by it) or
+    /// `misplaced` (a file whose lineage is another date's: copied in).
     pub state: &'static str,
     pub committed: bool,
     /// `current` when the file's schema is the table's, `older` when it was written under
@@ -35,9 +36,22 @@ pub struct PartitionStatus {
     pub error: Option<String>,
 }
 
+/// What `status` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The run journals, oldest first.
+    #[serde(skip)]
+    pub journals: Vec<Journal>,
+    pub partitions: Vec<PartitionStatus>,
+    /// Objects and folders at the table's top level that are neither a date's folder nor a
+    /// name readers skip (`_…`, `.…`): a reader of the whole table reads them too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub strays: Vec<String>,
+}
+
 /// The journals (oldest first) and the state of each partition of `dates` (default: every
 /// date that is committed or appears in a journal).
-pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Journal>, Vec<PartitionStatus>)> {
+pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> {
     job.check_layout(false).await?;
     let out = &job.output;
     let mut journals = journal::read_all(&job.state).await?;
@@ -108,10 +122,12 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
         let foreign: Vec<String> = found.iter().map(|p| out.relative(p)).collect();
         let run = last.get(&date);
         let failed = run.is_some_and(|(_, a, _)| *a == Action::Failed);
-        let state = match (failed, committed) {
-            (true, _) => "failed",
-            (false, true) => "committed",
-            (false, false) => "missing",
+        let state = match (failed, committed, &lineage) {
+            (true, ..) => "failed",
+            (false, true, None) => "unknown",
+            (false, true, Some(l)) if l.date.is_some_and(|d| d != date) => "misplaced",
+            (false, true, Some(_)) => "committed",
+            (false, false, _) => "missing",
         };
         parts.push(PartitionStatus {
             date,
@@ -124,7 +140,21 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<(Vec<Jou
             error: run.and_then(|(_, _, e)| e.clone()),
         });
     }
-    Ok((journals, parts))
+    let dated =
+        |name: &str| name.strip_prefix(&prefix).is_some_and(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok());
+    let read = |name: &str| !name.starts_with('_') && !name.starts_with('.');
+    let strays = listing
+        .objects
+        .iter()
+        .filter_map(|m| m.location.filename().filter(|n| read(n)).map(|_| out.relative(&m.location)))
+        .chain(
+            listing
+                .common_prefixes
+                .iter()
+                .filter_map(|p| p.filename().filter(|n| read(n) && !dated(n)).map(|_| format!("{}/", out.relative(p)))),
+        )
+        .collect();
+    Ok(Status { journals, partitions: parts, strays })
 }
 
 /// The runs that hold a live lease: unexpired, and not of a process known to be gone.
@@ -145,7 +175,8 @@ async fn live_runs(state: &crate::store::StoreLocation) -> std::collections::BTr
 }
 
 /// The status as text: recent runs, then a line and a bar per partition.
-pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) -> String {
+pub fn render(status: &Status, recent: usize) -> String {
+    let (journals, parts) = (&status.journals, &status.partitions);
     let mut s = String::new();
     let _ = writeln!(s, "recent runs:");
     if journals.is_empty() {
@@ -240,9 +271,34 @@ pub fn render(journals: &[Journal], parts: &[PartitionStatus], recent: usize) ->
                 p.foreign.join(", ")
             );
         }
+        match (p.state, p.lineage.as_ref().and_then(|l| l.date)) {
+            ("unknown", _) => {
+                let _ = writeln!(
+                    s,
+                    "              its file has no lakeswap lineage: lakeswap did not write it (copied in by hand?); \
+                     `verify` compares it with its input, a run replaces it"
+                );
+            }
+            ("misplaced", Some(d)) => {
+                let _ = writeln!(
+                    s,
+                    "              its file's lineage is {d}'s: a file of another date copied in; `verify` compares it \
+                     with its input, a run replaces it"
+                );
+            }
+            _ => {}
+        }
         if let (Some(e), "failed") = (&p.error, p.state) {
             let _ = writeln!(s, "              {e}");
         }
+    }
+    if !status.strays.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nin the table's folder but in no partition (not lakeswap's; a reader of the whole table reads them \
+             too; `gc` lists them): {}",
+            status.strays.join(", ")
+        );
     }
     s
 }

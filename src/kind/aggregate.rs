@@ -251,7 +251,7 @@ impl Aggregate {
             e => e,
         })?;
         let inputs = cx.plan.lineage_inputs(p, &cx.job.input);
-        let lineage = Lineage::new(cx.job.config.fingerprint(), inputs, stats, batch.num_rows() as u64);
+        let lineage = Lineage::new(cx.job.config.fingerprint(), p.date, inputs, stats, batch.num_rows() as u64);
         let bytes = commit::encode(&batch, &lineage, &[])?;
         let quarantine = match quarantined {
             Some(rows) => Some(commit::encode(&rows, &lineage, &[])?),

@@ -620,7 +620,7 @@ impl Merge {
             }
             _ => None,
         };
-        let dir = plan.dir.clone();
+        let (dir, date) = (plan.dir.clone(), plan.date);
         let existed = stored.is_some();
         tokio::task::spawn_blocking(move || {
             let key: Vec<String> = match &dated {
@@ -680,7 +680,8 @@ impl Merge {
             };
             stats.expired_tombstones = expired;
             // The file depends on the resulting state only, not on the batch.
-            let lineage = Lineage::new(cfg.fingerprint(), Vec::new(), PrepareStats::default(), rows.num_rows() as u64);
+            let lineage =
+                Lineage::new(cfg.fingerprint(), date, Vec::new(), PrepareStats::default(), rows.num_rows() as u64);
             let index = engine::key_index(&rows, &tombs, &key).map_err(PartitionError::Other)?;
             let mut sidecars =
                 vec![Sidecar::new(sidecar::Kind::Keys, &dir, sidecar::encode_keys(&index), index.len() as u64)];

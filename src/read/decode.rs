@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int32Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
@@ -293,8 +293,13 @@ impl Decoder {
         let rows = match self.format {
             Format::Parquet => return self.parquet_rows(object, bytes, wanted, path_date, batch_rows, f),
             Format::Csv | Format::Ndjson => {
-                let bytes =
+                let mut bytes =
                     text::decompress(object, bytes).map_err(|m| InputError::bad(Location::object(object), m))?;
+                // A byte-order mark opens many text files written on Windows; CSV's reader
+                // passes over it, JSON's would call the first line malformed.
+                if self.format == Format::Ndjson && bytes.starts_with(b"\xEF\xBB\xBF") {
+                    bytes = bytes.slice(3..);
+                }
                 if let Some(what) = sniff(&bytes) {
                     return Err(InputError::bad(
                         Location::object(object),
@@ -391,6 +396,19 @@ impl Decoder {
                         arrow::array::new_null_array(&d.ty, c.len())
                     }
                 },
+                // Wider than 38 digits: past what lakeswap computes and most readers read
+                // exactly (DuckDB reads such a column as a double, Spark not at all).
+                None if matches!(unify::base(c.data_type()), DataType::Decimal256(..)) => {
+                    let message = format!(
+                        "is a {} column, wider than the 38 digits lakeswap computes: declare it in [input.schema] \
+                         as a decimal of at most 38 digits if its values fit one, or as `utf8` to keep them as text",
+                        c.data_type()
+                    );
+                    bad.extend(
+                        (0..c.len()).map(|r| (r, name.clone(), if r == 0 { message.clone() } else { String::new() })),
+                    );
+                    arrow::array::new_null_array(&DataType::Utf8, c.len())
+                }
                 None => match unify::base(c.data_type()) {
                     t if t != c.data_type() => arrow::compute::cast(c, t).unwrap_or_else(|_| c.clone()),
                     _ => c.clone(),
@@ -1026,6 +1044,17 @@ pub fn row_group_dates(md: &ParquetMetaData, arrow: &Schema, source: &DateSource
             let stats = rg.column(col).statistics()?;
             match (stats, &ty) {
                 (Statistics::Int32(s), DataType::Date32) => Some((*s.min_opt()?, *s.max_opt()?)),
+                // A timestamp in the partition column is a date as its rows read it: exactly,
+                // by the same conversion, whatever the job's zone (no date where it is not one).
+                (Statistics::Int64(s), DataType::Timestamp(..)) if matches!(source, DateSource::Column(_)) => {
+                    let day = |t: i64| -> Option<i32> {
+                        let one: ArrayRef = arrow::compute::cast(&Int64Array::from(vec![t]), &ty).ok()?;
+                        let d = super::unify::exact_cast(&one, &DataType::Date32, tz).ok()?;
+                        let d = d.as_primitive::<arrow::datatypes::Date32Type>();
+                        d.is_valid(0).then(|| d.value(0))
+                    };
+                    Some((day(*s.min_opt()?)?, day(*s.max_opt()?)?))
+                }
                 (Statistics::Int64(s), DataType::Timestamp(unit, zone)) => {
                     // `by`: a day earlier for the least, later for the greatest, where the zone's
                     // offset is not known (a zone's date is within a day of UTC's).

@@ -50,7 +50,34 @@ pub async fn objects(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectM
         })
         .collect();
     v.retain(|m| m.size > 0 || (m.location != *prefix && !folders.contains(m.location.as_ref())));
+    if input.local_path(prefix).is_some() {
+        for m in &mut v {
+            m.e_tag = local_e_tag(input, m);
+        }
+    }
     Ok(v)
+}
+
+/// A local file's e-tag with its status-change time added. The local store's e-tag is the
+/// inode, modification time and size: a file rewritten in place at the same size with its
+/// modification time put back (`cp -p`, `rsync -t --inplace`) keeps it, and lineage would take
+/// the new content for the old. The change time cannot be set back; it also moves on a
+/// `chmod` or a new link, which only costs a recomputation.
+#[cfg(unix)]
+fn local_e_tag(input: &StoreLocation, m: &ObjectMeta) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let root = input.local_path(&Path::default())?;
+    let file = m.location.parts().fold(root, |p, part| p.join(percent_decode(part.as_ref())));
+    match std::fs::metadata(file) {
+        Ok(md) => Some(format!("{}-c{:x}.{:x}", m.e_tag.as_deref().unwrap_or(""), md.ctime(), md.ctime_nsec())),
+        // Gone since the listing: reading it will say so.
+        Err(_) => m.e_tag.clone(),
+    }
+}
+
+#[cfg(not(unix))]
+fn local_e_tag(_: &StoreLocation, m: &ObjectMeta) -> Option<String> {
+    m.e_tag.clone()
 }
 
 /// On a local folder, walks the tree under `prefix` and refuses what the object store API

@@ -355,6 +355,11 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
     })
 }
 
+/// `verify`'s note on a partition whose rows match a recomputation while its lineage does not.
+pub const STALE_LINEAGE: &str = "its rows match a recomputation, but its lineage is out of date (input objects \
+     touched, renamed or rewritten with the same rows since, or a config that computes the same): the next run \
+     rewrites it";
+
 /// `verify`: each recomputed file compared with the committed one; nothing written.
 pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSummary> {
     let mut reports = held.reports;
@@ -378,14 +383,16 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                     }
                     let bytes = f.body.load().await?;
                     match commit::get(&job.output, &path).await? {
-                        Some(b) if b == bytes => Ok(Action::Verified),
+                        Some(b) if b == bytes => Ok((Action::Verified, None)),
+                        // Inputs touched, renamed or rewritten alike: the data is right.
+                        Some(b) if commit::same_rows(&bytes, &b) => Ok((Action::Verified, Some(STALE_LINEAGE.into()))),
                         Some(_) => Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: "its bytes differ from a recomputation".into(),
                         }),
                         // No input and nothing committed: what `run` leaves (it commits a
                         // date without input only with --allow-empty).
-                        None if f.stats.input_rows == 0 => Ok(Action::Untouched),
+                        None if f.stats.input_rows == 0 => Ok((Action::Untouched, None)),
                         None => Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: "it is missing".into(),
@@ -393,7 +400,8 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                     }
                 }
                 .await;
-                finished(date, res, &f, o.seconds)
+                let note = res.as_ref().ok().and_then(|(_, n)| n.clone());
+                PartitionReport { note, ..finished(date, res.map(|(a, _)| a), &f, o.seconds) }
             }
         };
         reports.push(r);

@@ -242,6 +242,7 @@ async fn unchanged_inputs(job: &Job, plan: &Plan, p: &PartitionPlan) -> Option<c
     inputs.sort();
     let same = lineage.rules == crate::lineage::RULES
         && lineage.config_fingerprint == job.config.fingerprint()
+        && lineage.date == Some(p.date)
         && lineage.input_fingerprint == crate::lineage::input_fingerprint(&inputs)
         && !inputs.is_empty();
     same.then_some(lineage)

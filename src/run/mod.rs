@@ -353,6 +353,7 @@ pub(crate) fn report(
         seconds,
         spilled_bytes: 0,
         error: error.map(|e| e.to_string()),
+        note: None,
         exit_code,
     }
 }

@@ -120,6 +120,56 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
     assert!(err.to_string().contains("row group 1"), "the damaged row group is read for its date: {err}");
 }
 
+/// Risk: a partition column stored as a timestamp (midnights, as many writers store dates) is
+/// dated one way by the row-group statistics that choose a flat layout's objects and another by
+/// its rows: in a New York job, `00:00Z` was the 5th for the statistics and the 6th for the rows,
+/// so an object holding only the 6th was left out of the 6th (exit 0, rows missing). And an
+/// object without rows typed its columns in the plan but not in its date: the date failed.
+#[test]
+fn a_timestamp_partition_column_is_dated_as_its_rows_and_an_empty_object_types_nothing() {
+    use arrow::array::{ArrayRef, Decimal128Array, Int64Array, StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let write = |lake: &Lake, name: &str, rows: &[(&str, i128, i64)], scale_up: bool| {
+        let day = |d: i64| (20_397 + d) * 86_400 * 1_000_000; // 2025-11-05 + d days, midnight UTC
+        let amount =
+            Decimal128Array::from(rows.iter().map(|r| r.1 * if scale_up { 10 } else { 1 }).collect::<Vec<_>>())
+                .with_precision_and_scale(if scale_up { 6 } else { 5 }, if scale_up { 3 } else { 2 })
+                .unwrap();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
+            Arc::new(Int64Array::from(vec![1; rows.len()])),
+            Arc::new(amount),
+            Arc::new(
+                TimestampMicrosecondArray::from(rows.iter().map(|r| day(r.2)).collect::<Vec<_>>()).with_timezone("UTC"),
+            ),
+        ];
+        let schema = Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+            Field::new("amount", columns[2].data_type().clone(), false),
+            Field::new("event_date", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        ]);
+        write_parquet(&lake.input().join(name), &RecordBatch::try_new(Arc::new(schema), columns).unwrap());
+    };
+    let lake = Lake::new();
+    write(&lake, "a.parquet", &[("a1", 100, 1), ("a2", 200, 1)], false);
+    write(&lake, "b.parquet", &[("b1", 1000, 0), ("b2", 2000, 0)], false);
+    write(&lake, "c.parquet", &[("c1", 10_000, 1), ("c2", 20_000, 2)], false);
+    // An object without rows, in a wider decimal: it holds no value to type.
+    write(&lake, "d.parquet", &[], true);
+    let sql = "SELECT count(*) AS n, sum(amount) AS s FROM events";
+    for (date, n, s) in [("2025-11-05", 2, "30.00"), ("2025-11-06", 3, "103.00"), ("2025-11-07", 1, "200.00")] {
+        let out = job(&lake, "parquet", "", KV, sql, date);
+        assert!(out.status.success(), "{date}: {}", text(&out));
+        let b = read_batch(&lake.partition_file(date));
+        let got: Vec<String> = ["n", "s"]
+            .iter()
+            .map(|c| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap())
+            .collect();
+        assert_eq!(got, [n.to_string(), s.to_string()], "{date}");
+    }
+}
+
 /// Runs `date` of a job in the time zone of New York over the lake's input folder, with
 /// `input` added to `[input]` and the given identity (and partition) sections.
 fn job(lake: &Lake, format: &str, input: &str, identity: &str, sql: &str, date: &str) -> std::process::Output {
@@ -739,6 +789,67 @@ fn an_ndjson_field_of_text_and_numbers_is_refused() {
     let b = read_batch(&lake.partition_file("2026-11-01"));
     let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
     assert_eq!(["n", "total"].map(v), ["1", "20"]);
+}
+
+/// Risk: a Parquet decimal wider than 38 digits (read as decimal256) went through to the
+/// table as decimal256, which DuckDB reads as a double and Spark not at all, while lakeswap
+/// computes decimals up to 38 digits. It is refused naming the object and column; declared as
+/// a decimal(38, s) its values are read exactly.
+#[test]
+fn a_decimal_wider_than_38_digits_is_refused_unless_declared() {
+    use arrow::array::{ArrayRef, Decimal256Array, Int64Array, StringArray};
+    use arrow::datatypes::{i256, DataType, Field, Schema};
+    let lake = Lake::new();
+    let dir = lake.input().join("event_date=2026-11-02");
+    std::fs::create_dir_all(&dir).unwrap();
+    let q = Decimal256Array::from(vec![i256::from_i128(125), i256::from_i128(250)])
+        .with_precision_and_scale(40, 2)
+        .unwrap();
+    let columns: Vec<ArrayRef> =
+        vec![Arc::new(StringArray::from(vec!["a", "b"])), Arc::new(Int64Array::from(vec![1, 1])), Arc::new(q)];
+    let schema = Schema::new(vec![
+        Field::new("k", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, false),
+        Field::new("q", columns[2].data_type().clone(), false),
+    ]);
+    write_parquet(&dir.join("a.parquet"), &RecordBatch::try_new(Arc::new(schema), columns).unwrap());
+    let sql = "SELECT count(*) AS n, max(q) AS q FROM events";
+    let out = job(&lake, "parquet", "", KV, sql, "2026-11-02");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains("a.parquet") && text(&out).contains("column `q`") && text(&out).contains("38 digits"),
+        "{}",
+        text(&out)
+    );
+    assert!(!lake.partition_file("2026-11-02").exists());
+    let out = job(&lake, "parquet", "schema = { q = \"decimal(38,2)\" }", KV, sql, "2026-11-02");
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        read_batch(&lake.partition_file("2026-11-02")).column_by_name("q").unwrap().data_type(),
+        &DataType::Decimal128(38, 2)
+    );
+    assert_eq!(first_row(&lake, &["n", "q"]), ["2", "2.50"]);
+}
+
+/// Risk: an NDJSON object written with a byte-order mark (as Windows tools write UTF-8) was
+/// refused as malformed at its first line, where CSV passes over the mark. It is read, plain
+/// or compressed, and its first line counts.
+#[test]
+fn an_ndjson_object_opening_with_a_byte_order_mark_is_read() {
+    use std::io::Write;
+    let body = "\u{feff}{\"k\": \"a\", \"v\": 1, \"x\": 10}\n{\"k\": \"b\", \"v\": 1, \"x\": 5}\n";
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(body.as_bytes()).unwrap();
+    let gz = gz.finish().unwrap();
+    for (name, bytes) in [("a.json", body.as_bytes().to_vec()), ("a.json.gz", gz)] {
+        let lake = Lake::new();
+        let dir = lake.input().join("event_date=2026-11-02");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), bytes).unwrap();
+        let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n, sum(x) AS total FROM events", "2026-11-02");
+        assert!(out.status.success(), "{name}: {}", text(&out));
+        assert_eq!(first_row(&lake, &["n", "total"]), ["2", "15"], "{name}");
+    }
 }
 
 /// Risk: the run's plan made from whichever object sorts first, so that a date holding objects

@@ -187,6 +187,16 @@ async fn date_folders_spelled_two_ways_are_both_read(kind: Kind) {
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert!(text(&o).contains(&format!("created  {n:>10}")), "every row of both folders is read: {}", text(&o));
     assert_eq!(p.tables().await, model_tables(&rows));
+    // A date folder inside a date folder: its rows were counted for the outer date.
+    p.put("event_date=2026-11-01/event_date=2026-11-02/c.parquet", parquet_bytes(&batch(&rows[..1]))).await;
+    let o = p.run(&cfg, &["--date", "2026-11-01"]);
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("event_date=2026-11-01/event_date=2026-11-02/c.parquet") && t.contains("inside the date folder"),
+        "{t}"
+    );
+    assert_eq!(p.tables().await, model_tables(&rows), "the committed date is untouched");
     // A folder that is not a date, or an object beside the date folders, is refused by name.
     p.put("event_date=2026-11-31/c.parquet", parquet_bytes(&batch(&rows[..1]))).await;
     p.put("stray.parquet", parquet_bytes(&batch(&rows[..1]))).await;

@@ -589,8 +589,8 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
         let journals = lakeswap::journal::read_all(&c.location(STATE)).await.unwrap();
         if journals.iter().any(|j| !j.pending.is_empty()) {
             saw_pending = true;
-            let (js, parts) = lakeswap::status::status(&merge_job(&c, "none"), None).await.unwrap();
-            assert!(lakeswap::status::render(&js, &parts, 5).contains("unfinished move"), "crash at {i}");
+            let status = lakeswap::status::status(&merge_job(&c, "none"), None).await.unwrap();
+            assert!(lakeswap::status::render(&status, 5).contains("unfinished move"), "crash at {i}");
         }
         // The next run of the table (an empty batch) completes what was pending: all or nothing.
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -923,8 +923,8 @@ async fn quarantine_sets_rows_aside_when_their_partition_does_not_change() {
         assert_eq!(lakeswap::report::quarantined_now(&s), 1, "{date}");
         assert!(table.contains("1 conflicting row(s) set aside"), "{date}: {table}");
         // `status` names them too, under the run, whatever became of their date.
-        let (journals, parts) = lakeswap::status::status(&job, None).await.unwrap();
-        let shown = lakeswap::status::render(&journals, &parts, 5);
+        let status = lakeswap::status::status(&job, None).await.unwrap();
+        let shown = lakeswap::status::render(&status, 5);
         let line = format!("1 conflicting row(s) set aside under quarantine/{}/", s.run_id);
         assert!(shown.contains(&line), "{date}: {shown}");
         let q: Vec<(String, Vec<u8>)> =

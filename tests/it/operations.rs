@@ -324,6 +324,87 @@ fn status_shows_committed_failed_and_missing_days() {
     assert_eq!(states, ["committed", "committed", "committed"], "{v}");
 }
 
+/// Risks, where lineage said "unchanged" of what changed, or "wrong" of what is right:
+/// - a flat input's dates share their input objects, so one date's file copied over another's
+///   (a restore from the wrong backup) was skipped by `--skip-unchanged` and shown as committed;
+/// - a file without lineage (copied in by hand) was shown as committed by the run that wrote
+///   the file before it, and an object at the table's top level was not shown at all;
+/// - a local input rewritten in place at its size with its modification time put back
+///   (`cp -p`, `rsync -t --inplace`) kept its e-tag (inode, time, size): skipped, stale;
+/// - an input only touched made `verify` call right rows "differs" (exit 1).
+#[test]
+fn lineage_tells_a_copied_partition_a_foreign_file_and_a_rewritten_input() {
+    let lake = Lake::new();
+    let rows = random_orders(121, 3, 40);
+    write_parquet(&lake.input().join("all.parquet"), &batch(&rows));
+    let cfg = lake.config();
+    let c = cfg.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"];
+        args.extend_from_slice(extra);
+        cli(&args, lake.dir.path())
+    };
+    let status = || text(&cli(&["status", "--config", c], lake.dir.path()));
+    let line = |out: &str, date: &str| out.lines().find(|l| l.trim_start().starts_with(date)).unwrap_or("").to_string();
+    assert!(run(&[]).status.success());
+    let right = std::fs::read(lake.partition_file("2026-11-01")).unwrap();
+
+    std::fs::copy(lake.partition_file("2026-11-02"), lake.partition_file("2026-11-01")).unwrap();
+    let out = status();
+    assert!(line(&out, "2026-11-01").contains("misplaced") && out.contains("lineage is 2026-11-02's"), "{out}");
+    let o = run(&["--skip-unchanged"]);
+    assert!(line(&table_of(&o), "2026-11-01").contains("replaced"), "{}", text(&o));
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), right);
+
+    write_parquet(&lake.partition_file("2026-11-03"), &batch(&rows[..1]));
+    write_parquet(&lake.output().join("stray.parquet"), &batch(&rows[..1]));
+    let out = status();
+    assert!(line(&out, "2026-11-03").contains("unknown") && out.contains("no lakeswap lineage"), "{out}");
+    assert!(out.contains("in no partition") && out.contains("stray.parquet"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&cli(&["status", "--config", c, "--json"], lake.dir.path()).stdout).unwrap();
+    assert_eq!(v["strays"], serde_json::json!(["stray.parquet"]), "{v}");
+    assert!(line(&table_of(&run(&["--skip-unchanged"])), "2026-11-03").contains("replaced"));
+    std::fs::remove_file(lake.output().join("stray.parquet")).unwrap();
+    assert!(!status().contains("in no partition"));
+
+    // The same rows written again, at the same size, the modification time put back.
+    let input = lake.input().join("all.parquet");
+    let (before, mtime) = (std::fs::read(&input).unwrap(), std::fs::metadata(&input).unwrap().modified().unwrap());
+    let mut changed = rows.clone();
+    let i = changed.iter().position(|r| r.date == d("2026-11-02")).unwrap();
+    changed[i].status = if changed[i].status == "placed" { "shipped".into() } else { "placed".into() };
+    let mut b = Vec::new();
+    for attempt in 0..changed.len() {
+        // Another row's status where the first change changed the size (compression).
+        b = parquet_bytes(&batch(&changed));
+        if b.len() == before.len() {
+            break;
+        }
+        changed = rows.clone();
+        let j = (i + attempt + 1) % changed.len();
+        changed[j].status = if changed[j].status == "placed" { "shipped".into() } else { "placed".into() };
+    }
+    assert_eq!(b.len(), before.len(), "a same-size change");
+    assert_ne!(b, before);
+    std::fs::write(&input, &b).unwrap();
+    std::fs::File::options().write(true).open(&input).unwrap().set_modified(mtime).unwrap();
+    let o = run(&["--skip-unchanged"]);
+    assert!(table_of(&o).contains(", 0 skipped"), "a rewritten input is read again: {}", text(&o));
+    let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    // Touched only: the rows are right, the lineage out of date; exit 0, said.
+    std::fs::File::options().write(true).open(&input).unwrap().set_modified(std::time::SystemTime::now()).unwrap();
+    let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("3 verified") && text(&o).contains("lineage is out of date"), "{}", text(&o));
+    // A wrong row is still found.
+    write_parquet(&lake.partition_file("2026-11-02"), &batch(&rows[..1]));
+    let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+}
+
 #[test]
 fn verify_finds_a_file_that_does_not_match_its_input() {
     let lake = Lake::new();

@@ -210,7 +210,7 @@ async fn lineage_is_read_from_the_footer_alone(kind: Kind) {
         .map(|i| order(&format!("ord-{i:09}-{}", i * 7919 % 100_003), 1, "2026-11-01", "USD", i as i128 * 37, "placed"))
         .collect();
     let counts = lakeswap::prepare::PrepareStats { input_rows: rows.len() as u64, ..Default::default() };
-    let lineage = lakeswap::lineage::Lineage::new("cfg".into(), Vec::new(), counts, rows.len() as u64);
+    let lineage = lakeswap::lineage::Lineage::new("cfg".into(), d("2026-11-01"), Vec::new(), counts, rows.len() as u64);
     let file = lakeswap::commit::encode(&batch(&rows), &lineage, &[]).unwrap();
     assert!(file.len() > 2 * 1024 * 1024, "{} bytes", file.len());
     let path = out.child(&["event_date=2026-11-01", "part-00000.parquet"]);
