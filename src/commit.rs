@@ -233,6 +233,19 @@ pub async fn head(out: &StoreLocation, path: &Path) -> Result<Option<ObjectMeta>
     }
 }
 
+/// A stored partition file whose lineage names another date (copied in from it) is refused;
+/// a file without a date in its lineage (older, or not lakeswap's) is taken as it is.
+pub fn holds_its_date(file: &Bytes, date: chrono::NaiveDate, path: &str) -> Result<(), PartitionError> {
+    let holds = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+        .ok()
+        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()))
+        .and_then(|l| l.date);
+    match holds {
+        Some(holds) if holds != date => Err(PartitionError::Misplaced { path: path.to_string(), holds }),
+        _ => Ok(()),
+    }
+}
+
 /// Whether two partition files hold the same rows under the same schema, whatever their
 /// lineage says (a file's bytes differ with its lineage's record of the input objects).
 pub fn same_rows(a: &Bytes, b: &Bytes) -> bool {
@@ -367,14 +380,19 @@ async fn other_spellings(out: &StoreLocation, dir: &str) -> Result<Vec<Path>, Pa
     let Some((column, date)) = dir.split_once('=').and_then(|(c, v)| Some((c, lenient_date(v)?))) else {
         return Ok(Vec::new());
     };
-    // A name the store cannot list (a local file name with a tab) must not stop every date:
-    // the check is skipped, and said.
+    // A name the store cannot take as a path (a local file name with a tab) must not stop every
+    // date: the check is skipped, and said. A store that failed fails the partition (a retry
+    // may pass): committed without the check, a second spelling would double its rows.
     let listed = match out.store.list_with_delimiter(Some(&out.prefix)).await {
         Ok(l) => l,
-        Err(e) => {
+        Err(
+            e @ (object_store::Error::InvalidPath { .. }
+            | object_store::Error::Generic { store: "LocalFileSystem", .. }),
+        ) => {
             tracing::warn!(table = %out.url, error = %e, "cannot list the table's folders; folders spelling {dir}'s date another way are not looked for");
             return Ok(Vec::new());
         }
+        Err(source) => return Err(PartitionError::Store { what: "cannot list", path: out.url.clone(), source }),
     };
     Ok(listed
         .common_prefixes

@@ -712,6 +712,22 @@ impl JobConfig {
             if t.url.trim().is_empty() {
                 return Err(bad(&format!("{key}.url"), "must not be empty".into()));
             }
+            // The table's own files, or its run state, would feed back into what it computes:
+            // each run would give other numbers.
+            let state = self.output.state_url();
+            for (what, url) in [("output", Some(&self.output.url)), ("run state", state.as_ref())] {
+                if let Some(url) = url.filter(|u| crate::read::list::nested(&t.url, u)) {
+                    return Err(bad(
+                        &format!("{key}.url"),
+                        format!(
+                            "the lookup table `{}` at `{}` and the {what} `{url}` lie inside one another: the \
+                             table's own files would be read back, and each run would give other numbers. Read \
+                             lookups from a location of their own",
+                            t.name, t.url
+                        ),
+                    ));
+                }
+            }
             for (col, ty) in &t.schema {
                 crate::read::parse_type(ty).map_err(|m| bad(&format!("{key}.schema.{col}"), m))?;
             }
@@ -884,6 +900,18 @@ url = "out"
             let (key, message) = key_of(with(&format!("url = \"out\"\nstate_url = \"{state}\"")));
             assert_eq!(key, "output.state_url", "{state}");
             assert!(message.contains(why), "{state}: {message}");
+        }
+        // A lookup read from the table or its run state would feed each run's output into the next.
+        for (lookup, what) in
+            [("out", "the output"), ("out/event_date=2026-11-01", "the output"), ("_lakeswap", "run state")]
+        {
+            let text = BASE.replace(
+                "[output]",
+                &format!("[[aggregate.tables]]\nname = \"fx\"\nurl = \"{lookup}\"\nformat = \"parquet\"\n[output]"),
+            );
+            let (key, message) = key_of(text);
+            assert_eq!(key, "aggregate.tables[0].url", "{lookup}");
+            assert!(message.contains(what) && message.contains("inside one another"), "{lookup}: {message}");
         }
         let c = JobConfig::parse(&with("url = \"out\"\nstate_url = \"elsewhere/state/\""), "t.toml").unwrap();
         assert_eq!(c.output.state_url().as_deref(), Some("elsewhere/state"));

@@ -306,6 +306,13 @@ pub enum PartitionError {
     )]
     Foreign { dir: String, objects: Vec<String> },
 
+    #[error(
+        "{path} holds the partition of {holds} by its lineage: a file of another date copied in. A merged table \
+         is its own history, so nothing is merged into it: put this date's own file back (from a backup), or \
+         remove it to start this date anew"
+    )]
+    Misplaced { path: String, holds: chrono::NaiveDate },
+
     #[error("{path} does not match its input: {why}. Run the date again to rewrite it")]
     Differs { path: String, why: String },
 
@@ -364,6 +371,7 @@ impl PartitionError {
             }
             PartitionError::MissingInput { .. }
             | PartitionError::Foreign { .. }
+            | PartitionError::Misplaced { .. }
             | PartitionError::Fenced { .. }
             | PartitionError::Verify { .. }
             | PartitionError::Differs { .. }

@@ -137,8 +137,9 @@ pub async fn plan(
                         return Err(Error::Input(InputError::bad(
                             Location::object(input.display(&m.location)),
                             format!(
-                                "a `{column}=` folder inside the date folder `{}`: its rows would count for the outer \
-                                 folder's date, not the one it names; move it beside the other date folders",
+                                "a `{column}=` folder inside the date folder `{}`: which date its rows belong to is \
+                                 unclear (they would count for the outer folder's); move it beside the other date \
+                                 folders, or give it a name starting with `_` to have it ignored",
                                 input.relative(folder)
                             ),
                         )));
@@ -154,9 +155,9 @@ pub async fn plan(
 
     // The reference record schema: the run's first date's objects' (a flat input's: all of
     // them; with none, a folder's of the input).
-    let first_date = match layout {
-        Layout::Hive => wanted.iter().filter_map(|d| inputs.get(d)).find(|o| !o.is_empty()).map_or(0, Vec::len),
-        Layout::Flat => objects.len(),
+    let mut dates: Vec<usize> = match layout {
+        Layout::Hive => wanted.iter().filter_map(|d| inputs.get(d)).map(Vec::len).filter(|n| *n > 0).collect(),
+        Layout::Flat => vec![objects.len()],
     };
     let sample = match objects.is_empty() {
         false => objects.clone(),
@@ -183,7 +184,10 @@ pub async fn plan(
         run: None,
     };
     let lookups = Arc::new(read_lookups(cfg).await?);
-    let reference = reference(&decoder, input, &sample, first_date.max(1), column, kind.reads_stored_state()).await?;
+    if objects.is_empty() {
+        dates = vec![sample.len()];
+    }
+    let reference = reference(&decoder, input, &sample, &dates, column, kind.reads_stored_state()).await?;
     let (record_schema, output_schema, query_plan, used) = match reference {
         None => (None, None, None, Vec::new()),
         Some((schema, name, dated)) => {
@@ -373,9 +377,11 @@ fn nested_date_folder(object: &object_store::path::Path, folder: &object_store::
 
 /// The run's reference record schema, which the config is checked against and the query is
 /// planned on; the object it is named after; and whether any object holds the partition
-/// `column`. Parquet: the footers of the first date's objects (`objects[..first]`; a few ranged
-/// reads each), each column in the type they unify to ([`read::unify::unify_types`]; the first
-/// object's where they do not), so no object's place in the listing decides the plan; every
+/// `column`. Parquet: the footers of the first date's objects with rows (`dates` counts each
+/// date's objects, in order; a few ranged reads each; objects without rows type nothing, as
+/// in a date's own read, so a date holding only such objects gives way to the next), each
+/// column in the type they unify to ([`read::unify::unify_types`]; the first object's where
+/// they do not), so no object's place in the listing decides the plan; every
 /// object's footer is read for the partition column. Each date still reads its own objects'
 /// types: a date's output depends on its own input alone. Text: the first object that has rows
 /// (a header alone gives no types). `stored`: the run stores its input columns (a merge), so a
@@ -384,7 +390,7 @@ async fn reference(
     decoder: &Decoder,
     input: &StoreLocation,
     objects: &[ObjectMeta],
-    first: usize,
+    dates: &[usize],
     column: &str,
     stored: bool,
 ) -> Result<Option<(SchemaRef, String, bool)>> {
@@ -419,11 +425,23 @@ async fn reference(
     let others: Vec<Option<(arrow::datatypes::Schema, i64, object_store::path::Path)>> =
         futures::stream::iter(footers).buffered(8).collect().await;
     let dated = others.iter().flatten().any(|(s, ..)| s.field_with_name(column).is_ok());
-    // The first date's objects with rows, as each date reads its own (an object without rows
-    // gives no types); all of them where none has a row.
-    let mut first_date: Vec<(arrow::datatypes::Schema, i64, String)> = std::iter::once((schema, rows, name))
-        .chain(others.into_iter().take(first.saturating_sub(1)).flatten().map(|(s, n, p)| (s, n, input.display(&p))))
+    // The first date with an object with rows: its objects with rows, as each date reads its
+    // own (an object without rows gives no types); the first date's objects where none has one.
+    let all: Vec<Option<(arrow::datatypes::Schema, i64, String)>> = std::iter::once(Some((schema, rows, name)))
+        .chain(others.into_iter().map(|o| o.map(|(s, n, p)| (s, n, input.display(&p)))))
         .collect();
+    let mut groups = Vec::new();
+    let mut at = 0;
+    for n in dates {
+        groups.push(at..(at + n).min(all.len()));
+        at += n;
+    }
+    if at < all.len() {
+        groups.push(at..all.len());
+    }
+    let with_rows = |g: &std::ops::Range<usize>| all[g.clone()].iter().flatten().any(|(_, n, _)| *n > 0);
+    let group = groups.iter().find(|g| with_rows(g)).or(groups.first()).cloned().unwrap_or(0..1);
+    let mut first_date: Vec<(arrow::datatypes::Schema, i64, String)> = all[group].iter().flatten().cloned().collect();
     if first_date.iter().any(|(_, n, _)| *n > 0) {
         first_date.retain(|(_, n, _)| *n > 0);
     }
@@ -641,7 +659,7 @@ fn decoder_schema(decoder: &Decoder, raw: SchemaRef) -> SchemaRef {
                 {
                     DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into()))
                 }
-                _ => read::unify::base(f.data_type()).clone(),
+                _ => read::unify::base(f.data_type()),
             };
             // Marks of how a column was read (text from JSON numbers) stay.
             arrow::datatypes::Field::new(f.name(), read::unify::parquet_native(&t), true)

@@ -47,6 +47,10 @@ pub struct Status {
     /// name readers skip (`_…`, `.…`): a reader of the whole table reads them too.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub strays: Vec<String>,
+    /// The table is computed from its input alone (an aggregate): a run rewrites a partition,
+    /// `verify` checks it. A merged table is its own history.
+    #[serde(skip)]
+    pub recomputable: bool,
 }
 
 /// The journals (oldest first) and the state of each partition of `dates` (default: every
@@ -154,7 +158,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
                 .filter_map(|p| p.filename().filter(|n| read(n) && !dated(n)).map(|_| format!("{}/", out.relative(p)))),
         )
         .collect();
-    Ok(Status { journals, partitions: parts, strays })
+    Ok(Status { journals, partitions: parts, strays, recomputable: job.kind.output_from_input_alone() })
 }
 
 /// The runs that hold a live lease: unexpired, and not of a process known to be gone.
@@ -251,7 +255,11 @@ pub fn render(status: &Status, recent: usize) -> String {
             "missing" => "·".repeat(20),
             _ => "█".repeat(width.min(20)),
         };
-        let mut last = p.last_run.as_ref().map_or("-".to_string(), |(id, a)| format!("{id} ({a})"));
+        // No run wrote a file lakeswap did not write, or one of another date.
+        let mut last = match p.state {
+            "unknown" | "misplaced" => "-".to_string(),
+            _ => p.last_run.as_ref().map_or("-".to_string(), |(id, a)| format!("{id} ({a})")),
+        };
         if p.schema == Some("older") {
             last.push_str("  [older schema: rebuild with --schema-change rebuild]");
         }
@@ -271,20 +279,22 @@ pub fn render(status: &Status, recent: usize) -> String {
                 p.foreign.join(", ")
             );
         }
+        let then = if status.recomputable {
+            "`verify` compares it with its input, a run replaces it"
+        } else {
+            "a merged table is its own history: put this date's own file back (from a backup)"
+        };
         match (p.state, p.lineage.as_ref().and_then(|l| l.date)) {
             ("unknown", _) => {
                 let _ = writeln!(
                     s,
                     "              its file has no lakeswap lineage: lakeswap did not write it (copied in by hand?); \
-                     `verify` compares it with its input, a run replaces it"
+                     {then}"
                 );
             }
             ("misplaced", Some(d)) => {
-                let _ = writeln!(
-                    s,
-                    "              its file's lineage is {d}'s: a file of another date copied in; `verify` compares it \
-                     with its input, a run replaces it"
-                );
+                let _ =
+                    writeln!(s, "              its file's lineage is {d}'s: a file of another date copied in; {then}");
             }
             _ => {}
         }

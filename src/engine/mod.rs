@@ -178,6 +178,13 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
             );
         }
     }
+    // `s['f']`, `m['k']`, `l[1]`: the engine is built without its nested-type functions.
+    if msg.contains("GetFieldAccess not supported") {
+        msg = "field access with `[...]` (`s['f']` on a struct, `m['k']` on a map, `l[1]` on a list) is not \
+               supported: use `get_field(s, 'f')` for a struct's field or `get_field(m, 'k')` for a map's value; a \
+               list's elements cannot be read in the query"
+            .to_string();
+    }
     // A text column empty in every row of its objects reads as type Null.
     if msg.contains("for Null") || msg.contains("take Null") || msg.contains("(Null") {
         msg.push_str(NULL_HINT);
@@ -1457,7 +1464,7 @@ pub fn compile(agg: &AggregateSection, record: &Schema, tz: chrono_tz::Tz) -> Re
                 None => format!("count(DISTINCT {c})"),
             },
             (MeasureFn::Sum, Some((c, ty))) => {
-                let (wide, out) = match crate::read::unify::base(ty) {
+                let (wide, out) = match &crate::read::unify::base(ty) {
                     DataType::Decimal128(_, s) => (format!("DECIMAL(76,{s})"), DataType::Decimal128(38, *s)),
                     t if t.is_integer() => ("DECIMAL(38,0)".to_string(), DataType::Int64),
                     t if t.is_floating() => ("DOUBLE".to_string(), DataType::Float64),

@@ -1118,6 +1118,9 @@ async fn prepare_read(cx: &Context<'_>, p: &PartitionPlan, mut table: Table) -> 
         Some(_) => commit::get(&cx.job.output, &commit::target_path(&cx.job.output, &p.dir)).await?,
         None => None,
     };
+    if let Some(b) = &stored {
+        commit::holds_its_date(b, p.date, &cx.job.output.display(&commit::target_path(&cx.job.output, &p.dir)))?;
+    }
     tokio::task::spawn_blocking(move || {
         let prepared = prepare::prepare(table, &id)?;
         let keys = winner_keys(&prepared, &id).map_err(PartitionError::Other)?;
@@ -1274,6 +1277,9 @@ async fn lease_extra(cx: &Context<'_>, dir: &str, date: NaiveDate) -> Result<Slo
     let target = commit::target_path(out, dir);
     let meta = commit::head(out, &target).await?;
     let stored = commit::get(out, &target).await?;
+    if let Some(b) = &stored {
+        commit::holds_its_date(b, date, &out.display(&target))?;
+    }
     let plan = PartitionPlan { date, dir: dir.to_string(), inputs: Vec::new(), seen: Seen { meta } };
     Ok(Slot {
         plan,

@@ -219,7 +219,7 @@ impl Decoder {
                         Some(d) => d.ty,
                         None => match (self.implied_text(f.name()), f.data_type()) {
                             (Some(d), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => d.ty,
-                            (_, t) => unify::base(t).clone(),
+                            (_, t) => unify::base(t),
                         },
                     };
                     Field::new(f.name(), t, true)
@@ -410,7 +410,7 @@ impl Decoder {
                     arrow::array::new_null_array(&DataType::Utf8, c.len())
                 }
                 None => match unify::base(c.data_type()) {
-                    t if t != c.data_type() => arrow::compute::cast(c, t).unwrap_or_else(|_| c.clone()),
+                    t if &t != c.data_type() => arrow::compute::cast(c, &t).unwrap_or_else(|_| c.clone()),
                     _ => c.clone(),
                 },
             };

@@ -689,7 +689,14 @@ pub fn first_bad_json_line(bytes: &[u8]) -> Option<(u64, u64, String)> {
             continue;
         }
         if let Err(e) = serde_json::from_slice::<serde_json::Value>(l) {
-            return Some((row, i as u64 + 1, e.to_string()));
+            let why = match (l.starts_with(b"\xEF\xBB\xBF"), l.starts_with(b"\xFF\xFE") || l.starts_with(b"\xFE\xFF")) {
+                (true, _) => "the line opens with a UTF-8 byte-order mark (one is passed over only at the very start \
+                              of the object: objects joined together?)"
+                    .to_string(),
+                (_, true) => "the line opens with a UTF-16 byte-order mark: NDJSON is read as UTF-8".to_string(),
+                _ => e.to_string(),
+            };
+            return Some((row, i as u64 + 1, why));
         }
         row += 1;
     }

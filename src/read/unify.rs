@@ -29,7 +29,7 @@ use std::sync::Arc;
 use super::text::per_second;
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
 use arrow::compute::{cast_with_options, CastOptions};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, DECIMAL128_MAX_PRECISION};
 use chrono::TimeZone;
 use chrono_tz::Tz;
 
@@ -52,6 +52,16 @@ impl std::fmt::Display for Clash {
                 "column `{}` holds numbers in {oa} (kept as text: a double would round them) and text in {ob}, \
                  so 1 and \"1\" would read alike; fix the writer to give each value one JSON type, or declare the \
                  column's type in [input.schema] (utf8 reads every value as text)",
+                self.column
+            );
+        }
+        if a.is_nested() || b.is_nested() {
+            // [input.schema] names flat types only.
+            return write!(
+                f,
+                "column `{}` cannot be unified: {a} in {oa}, {b} in {ob}. A nested column must have one type in \
+                 every object (the same fields, in the same order, of the same types; list elements of one type): \
+                 fix the writer",
                 self.column
             );
         }
@@ -88,14 +98,16 @@ pub fn mark_numbers_as_text(batch: RecordBatch, numbers: &dyn Fn(&str) -> bool) 
 }
 
 /// The type a dictionary stands for, every text encoding as utf8 and every byte encoding as
-/// binary; other types as they are.
-pub fn base(t: &DataType) -> &DataType {
+/// binary, a decimal256 of at most 38 digits as the decimal128 that holds it (as Parquet
+/// writers that store the Arrow type may give one); other types as they are.
+pub fn base(t: &DataType) -> DataType {
     match t {
         DataType::Dictionary(_, v) => base(v),
         // Every encoding of text is read as utf8, of bytes as binary: one type in the table.
-        DataType::LargeUtf8 | DataType::Utf8View => &DataType::Utf8,
-        DataType::LargeBinary | DataType::BinaryView => &DataType::Binary,
-        t => t,
+        DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        DataType::Decimal256(p, s) if *p <= DECIMAL128_MAX_PRECISION => DataType::Decimal128(*p, *s),
+        t => t.clone(),
     }
 }
 
@@ -149,7 +161,7 @@ fn unit_rank(u: &TimeUnit) -> u8 {
 /// The type both `a` and `b` convert into exactly, by the rule above; `None` when there is none.
 pub fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
     use DataType::*;
-    let (a, b) = (base(a), base(b));
+    let (a, b) = (&base(a), &base(b));
     if a == b {
         return Some(a.clone());
     }

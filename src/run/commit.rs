@@ -356,9 +356,21 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
 }
 
 /// `verify`'s note on a partition whose rows match a recomputation while its lineage does not.
-pub const STALE_LINEAGE: &str = "its rows match a recomputation, but its lineage is out of date (input objects \
-     touched, renamed or rewritten with the same rows since, or a config that computes the same): the next run \
-     rewrites it";
+fn stale_lineage(committed: &bytes::Bytes, date: chrono::NaiveDate) -> String {
+    let lineage = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(committed.clone())
+        .ok()
+        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()));
+    let why = match lineage {
+        None => "it has no lakeswap lineage (lakeswap did not write it)".to_string(),
+        Some(l) if l.date.is_some_and(|d| d != date) => {
+            format!("its lineage is {}'s (a file of that date copied in)", l.date.unwrap_or(date))
+        }
+        Some(_) => "its lineage is out of date (input objects touched, renamed or rewritten with the same rows \
+                    since, or a config that computes the same)"
+            .to_string(),
+    };
+    format!("its rows match a recomputation, but {why}: the next run rewrites it")
+}
 
 /// `verify`: each recomputed file compared with the committed one; nothing written.
 pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSummary> {
@@ -385,7 +397,9 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                     match commit::get(&job.output, &path).await? {
                         Some(b) if b == bytes => Ok((Action::Verified, None)),
                         // Inputs touched, renamed or rewritten alike: the data is right.
-                        Some(b) if commit::same_rows(&bytes, &b) => Ok((Action::Verified, Some(STALE_LINEAGE.into()))),
+                        Some(b) if commit::same_rows(&bytes, &b) => {
+                            Ok((Action::Verified, Some(stale_lineage(&b, date))))
+                        }
                         Some(_) => Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: "its bytes differ from a recomputation".into(),

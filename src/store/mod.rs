@@ -335,6 +335,20 @@ pub fn memory_store(name: &str) -> Arc<InMemory> {
     stores.entry(name.to_string()).or_insert_with(|| Arc::new(InMemory::new())).clone()
 }
 
+/// The key prefix of a bucket URL, exactly as written: `s3://b/t/ü` names keys under `t/ü/`,
+/// not under their percent-encoding. A prefix that names no key as written (an empty segment
+/// `a//b`, a `.` or `..` segment) is refused rather than sent elsewhere.
+fn key_prefix(prefix: &str, key: &str) -> Result<Path, ConfigError> {
+    Path::parse(prefix.trim_end_matches('/')).map_err(|e| ConfigError::Invalid {
+        path: "config".into(),
+        key: key.into(),
+        message: format!(
+            "`{prefix}` is not a key prefix as the store names keys ({e}): write it without empty, `.` or `..` \
+             segments"
+        ),
+    })
+}
+
 /// Resolves a job URL. `create` makes a missing local folder (for outputs).
 ///
 /// Accepted: a plain path (relative to the current directory), `file:///abs`, `memory://name/p`,
@@ -353,7 +367,7 @@ pub fn open(
         "memory" => {
             let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let store = memory_store(name);
-            Ok(StoreLocation::new(store, Path::from(prefix), url_shown, Arc::new(ConditionalPut)))
+            Ok(StoreLocation::new(store, key_prefix(prefix, key)?, url_shown, Arc::new(ConditionalPut)))
         }
         "s3" | "s3a" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -367,7 +381,7 @@ pub fn open(
                 b = b.with_config(cfg, v);
             }
             let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, Arc::new(ConditionalPut)))
+            Ok(StoreLocation::new(Arc::new(store), key_prefix(prefix, key)?, url_shown, Arc::new(ConditionalPut)))
         }
         "az" | "azure" | "abfs" | "abfss" | "adl" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -377,7 +391,7 @@ pub fn open(
                 b = b.with_config(cfg, v);
             }
             let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, Arc::new(ConditionalPut)))
+            Ok(StoreLocation::new(Arc::new(store), key_prefix(prefix, key)?, url_shown, Arc::new(ConditionalPut)))
         }
         "gs" | "gcs" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -387,10 +401,25 @@ pub fn open(
                 b = b.with_config(cfg, v);
             }
             let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
-            Ok(StoreLocation::new(Arc::new(store), Path::from(prefix), url_shown, Arc::new(ConditionalPut)))
+            Ok(StoreLocation::new(Arc::new(store), key_prefix(prefix, key)?, url_shown, Arc::new(ConditionalPut)))
         }
         other => Err(invalid(format!(
             "unsupported scheme `{other}://`; use a path, file://, s3://, az://, gs:// or memory://"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_prefix;
+
+    #[test]
+    fn a_bucket_prefix_is_the_key_as_written() {
+        for (prefix, want) in [("t5/ü", "t5/ü"), ("t5/out ü%/", "t5/out ü%"), ("in%20x", "in%20x"), ("", "")] {
+            assert_eq!(key_prefix(prefix, "input.url").unwrap().as_ref(), want, "{prefix}");
+        }
+        for bad in ["t1//out", "x/../in", "./a", "a/."] {
+            assert!(key_prefix(bad, "output.url").is_err(), "{bad}");
+        }
     }
 }

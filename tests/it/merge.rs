@@ -73,6 +73,34 @@ fn actions(s: &lakeswap::RunSummary) -> Vec<Action> {
     s.partitions.iter().map(|p| p.action).collect()
 }
 
+/// Risk: a merged partition's file restored from another date (the wrong backup) was read as
+/// that date's stored rows and merged into: its keys held under two dates, exit 0, and the
+/// misplacement gone from `status` once rewritten. The date fails naming the file; `status`
+/// says a merged table cannot be rewritten from its input.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merged_partition_copied_from_another_date_is_not_merged_into() {
+    let b = Backend::new(Kind::Local);
+    let rows = [order("a", 1, "2026-11-01", "USD", 100, "placed"), order("b", 1, "2026-11-02", "USD", 5, "placed")];
+    put_batch(&b, "b1", &rows).await;
+    assert_eq!(merge(&b, "b1", None).await.exit_code, ExitCode::Ok);
+    let first = b.get("out", "event_date=2026-11-01/part-00000.parquet").await.unwrap();
+    b.put("out", "event_date=2026-11-02/part-00000.parquet", first.clone()).await;
+    let before = b.objects("out").await;
+    let status = lakeswap::status::status(&merge_job(&b, "b1"), None).await.unwrap();
+    let states: Vec<&str> = status.partitions.iter().map(|p| p.state).collect();
+    assert_eq!(states, ["committed", "misplaced"]);
+    let shown = lakeswap::status::render(&status, 5);
+    assert!(shown.contains("lineage is 2026-11-01's") && shown.contains("its own history"), "{shown}");
+    put_batch(&b, "b2", &[order("c", 1, "2026-11-02", "USD", 7, "placed")]).await;
+    let s = merge(&b, "b2", None).await;
+    assert_eq!(actions(&s), [Action::Failed], "{}", lakeswap::report::table(&s));
+    let err = s.partitions[0].error.clone().unwrap();
+    assert!(err.contains("event_date=2026-11-02") && err.contains("partition of 2026-11-01"), "{err}");
+    assert_eq!(b.objects("out").await, before, "nothing is merged into it");
+    let status = lakeswap::status::status(&merge_job(&b, "b2"), Some(vec![d("2026-11-02")])).await.unwrap();
+    assert_eq!(status.partitions[0].state, "failed");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn upserts_replays_older_versions_and_conflicts() {
     let b = Backend::new(Kind::Local);

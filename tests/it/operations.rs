@@ -399,6 +399,12 @@ fn lineage_tells_a_copied_partition_a_foreign_file_and_a_rewritten_input() {
     let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("3 verified") && text(&o).contains("lineage is out of date"), "{}", text(&o));
+    // The right rows in a file written by hand: verified, and said to be no lakeswap file.
+    let committed = read_batch(&lake.partition_file("2026-11-02"));
+    write_parquet(&lake.partition_file("2026-11-02"), &committed);
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-02"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("no lakeswap lineage"), "{}", text(&o));
     // A wrong row is still found.
     write_parquet(&lake.partition_file("2026-11-02"), &batch(&rows[..1]));
     let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], lake.dir.path());

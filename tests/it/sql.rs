@@ -381,6 +381,8 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("EXPLAIN ANALYZE SELECT count(*) AS c FROM events", vec!["one query"]),
         ("DESCRIBE events", vec!["one query", "DESCRIBE"]),
         ("SELECT count(*) AS \"\" FROM events", vec!["no name"]),
+        // Bracket access, which the engine cannot plan: the way that works is named.
+        ("SELECT count(*) AS n FROM events WHERE status['x'] = 1", vec!["get_field(s, 'f')"]),
     ];
     for (sql, needles) in cases {
         let cfg = sql_config(&lake, &format!("sql = \"\"\"\n{sql}\n\"\"\""), "");
