@@ -459,9 +459,12 @@ impl JobConfig {
                 "output.state_url",
                 format!(
                     "`{state}` and the output `{}` lie inside one another: readers of the table would read \
-                     lakeswap's run state as data. Keep the state beside the table (the default: `{}`)",
+                     lakeswap's run state as data. {}",
                     self.output.url,
-                    default_state_url(&self.output.url).unwrap_or_else(|| "a folder of its own".into())
+                    match default_state_url(&self.output.url) {
+                        Some(d) => format!("Keep the state beside the table (the default: `{d}`)"),
+                        None => "Set `state_url` to a location outside the table".to_string(),
+                    }
                 ),
             ));
         }

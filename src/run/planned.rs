@@ -118,8 +118,9 @@ impl Planned {
                          this run's range (first: {}); run over {} to {}",
                         missing.len(),
                         missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
-                        committed.first().map(|d| d.to_string()).unwrap_or_default(),
-                        committed.last().map(|d| d.to_string()).unwrap_or_default()
+                        // Every committed date and every date of this run.
+                        committed.iter().chain(&planned).min().map(|d| d.to_string()).unwrap_or_default(),
+                        committed.iter().chain(&planned).max().map(|d| d.to_string()).unwrap_or_default()
                     )));
                 }
                 (Some(o.clone()), true)
