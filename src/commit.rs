@@ -233,15 +233,18 @@ pub async fn head(out: &StoreLocation, path: &Path) -> Result<Option<ObjectMeta>
     }
 }
 
-/// A stored partition file whose lineage names another date (copied in from it) is refused;
-/// a file without a date in its lineage (older, or not lakeswap's) is taken as it is.
+/// A stored partition file whose lineage names another date (copied in from it), or that has
+/// no lakeswap lineage at all (a copy by another tool), is refused; a lineage without a date
+/// (written before it held one) is taken as it is.
 pub fn holds_its_date(file: &Bytes, date: chrono::NaiveDate, path: &str) -> Result<(), PartitionError> {
-    let holds = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+    let lineage = ParquetRecordBatchReaderBuilder::try_new(file.clone())
         .ok()
-        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()))
-        .and_then(|l| l.date);
-    match holds {
-        Some(holds) if holds != date => Err(PartitionError::Misplaced { path: path.to_string(), holds }),
+        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()));
+    match lineage.map(|l| l.date) {
+        None => Err(PartitionError::Misplaced { path: path.to_string(), holds: None }),
+        Some(Some(holds)) if holds != date => {
+            Err(PartitionError::Misplaced { path: path.to_string(), holds: Some(holds) })
+        }
         _ => Ok(()),
     }
 }

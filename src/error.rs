@@ -307,11 +307,14 @@ pub enum PartitionError {
     Foreign { dir: String, objects: Vec<String> },
 
     #[error(
-        "{path} holds the partition of {holds} by its lineage: a file of another date copied in. A merged table \
-         is its own history, so nothing is merged into it: put this date's own file back (from a backup), or \
-         remove it to start this date anew"
+        "{path} {}. A merged table is its own history, so nothing is merged into it: put this date's own file \
+         back (from a backup), or remove it to start this date anew",
+        match holds {
+            Some(d) => format!("holds the partition of {d} by its lineage: a file of another date copied in"),
+            None => "has no lakeswap lineage: lakeswap did not write it (a copy, or a file written by hand)".into(),
+        }
     )]
-    Misplaced { path: String, holds: chrono::NaiveDate },
+    Misplaced { path: String, holds: Option<chrono::NaiveDate> },
 
     #[error("{path} does not match its input: {why}. Run the date again to rewrite it")]
     Differs { path: String, why: String },

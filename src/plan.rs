@@ -826,6 +826,27 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         if objects.is_empty() {
             return Err(config_err(cfg, &key, format!("the lookup table `{}` has no objects at {}", t.name, t.url)));
         }
+        // An object linked in from the table or its run state feeds each run's output into the
+        // next, as a URL inside them would (refused with the config).
+        let state = cfg.output.state_url();
+        for m in &objects {
+            let Some(file) = store.local_path(&m.location) else { break };
+            let file = file.to_string_lossy();
+            if let Some(url) =
+                [Some(&cfg.output.url), state.as_ref()].into_iter().flatten().find(|u| list::nested(&file, u))
+            {
+                return Err(config_err(
+                    cfg,
+                    &key,
+                    format!(
+                        "the lookup table `{}` reads {}, which lies in `{url}`: the table's own files would be read \
+                         back, and each run would give other numbers",
+                        t.name,
+                        store.display(&m.location)
+                    ),
+                ));
+            }
+        }
         let decoder = Decoder {
             format: t.format,
             delimiter: t.delimiter.as_bytes().first().copied().unwrap_or(b','),

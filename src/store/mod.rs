@@ -339,7 +339,11 @@ pub fn memory_store(name: &str) -> Arc<InMemory> {
 /// not under their percent-encoding. A prefix that names no key as written (an empty segment
 /// `a//b`, a `.` or `..` segment) is refused rather than sent elsewhere.
 fn key_prefix(prefix: &str, key: &str) -> Result<Path, ConfigError> {
-    Path::parse(prefix.trim_end_matches('/')).map_err(|e| ConfigError::Invalid {
+    let parsed = match prefix.starts_with('/') {
+        true => Err(object_store::path::Error::EmptySegment { path: prefix.to_string() }),
+        false => Path::parse(prefix.trim_end_matches('/')),
+    };
+    parsed.map_err(|e| ConfigError::Invalid {
         path: "config".into(),
         key: key.into(),
         message: format!(
@@ -418,7 +422,7 @@ mod tests {
         for (prefix, want) in [("t5/ü", "t5/ü"), ("t5/out ü%/", "t5/out ü%"), ("in%20x", "in%20x"), ("", "")] {
             assert_eq!(key_prefix(prefix, "input.url").unwrap().as_ref(), want, "{prefix}");
         }
-        for bad in ["t1//out", "x/../in", "./a", "a/."] {
+        for bad in ["t1//out", "x/../in", "./a", "a/.", "/t/o11"] {
             assert!(key_prefix(bad, "output.url").is_err(), "{bad}");
         }
     }

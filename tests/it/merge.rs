@@ -99,6 +99,12 @@ async fn a_merged_partition_copied_from_another_date_is_not_merged_into() {
     assert_eq!(b.objects("out").await, before, "nothing is merged into it");
     let status = lakeswap::status::status(&merge_job(&b, "b2"), Some(vec![d("2026-11-02")])).await.unwrap();
     assert_eq!(status.partitions[0].state, "failed");
+    // A copy another tool wrote (no lakeswap lineage) is not merged into either.
+    b.put("out", "event_date=2026-11-03/part-00000.parquet", parquet_bytes(&batch(&rows[..1]))).await;
+    put_batch(&b, "b3", &[order("d", 1, "2026-11-03", "USD", 7, "placed")]).await;
+    let s = merge(&b, "b3", None).await;
+    assert_eq!(actions(&s), [Action::Failed], "{}", lakeswap::report::table(&s));
+    assert!(s.partitions[0].error.as_deref().is_some_and(|e| e.contains("no lakeswap lineage")), "{s:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

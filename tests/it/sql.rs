@@ -25,6 +25,28 @@ fn sql_config(lake: &Lake, aggregate: &str, extra: &str) -> PathBuf {
     p
 }
 
+/// Risk: a lookup folder holding a link to the job's own partition file: each run read the
+/// last run's output back, and the numbers grew from run to run (exit 0). Refused by name.
+#[test]
+fn a_lookup_object_linked_from_the_output_is_refused() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(1311, 1, 20), 1);
+    let fx = lake.dir.path().join("fx");
+    std::fs::create_dir_all(&fx).unwrap();
+    let sql = "sql = \"SELECT count(*) AS n, (SELECT count(*) FROM fx) AS f FROM events\"";
+    let table = format!("[[aggregate.tables]]\nname = \"fx\"\nurl = \"{}\"\nformat = \"parquet\"\n", fx.display());
+    write_parquet(&fx.join("seed.parquet"), &batch(&random_orders(1312, 1, 2)));
+    let cfg = sql_config(&lake, &format!("{sql}\n{table}"), "");
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    std::os::unix::fs::symlink(lake.partition_file("2026-11-01"), fx.join("b.parquet")).unwrap();
+    let before = lake.snapshot();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("b.parquet") && text(&o).contains("read back"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), before);
+}
+
 fn run(lake: &Lake, cfg: &Path, args: &[&str]) -> std::process::Output {
     let mut all = vec!["run", "--config", cfg.to_str().unwrap()];
     all.extend_from_slice(args);
