@@ -357,19 +357,27 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
 
 /// `verify`'s note on a partition whose rows match a recomputation while its lineage does not.
 fn stale_lineage(committed: &bytes::Bytes, date: chrono::NaiveDate) -> String {
-    let lineage = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(committed.clone())
-        .ok()
-        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()));
-    let why = match lineage {
-        None => "it has no lakeswap lineage (lakeswap did not write it)".to_string(),
-        Some(l) if l.date.is_some_and(|d| d != date) => {
-            format!("its lineage is {}'s (a file of that date copied in)", l.date.unwrap_or(date))
-        }
-        Some(_) => "its lineage is out of date (input objects touched, renamed or rewritten with the same rows \
-                    since, or a config that computes the same)"
+    let why = match lineage_apart(committed, date) {
+        Some(why) => why,
+        None => "its lineage is out of date (input objects touched, renamed or rewritten with the same rows since, \
+                 or a config that computes the same)"
             .to_string(),
     };
     format!("its rows match a recomputation, but {why}: the next run rewrites it")
+}
+
+/// What sets a committed file apart from lakeswap's own file of `date`: no lineage, or
+/// another date's.
+fn lineage_apart(committed: &bytes::Bytes, date: chrono::NaiveDate) -> Option<String> {
+    let lineage = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(committed.clone())
+        .ok()
+        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()));
+    match lineage {
+        None => Some("it has no lakeswap lineage (lakeswap did not write it)".to_string()),
+        Some(l) => {
+            l.date.filter(|d| *d != date).map(|d| format!("its lineage is {d}'s (a file of that date copied in)"))
+        }
+    }
 }
 
 /// `verify`: each recomputed file compared with the committed one; nothing written.
@@ -400,9 +408,12 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                         Some(b) if commit::same_rows(&bytes, &b) => {
                             Ok((Action::Verified, Some(stale_lineage(&b, date))))
                         }
-                        Some(_) => Err(PartitionError::Differs {
+                        Some(b) => Err(PartitionError::Differs {
                             path: job.output.display(&path),
-                            why: "its bytes differ from a recomputation".into(),
+                            why: match lineage_apart(&b, date) {
+                                Some(apart) => format!("its bytes differ from a recomputation, and {apart}"),
+                                None => "its bytes differ from a recomputation".into(),
+                            },
                         }),
                         // No input and nothing committed: what `run` leaves (it commits a
                         // date without input only with --allow-empty).

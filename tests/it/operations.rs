@@ -350,6 +350,9 @@ fn lineage_tells_a_copied_partition_a_foreign_file_and_a_rewritten_input() {
     let right = std::fs::read(lake.partition_file("2026-11-01")).unwrap();
 
     std::fs::copy(lake.partition_file("2026-11-02"), lake.partition_file("2026-11-01")).unwrap();
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("its lineage is 2026-11-02's"), "{}", text(&o));
     let out = status();
     assert!(line(&out, "2026-11-01").contains("misplaced") && out.contains("lineage is 2026-11-02's"), "{out}");
     let o = run(&["--skip-unchanged"]);
