@@ -791,28 +791,36 @@ fn an_ndjson_field_of_text_and_numbers_is_refused() {
     assert_eq!(["n", "total"].map(v), ["1", "20"]);
 }
 
+/// Writes a Parquet object of columns `k` (the ids), `v` (version 1) and `column` (`values`).
+fn kv_parquet(path: &std::path::Path, ids: Vec<&str>, column: &str, values: arrow::array::ArrayRef) {
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let n = ids.len();
+    let columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(ids)), Arc::new(Int64Array::from(vec![1; n])), values];
+    let schema = Schema::new(vec![
+        Field::new("k", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, false),
+        Field::new(column, columns[2].data_type().clone(), false),
+    ]);
+    write_parquet(path, &RecordBatch::try_new(Arc::new(schema), columns).unwrap());
+}
+
 /// Risk: a Parquet decimal wider than 38 digits (read as decimal256) went through to the
 /// table as decimal256, which DuckDB reads as a double and Spark not at all, while lakeswap
 /// computes decimals up to 38 digits. It is refused naming the object and column; declared as
 /// a decimal(38, s) its values are read exactly.
 #[test]
 fn a_decimal_wider_than_38_digits_is_refused_unless_declared() {
-    use arrow::array::{ArrayRef, Decimal256Array, Int64Array, StringArray};
-    use arrow::datatypes::{i256, DataType, Field, Schema};
+    use arrow::array::{ArrayRef, Decimal256Array};
+    use arrow::datatypes::{i256, DataType};
     let lake = Lake::new();
     let dir = lake.input().join("event_date=2026-11-02");
     std::fs::create_dir_all(&dir).unwrap();
-    let q = Decimal256Array::from(vec![i256::from_i128(125), i256::from_i128(250)])
-        .with_precision_and_scale(40, 2)
-        .unwrap();
-    let columns: Vec<ArrayRef> =
-        vec![Arc::new(StringArray::from(vec!["a", "b"])), Arc::new(Int64Array::from(vec![1, 1])), Arc::new(q)];
-    let schema = Schema::new(vec![
-        Field::new("k", DataType::Utf8, false),
-        Field::new("v", DataType::Int64, false),
-        Field::new("q", columns[2].data_type().clone(), false),
-    ]);
-    write_parquet(&dir.join("a.parquet"), &RecordBatch::try_new(Arc::new(schema), columns).unwrap());
+    let q = |precision: u8| -> ArrayRef {
+        let values = vec![i256::from_i128(125), i256::from_i128(250)];
+        Arc::new(Decimal256Array::from(values).with_precision_and_scale(precision, 2).unwrap())
+    };
+    kv_parquet(&dir.join("a.parquet"), vec!["a", "b"], "q", q(40));
     let sql = "SELECT count(*) AS n, max(q) AS q FROM events";
     let out = job(&lake, "parquet", "", KV, sql, "2026-11-02");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
@@ -830,17 +838,7 @@ fn a_decimal_wider_than_38_digits_is_refused_unless_declared() {
     );
     assert_eq!(first_row(&lake, &["n", "q"]), ["2", "2.50"]);
     // A writer that stores the Arrow type gives decimal256 for a narrow decimal too: read as is.
-    let narrow = Decimal256Array::from(vec![i256::from_i128(125), i256::from_i128(250)])
-        .with_precision_and_scale(10, 2)
-        .unwrap();
-    let columns: Vec<ArrayRef> =
-        vec![Arc::new(StringArray::from(vec!["a", "b"])), Arc::new(Int64Array::from(vec![1, 1])), Arc::new(narrow)];
-    let schema = Schema::new(vec![
-        Field::new("k", DataType::Utf8, false),
-        Field::new("v", DataType::Int64, false),
-        Field::new("q", columns[2].data_type().clone(), false),
-    ]);
-    write_parquet(&dir.join("a.parquet"), &RecordBatch::try_new(Arc::new(schema), columns).unwrap());
+    kv_parquet(&dir.join("a.parquet"), vec!["a", "b"], "q", q(10));
     let out = job(&lake, "parquet", "", KV, sql, "2026-11-02");
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
@@ -854,21 +852,12 @@ fn a_decimal_wider_than_38_digits_is_refused_unless_declared() {
 /// where that date has no input and the next one is fine.
 #[test]
 fn a_first_date_of_objects_without_rows_does_not_type_the_run() {
-    use arrow::array::{ArrayRef, Decimal128Array, Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::array::{ArrayRef, Decimal128Array, StringArray};
     let lake = Lake::new();
     let write = |date: &str, amount: ArrayRef, ids: Vec<&str>| {
         let dir = lake.input().join(format!("event_date={date}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let n = ids.len();
-        let columns: Vec<ArrayRef> =
-            vec![Arc::new(StringArray::from(ids)), Arc::new(Int64Array::from(vec![1; n])), amount];
-        let schema = Schema::new(vec![
-            Field::new("k", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, false),
-            Field::new("amount", columns[2].data_type().clone(), false),
-        ]);
-        write_parquet(&dir.join("a.parquet"), &RecordBatch::try_new(Arc::new(schema), columns).unwrap());
+        kv_parquet(&dir.join("a.parquet"), ids, "amount", amount);
     };
     write("2026-11-01", Arc::new(StringArray::from(Vec::<&str>::new())), vec![]);
     write("2026-11-02", Arc::new(Decimal128Array::from(vec![330]).with_precision_and_scale(12, 2).unwrap()), vec!["c"]);
