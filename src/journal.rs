@@ -138,13 +138,28 @@ pub async fn read_all(state: &StoreLocation) -> Result<Vec<Journal>> {
         .map_err(|e| Error::store("cannot list", state.display(&prefix), e))?;
     let mut v = Vec::new();
     for m in metas {
-        let Ok(r) = state.store.get(&m.location).await else {
+        // Only `<run id>.json` is a journal (gc names anything else as not lakeswap's).
+        let journal = m.location.filename().and_then(|n| n.strip_suffix(".json")).is_some_and(crate::gc::is_run_id);
+        if !journal {
             continue;
-        };
-        let Ok(b) = r.bytes().await else { continue };
-        if let Ok(j) = serde_json::from_slice::<Journal>(&b) {
-            v.push(j);
         }
+        let unreadable =
+            |e: object_store::Error| Error::store("cannot read the run journal", state.display(&m.location), e);
+        let bytes = match state.store.get(&m.location).await {
+            Ok(r) => r.bytes().await.map_err(unreadable)?,
+            // Removed since the listing (gc ages journals out).
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(unreadable(e)),
+        };
+        let j = serde_json::from_slice::<Journal>(&bytes).map_err(|e| {
+            Error::Usage(format!(
+                "the run journal {} cannot be read ({e}). It may record swaps a killed merge left unfinished, \
+                 which every run of this table finishes first, and whose staged files gc keeps: restore the \
+                 file, or remove it once you know it records none. Nothing was done",
+                state.display(&m.location)
+            ))
+        })?;
+        v.push(j);
     }
     v.sort_by(|a, b| a.run_id.cmp(&b.run_id));
     Ok(v)

@@ -33,10 +33,31 @@ lakeswap generate --out /tmp/orders --days 10 --rows-per-day 1000000"
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Set a config variable for this run: `${NAME}` in the config's values reads it before
-    /// the environment (repeatable).
-    #[arg(long = "var", value_name = "NAME=VALUE", global = true, value_parser = lakeswap::vars::Vars::parse_pair)]
+    /// Set a config variable: `${NAME}` in the config's values reads it before the environment
+    /// (repeatable; also accepted after the command, each name once in all).
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = lakeswap::vars::Vars::parse_pair)]
     vars: Vec<(String, String)>,
+}
+
+/// `--var` of the commands that read a config.
+#[derive(Args)]
+struct VarArgs {
+    /// Set a config variable: `${NAME}` in the config's values reads it before the environment
+    /// (repeatable, each name once).
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = lakeswap::vars::Vars::parse_pair)]
+    vars: Vec<(String, String)>,
+}
+
+/// The variables given before the command and after it, together; a name given twice is
+/// refused (which one was meant?).
+fn config_vars(before: &[(String, String)], after: &VarArgs) -> Result<Vars, Error> {
+    let mut seen = std::collections::HashSet::new();
+    for (name, _) in before.iter().chain(&after.vars) {
+        if !seen.insert(name) {
+            return Err(usage(format!("--var {name}: given more than once; give each variable once")));
+        }
+    }
+    Ok(Vars::environment().with(before.iter().chain(&after.vars).cloned()))
 }
 
 #[derive(Subcommand)]
@@ -72,6 +93,8 @@ lakeswap gc --config revenue.toml --quarantine-older-than 30d")]
 
 #[derive(Args)]
 struct RunArgs {
+    #[command(flatten)]
+    vars: VarArgs,
     /// The job's TOML config (see README.md for the keys).
     #[arg(long, short, env = "LAKESWAP_CONFIG")]
     config: PathBuf,
@@ -154,6 +177,8 @@ enum SchemaChangeArg {
 
 #[derive(Args)]
 struct RangeArgs {
+    #[command(flatten)]
+    vars: VarArgs,
     /// The job's TOML config.
     #[arg(long, short, env = "LAKESWAP_CONFIG")]
     config: PathBuf,
@@ -192,6 +217,8 @@ enum LogFormat {
 
 #[derive(Args)]
 struct GcArgs {
+    #[command(flatten)]
+    vars: VarArgs,
     /// The job's TOML config.
     #[arg(long, short, env = "LAKESWAP_CONFIG")]
     config: PathBuf,
@@ -322,10 +349,13 @@ fn main() -> ProcessExit {
             return ProcessExit::from(1);
         }
     };
-    let vars = Vars::environment().with(cli.vars);
+    let vars = cli.vars;
     let result = rt.block_on(async {
         match cli.command {
             Command::Run(a) => cmd_run(a, &vars).await,
+            Command::Generate(_) if !vars.is_empty() => {
+                Err(usage("--var: `generate` reads no config; it takes no variables"))
+            }
             Command::Generate(a) => cmd_generate(a).await,
             Command::Gc(a) => cmd_gc(a, &vars).await,
             Command::Status(a) => cmd_status(a, &vars).await,
@@ -367,7 +397,7 @@ fn usage(m: impl Into<String>) -> Error {
     Error::Usage(m.into())
 }
 
-async fn cmd_run(a: RunArgs, vars: &Vars) -> Result<ExitCode, Error> {
+async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
     // Found before anything runs: a summary that cannot be written after every partition
     // committed would leave the orchestrator without its answer.
     // The file says `running` until the run ends: a reader never takes an older attempt's
@@ -391,7 +421,8 @@ async fn cmd_run(a: RunArgs, vars: &Vars) -> Result<ExitCode, Error> {
 }
 
 /// A run, or its plan with `--dry-run` (`None`).
-async fn run_job(a: RunArgs, vars: &Vars) -> Result<Option<run::RunSummary>, Error> {
+async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::RunSummary>, Error> {
+    let vars = &config_vars(vars, &a.vars)?;
     let memory_limit = match &a.memory_limit {
         Some(text) => lakeswap::spill::parse_size(text, lakeswap::spill::machine_memory())
             .map_err(|m| usage(format!("--memory-limit: {m}")))?,
@@ -647,7 +678,8 @@ async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
     Ok(ExitCode::Ok)
 }
 
-async fn cmd_gc(a: GcArgs, vars: &Vars) -> Result<ExitCode, Error> {
+async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
+    let vars = &config_vars(vars, &a.vars)?;
     let job = Job::load_with(&a.config, vars)?;
     let opts = lakeswap::gc::GcOptions {
         quarantine_older_than: match &a.quarantine_older_than {
@@ -727,7 +759,8 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
     Ok(failed)
 }
 
-async fn cmd_status(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
+async fn cmd_status(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
+    let vars = &config_vars(vars, &a.vars)?;
     let job = Job::load_read_only(&a.config, vars)?;
     let status = lakeswap::status::status(&job, a.dates(job.config.timezone())?).await?;
     if a.json {
@@ -743,7 +776,8 @@ async fn cmd_status(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
     Ok(ExitCode::Ok)
 }
 
-async fn cmd_verify(a: RangeArgs, vars: &Vars) -> Result<ExitCode, Error> {
+async fn cmd_verify(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
+    let vars = &config_vars(vars, &a.vars)?;
     let job = Job::load_read_only(&a.config, vars)?;
     let dates = a
         .dates(job.config.timezone())?

@@ -133,33 +133,35 @@ impl Planned {
     }
 }
 
-/// A spill folder inside the table, its state or its input is refused: readers (and later runs)
-/// would read a killed run's spill files as data. Compared resolved, symbolic links followed,
-/// the folder's nearest existing ancestor standing for it when it does not exist yet.
+/// A spill folder inside the table, its state, its input or a lookup table is refused:
+/// readers (and later runs) would read a killed run's spill files as data. Compared resolved:
+/// symbolic links followed, and a `..` after a folder that does not exist yet taken as creating
+/// it would (`new/../x` is `x`). An existing path that is not a folder, or a folder that
+/// cannot be written, is refused too, before anything runs.
 fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
-    let absolute = std::path::absolute(spill_dir).unwrap_or_else(|_| spill_dir.to_path_buf());
-    let mut rest = Vec::new();
-    let mut at = absolute.as_path();
-    let resolved = loop {
-        if let Ok(r) = at.canonicalize() {
-            break rest.iter().rev().fold(r, |p: std::path::PathBuf, c| p.join(c));
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_owned());
-                at = parent;
-            }
-            _ => return Ok(()),
-        }
+    let resolved = resolve(spill_dir);
+    let lookups: Vec<(String, crate::store::StoreLocation)> = match &job.config.aggregate {
+        Some(a) => a
+            .tables
+            .iter()
+            .filter_map(|t| {
+                let location = crate::store::open(&t.url, &t.options, "aggregate.tables.url", false).ok()?;
+                Some((format!("lookup table `{}`", t.name), location))
+            })
+            .collect(),
+        None => Vec::new(),
     };
-    for (what, location) in [("table", &job.output), ("run state", &job.state), ("input", &job.input)] {
+    let own = [("table", &job.output), ("run state", &job.state), ("input", &job.input)];
+    let places = own.into_iter().map(|(w, l)| (w.to_string(), l)).chain(lookups.iter().map(|(w, l)| (w.clone(), l)));
+    for (what, location) in places {
         if let Some(root) = location.protocol.local_root() {
+            let root = resolve(root);
             // Under the input, a folder named `_…` or `.…` is not read as data.
             let hidden = what == "input"
                 && resolved
-                    .strip_prefix(root)
+                    .strip_prefix(&root)
                     .is_ok_and(|rel| !crate::read::list::is_data_name(&rel.to_string_lossy()));
-            if resolved.starts_with(root) && !hidden {
+            if resolved.starts_with(&root) && !hidden {
                 return Err(Error::Usage(format!(
                     "the spill folder {} lies inside the {what} {}: a run's spill files would be read as its data. \
                      Nothing was done. Choose a --spill-dir outside it (without one, the system's temp folder: \
@@ -170,5 +172,60 @@ fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
             }
         }
     }
+    // The folder, or the nearest of its parents that exists (the rest is created when a
+    // date spills).
+    let mut at = resolved.as_path();
+    while !at.exists() {
+        match at.parent() {
+            Some(parent) => at = parent,
+            None => return Ok(()),
+        }
+    }
+    let unusable = |why: &str| {
+        Error::Usage(format!("--spill-dir {}: {} {why}. Nothing was done", spill_dir.display(), at.display()))
+    };
+    if !at.is_dir() {
+        return Err(unusable("is not a folder"));
+    }
+    if !writable(at) {
+        return Err(unusable("cannot be written"));
+    }
     Ok(())
+}
+
+/// Whether this process may create files in folder `dir`.
+#[cfg(unix)]
+fn writable(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
+}
+
+#[cfg(not(unix))]
+fn writable(dir: &std::path::Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
+}
+
+/// A local path as the system will find it: absolute, symbolic links of its existing part
+/// followed, `.` and `..` of the rest taken as creating its folders would take them.
+fn resolve(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = std::path::PathBuf::new();
+    for c in absolute.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => {
+                out.push(other);
+                if let Ok(real) = out.canonicalize() {
+                    out = real;
+                }
+            }
+        }
+    }
+    out
 }

@@ -667,6 +667,61 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
     assert!(abandoned, "some crash left swaps pending");
 }
 
+/// A journal recording pending swaps that cannot be read (damaged by hand, a bad restore) is
+/// never taken for no journal: the next run, gc and status refuse naming it, the staged files
+/// stay, and once it is restored the next run completes the move.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreadable_journal_of_a_killed_move_stops_runs_and_gc() {
+    let first = vec![order("a", 1, "2026-11-01", "USD", 1, "placed"), order("b", 1, "2026-11-02", "USD", 2, "placed")];
+    let second =
+        vec![order("a", 2, "2026-11-02", "USD", 4, "shipped"), order("b", 2, "2026-11-01", "USD", 5, "shipped")];
+    let mut tried = 0;
+    for i in 0..200 {
+        let c = Backend::new(Kind::Memory);
+        put_batch(&c, "b1", &first).await;
+        put_batch(&c, "b2", &second).await;
+        put_batch(&c, "none", &[]).await;
+        merge(&c, "b1", None).await;
+        let mut job = merge_job(&c, "b2");
+        FaultStore::wrap_output(&mut job, Mode::CrashAt(i));
+        let _ = run::run(&job, &RunOptions { lease_ttl: Duration::from_millis(150), ..Default::default() }).await;
+        let state = c.location(STATE);
+        let journals = lakeswap::journal::read_all(&state).await.unwrap();
+        let Some(j) = journals.iter().find(|j| !j.pending.is_empty()) else { continue };
+        let path = state.child(&["runs", &format!("{}.json", j.run_id)]);
+        let whole = object_store::ObjectStoreExt::get(&state.store, &path).await.unwrap().bytes().await.unwrap();
+        object_store::ObjectStoreExt::put(&state.store, &path, whole.slice(..whole.len() / 2).into()).await.unwrap();
+        let before =
+            (c.partitions().await, c.objects(STATE).await.into_keys().filter(|k| k.starts_with("staging/")).count());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let refused = |e: lakeswap::Error| {
+            assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+            assert!(
+                e.to_string().contains(&format!("{}.json", j.run_id)) && e.to_string().contains("cannot be read"),
+                "{e}"
+            );
+        };
+        refused(run::run(&merge_job(&c, "none"), &RunOptions { wait: true, ..Default::default() }).await.unwrap_err());
+        let gc = lakeswap::gc::gc(&c.location("out"), &state, "event_date", &Default::default()).await;
+        refused(gc.unwrap_err());
+        refused(lakeswap::status::status(&merge_job(&c, "none"), None).await.unwrap_err());
+        let after =
+            (c.partitions().await, c.objects(STATE).await.into_keys().filter(|k| k.starts_with("staging/")).count());
+        assert_eq!(after, before, "crash at {i}: nothing touched, the staged files kept");
+        // Restored, the journal's move is completed by the next run.
+        object_store::ObjectStoreExt::put(&state.store, &path, whole.into()).await.unwrap();
+        let s = run::run(&merge_job(&c, "none"), &RunOptions { wait: true, ..Default::default() }).await.unwrap();
+        assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+        let at = where_keys_live(&c).await;
+        assert!(at["a"].len() == 1 && at["b"].len() == 1, "crash at {i}: each key under one date: {at:?}");
+        tried += 1;
+        if tried == 3 {
+            break;
+        }
+    }
+    assert!(tried > 0, "no crash left swaps pending");
+}
+
 // ---------------------------------------------------------------------------------------
 // Tombstones stay out of the footer, and expire when told.
 

@@ -370,7 +370,34 @@ fn config_values_read_variables() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(table_of(&o).lines().any(|l| l.starts_with("2026-11-01  replaced")), "{}", table_of(&o));
-    assert_ne!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), first);
+    let refunded = std::fs::read(lake.partition_file("2026-11-01")).unwrap();
+    assert_ne!(refunded, first);
+    // Given before the command and after it, both count: the same file again.
+    let o = bin()
+        .current_dir(lake.dir.path())
+        .args(["--var", "GOOD=refunded", "run", "--config", "vars.toml", "--date", "2026-11-01"])
+        .args(["--var", &format!("RAW_ROOT={root}")])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(table_of(&o).contains("unchanged"), "{}", table_of(&o));
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), refunded);
+    // A name given twice, in one place or in both, is refused: nothing done.
+    for (before, after) in [
+        (&["--var", "GOOD=placed"][..], &["--var", "GOOD=refunded"][..]),
+        (&[][..], &["--var", "GOOD=placed", "--var", "GOOD=refunded"][..]),
+    ] {
+        let o = bin()
+            .current_dir(lake.dir.path())
+            .args(before)
+            .args(["run", "--config", "vars.toml", "--date", "2026-11-01", "--var", &format!("RAW_ROOT={root}")])
+            .args(after)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("--var GOOD: given more than once"), "{}", stderr(&o));
+    }
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), refunded);
     // A missing variable: exit 2, naming it and the key.
     let o = bin()
         .current_dir(lake.dir.path())

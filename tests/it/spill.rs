@@ -319,20 +319,50 @@ fn a_full_spill_disk_fails_the_partition_and_keeps_what_is_committed() {
 }
 
 #[test]
-fn a_spill_folder_inside_the_table_its_state_or_its_input_is_refused() {
+fn a_spill_folder_inside_the_table_its_state_its_input_or_a_lookup_is_refused() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(21, 1, 100), 1);
     let cfg = lake.config();
+    let fx = lake.dir.path().join("fx");
+    std::fs::create_dir_all(&fx).unwrap();
+    std::fs::write(fx.join("fx.csv"), "currency,rate\nUSD,1\n").unwrap();
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{text_cfg}\n[[aggregate.tables]]\nname = \"fx\"\nurl = \"{}\"\nformat = \"csv\"\n", fx.display()),
+    )
+    .unwrap();
     let base = ["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"];
     assert!(cli(&base, lake.dir.path()).status.success());
     let before = lake.snapshot();
-    for inside in [lake.output(), lake.output().join("event_date=2026-11-01/x"), lake.state(), lake.input().join("s")] {
+    // A `..` after a folder that does not exist yet leads where creating it would.
+    let table_name = lake.output().file_name().unwrap().to_owned();
+    let around = lake.output().parent().unwrap().join("not-yet").join("..").join(table_name).join("x");
+    for inside in [
+        lake.output(),
+        lake.output().join("event_date=2026-11-01/x"),
+        around,
+        lake.state(),
+        lake.input().join("s"),
+        fx.join("spill"),
+    ] {
         let mut args = base.to_vec();
         args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", inside.to_str().unwrap()]);
         let o = cli(&args, lake.dir.path());
         assert_eq!(o.status.code(), Some(2), "{}: {}", inside.display(), text(&o));
         assert!(text(&o).contains("lies inside the") && text(&o).contains("Nothing was done"), "{}", text(&o));
         assert!(lake.snapshot() == before);
+    }
+    assert!(!lake.output().parent().unwrap().join("not-yet").exists(), "nothing created");
+    // A path through a file is no folder: refused before anything runs.
+    let file = lake.dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    for through in [file.clone(), file.join("spill")] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(&["--spill-dir", through.to_str().unwrap()]);
+        let o = cli(&args, lake.dir.path());
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("is not a folder") && text(&o).contains("Nothing was done"), "{}", text(&o));
     }
 }
 
