@@ -1,7 +1,7 @@
 //! Date expressions of the command line: `YYYY-MM-DD`, `today`, `yesterday`, `today-N`,
 //! evaluated in the job's time zone, and the inclusive ranges they form.
 
-use chrono::{Days, NaiveDate, Utc};
+use chrono::{Datelike, Days, NaiveDate, Utc};
 use chrono_tz::Tz;
 
 /// Resolves one date expression against "now" in `tz`.
@@ -11,6 +11,17 @@ pub fn resolve(expr: &str, tz: Tz) -> Result<NaiveDate, String> {
 
 /// Resolves one date expression against a given "today".
 pub fn resolve_at(expr: &str, today: NaiveDate) -> Result<NaiveDate, String> {
+    let d = parse_at(expr, today)?;
+    if !(1..=9999).contains(&d.year()) {
+        return Err(format!(
+            "`{expr}` is the date {d}: a partition's date has a year of four digits (0001 to 9999), \
+             as its folder name (YYYY-MM-DD) and readers take it"
+        ));
+    }
+    Ok(d)
+}
+
+fn parse_at(expr: &str, today: NaiveDate) -> Result<NaiveDate, String> {
     let e = expr.trim();
     let err = || format!("`{expr}` is not a date: use YYYY-MM-DD, today, yesterday or today-N (e.g. today-7)");
     match e {
@@ -83,6 +94,12 @@ mod tests {
         assert_eq!(resolve_at("2026-11-05", today).unwrap(), NaiveDate::from_ymd_opt(2026, 11, 5).unwrap());
         assert!(resolve_at("2026-13-01", today).unwrap_err().contains("YYYY-MM-DD"));
         assert!(resolve_at("today-x", today).is_err());
+        // Only years of four digits: a folder named `+10000-01-01` or `-7967-07-25` is no
+        // date to readers (nor to gc).
+        for far in ["+10000-01-01", "0000-01-01", "today-3650000"] {
+            assert!(resolve_at(far, today).unwrap_err().contains("0001 to 9999"), "{far}");
+        }
+        assert!(resolve_at("0001-01-01", today).is_ok() && resolve_at("9999-12-31", today).is_ok());
     }
 
     #[test]

@@ -79,7 +79,8 @@ lakeswap run --config config/orders_current.toml                 # merge: every 
     #[command(after_help = "Examples:\n  lakeswap status --config revenue.toml\n  \
 lakeswap status --config revenue.toml --from 2026-11-01 --to 2026-11-30   # missing days show too")]
     Status(RangeArgs),
-    /// Recompute partitions in memory and report any whose committed bytes differ.
+    /// Recompute the partitions of --date or --from/--to (required) in memory and report any
+    /// whose committed bytes differ.
     #[command(after_help = "Exit code 0 when every partition matches, 1 when one differs or is missing.\n\n\
 Example:\n  lakeswap verify --config revenue.toml --from 2026-11-01 --to 2026-11-07")]
     Verify(RangeArgs),
@@ -155,10 +156,12 @@ struct RunArgs {
     /// new schema instead; the range must cover all of them.
     #[arg(long, value_enum, value_name = "HOW")]
     schema_change: Option<SchemaChangeArg>,
-    /// The memory the run may use: 512MiB, 4GiB, 2GB, or 60% (of the machine, or of the
-    /// container's limit) [default: 50%]. Fewer partitions run at once when they are large; a
-    /// partition larger than the limit is split by key into buckets spilled to --spill-dir and
-    /// prepared one bucket at a time, with the same result, byte for byte.
+    /// The memory the run may use: 512MiB, 4GiB (powers of 1024), 2GB or 2G (of 1000), or 60%
+    /// (of the machine, or of the container's limit) [default: 50%]. Fewer partitions run at
+    /// once when they are large; a partition larger than the limit is split by key into buckets
+    /// spilled to --spill-dir and prepared one bucket at a time, with the same result, byte for
+    /// byte. The program itself (its code, the query engine) takes 60 to 180 MiB beside the
+    /// data: a limit below about 256MiB bounds the data a run holds, not the whole process.
     #[arg(long, value_name = "SIZE", env = "LAKESWAP_MEMORY_LIMIT")]
     memory_limit: Option<String>,
     /// Where partitions larger than --memory-limit spill (a local folder with room for about
@@ -241,7 +244,7 @@ struct GenerateArgs {
     /// Number of dates.
     #[arg(long, default_value_t = 10)]
     days: u32,
-    /// Raw rows per date (3% of them exact duplicates).
+    /// Raw rows per date (3% of them exact duplicates), plus the rows of --conflicts.
     #[arg(long, default_value_t = 1_000_000)]
     rows_per_day: u64,
     /// First date.
@@ -250,7 +253,8 @@ struct GenerateArgs {
     /// Random seed; the same seed gives the same data.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Key+version pairs with two different payloads to inject.
+    /// Key+version pairs with two different payloads to inject: one more row each, spread over
+    /// the dates (at most half of --rows-per-day).
     #[arg(long, default_value_t = 0)]
     conflicts: u64,
     /// Parquet files per date.
@@ -325,13 +329,33 @@ const OUTCOME: &str = "lakeswap::outcome";
 fn main() -> ProcessExit {
     #[cfg(not(target_os = "linux"))]
     tune_allocator();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // A refused command line still answers the orchestrator waiting for the summary,
+            // rather than leaving an older run's there.
+            if e.use_stderr() {
+                if let Some(path) = summary_path(std::env::args_os()) {
+                    let text = e.render().to_string();
+                    let why = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
+                    let _ = std::fs::write(path, report::refused_json(lakeswap::ExitCode::Usage, why, 0.0));
+                }
+            }
+            e.exit()
+        }
+    };
     let json = matches!(&cli.command, Command::Run(a) if a.log_format == LogFormat::Json);
     // A terminal's text shows a bar and the failures after the table instead of records.
     let records = json || !std::io::stderr().is_terminal();
     let default = if records { format!("warn,{OUTCOME}=info") } else { format!("warn,{OUTCOME}=off") };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LAKESWAP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Unset or empty: the default; a filter that does not parse is said so, not taken as silence.
+    let filter = match std::env::var("LAKESWAP_LOG").ok().filter(|v| !v.trim().is_empty()) {
+        None => tracing_subscriber::EnvFilter::new(&default),
+        Some(v) => tracing_subscriber::EnvFilter::builder().parse(&v).unwrap_or_else(|e| {
+            eprintln!("warning: LAKESWAP_LOG={v} is not a log filter ({e}); logging as without it");
+            tracing_subscriber::EnvFilter::new(&default)
+        }),
+    };
     // Colours only for a person at a terminal, never in a log file.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -393,6 +417,83 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// The path of `--summary-json` in a command line clap refused, when it names one.
+fn summary_path(args: impl Iterator<Item = std::ffi::OsString>) -> Option<PathBuf> {
+    let mut args = args.skip(1);
+    while let Some(a) = args.next() {
+        if a == "--summary-json" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(path) = a.to_str().and_then(|a| a.strip_prefix("--summary-json=")) {
+            return Some(PathBuf::from(path));
+        }
+    }
+    None
+}
+
+/// The largest day `generate` writes: a day is made in memory (about 150 bytes a row).
+const MAX_GENERATED_ROWS: u64 = 200_000_000;
+
+/// `generate`'s arguments, checked before anything is written: a data set is written into an
+/// empty folder (over another one it would mix two sets, and the same order ids).
+async fn check_generate(a: &GenerateArgs, out: &lakeswap::store::StoreLocation) -> Result<(), Error> {
+    if a.days == 0 || a.days as i64 > dates::MAX_RANGE_DAYS {
+        return Err(usage(format!("--days {}: write 1 to {}", a.days, dates::MAX_RANGE_DAYS)));
+    }
+    if a.rows_per_day == 0 || a.rows_per_day > MAX_GENERATED_ROWS {
+        return Err(usage(format!(
+            "--rows-per-day {}: write 1 to {MAX_GENERATED_ROWS} (a day is made in memory; write more days for more rows)",
+            a.rows_per_day
+        )));
+    }
+    if a.files_per_day == 0 || a.files_per_day as u64 > a.rows_per_day.min(10_000) {
+        return Err(usage(format!(
+            "--files-per-day {}: write 1 to {} (at most one file per row)",
+            a.files_per_day,
+            a.rows_per_day.min(10_000)
+        )));
+    }
+    if a.conflicts > a.rows_per_day / 2 {
+        return Err(usage(format!(
+            "--conflicts {}: at most half of --rows-per-day ({}); each conflict is a copy of a row of its day",
+            a.conflicts,
+            a.rows_per_day / 2
+        )));
+    }
+    use futures::StreamExt;
+    let first = out.store.list(Some(&out.prefix)).next().await;
+    if let Some(found) = first {
+        let what = match found {
+            Ok(m) => format!("already holds {}", out.display(&m.location)),
+            Err(e) => format!("cannot be listed: {e}"),
+        };
+        return Err(usage(format!(
+            "--out {}: {what}. generate writes a data set into an empty folder (over another it would mix the \
+             two, their order ids alike); choose a new folder or remove this one",
+            a.out
+        )));
+    }
+    Ok(())
+}
+
+/// A store inside this process (`memory://`, for the library and its tests) would lose
+/// whatever a command writes when it exits: refused for a command.
+fn outside_the_process(job: &Job) -> Result<(), Error> {
+    let lookups = job.config.aggregate.iter().flat_map(|a| a.tables.iter().map(|t| t.url.as_str()));
+    let urls = [job.input.url.as_str(), job.output.url.as_str(), job.state.url.as_str()].into_iter().chain(lookups);
+    match urls.into_iter().find(|u| u.starts_with("memory:")) {
+        Some(url) => Err(in_process(url)),
+        None => Ok(()),
+    }
+}
+
+fn in_process(url: &str) -> Error {
+    usage(format!(
+        "{url}: a memory:// store lives inside one process (it is for the library and tests); what a command \
+         wrote there would be gone when it exits. Use a folder or a bucket"
+    ))
+}
+
 fn usage(m: impl Into<String>) -> Error {
     Error::Usage(m.into())
 }
@@ -423,7 +524,8 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
 /// A run, or its plan with `--dry-run` (`None`).
 async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::RunSummary>, Error> {
     let vars = &config_vars(vars, &a.vars)?;
-    let memory_limit = match &a.memory_limit {
+    // An empty LAKESWAP_MEMORY_LIMIT is no limit given.
+    let memory_limit = match a.memory_limit.as_deref().filter(|t| !t.trim().is_empty()) {
         Some(text) => lakeswap::spill::parse_size(text, lakeswap::spill::machine_memory())
             .map_err(|m| usage(format!("--memory-limit: {m}")))?,
         None => lakeswap::spill::default_limit(),
@@ -436,6 +538,7 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
         true => Job::load_read_only(&a.config, vars)?,
         false => Job::load_with(&a.config, vars)?,
     };
+    outside_the_process(&job)?;
     let tz = job.config.timezone();
     let mut dates = match (&a.date, &a.from, &a.to, &a.retry_failed) {
         (Some(d), _, _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),
@@ -660,7 +763,14 @@ impl run::Observer for Progress {
 }
 
 async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
-    let out = lakeswap::store::open(&a.out, &Default::default(), "--out", true)?;
+    if a.out.starts_with("memory:") {
+        return Err(in_process(&a.out));
+    }
+    let out = lakeswap::store::open(&a.out, &Default::default(), "--out", true).map_err(|e| match e {
+        lakeswap::error::ConfigError::Invalid { message, .. } => usage(format!("--out: {message}")),
+        e => Error::Config(e),
+    })?;
+    check_generate(&a, &out).await?;
     let start_date = dates::resolve_at(&a.start_date, chrono::Utc::now().date_naive()).map_err(usage)?;
     let opts = generate::GenerateOptions {
         days: a.days,
@@ -681,6 +791,7 @@ async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
 async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
     let vars = &config_vars(vars, &a.vars)?;
     let job = Job::load_with(&a.config, vars)?;
+    outside_the_process(&job)?;
     let opts = lakeswap::gc::GcOptions {
         quarantine_older_than: match &a.quarantine_older_than {
             Some(age) => Some(
@@ -762,6 +873,7 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
 async fn cmd_status(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
     let vars = &config_vars(vars, &a.vars)?;
     let job = Job::load_read_only(&a.config, vars)?;
+    outside_the_process(&job)?;
     let status = lakeswap::status::status(&job, a.dates(job.config.timezone())?).await?;
     if a.json {
         let runs: Vec<_> = status.journals.iter().rev().take(20).collect();
@@ -779,6 +891,7 @@ async fn cmd_status(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode,
 async fn cmd_verify(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
     let vars = &config_vars(vars, &a.vars)?;
     let job = Job::load_read_only(&a.config, vars)?;
+    outside_the_process(&job)?;
     let dates = a
         .dates(job.config.timezone())?
         .ok_or_else(|| usage("name the dates to verify: --date D or --from A --to B"))?;

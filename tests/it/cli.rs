@@ -78,6 +78,12 @@ fn config_errors_name_the_key_and_exit_2() {
     let (code, out) = config_error(|t| t.replace("timezone = \"UTC\"", "timezone = \"Mars/Olympus\""));
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("job.timezone"), "{out}");
+
+    // A store inside the process: a command's writes would end with it.
+    let (code, out) =
+        config_error(|t| t.replace("url = \"lake/revenue_daily\"", "url = \"memory://lake/revenue_daily\""));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("memory://lake/revenue_daily") && out.contains("inside one process"), "{out}");
 }
 
 #[test]
@@ -92,6 +98,16 @@ fn usage_errors_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     let o = cli(&["run", "--config", "missing.toml", "--date", "2026-11-01"], t.path());
     assert_eq!(o.status.code(), Some(2));
+    // A date whose folder would not be YYYY-MM-DD.
+    for far in ["+10000-01-01", "today-3650000"] {
+        let o = cli(&["run", "--config", "config/example.toml", "--date", far, "--allow-empty"], t.path());
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("0001 to 9999"), "{}", text(&o));
+    }
+    assert!(
+        !t.path().join("lake/revenue_daily").exists()
+            || std::fs::read_dir(t.path().join("lake/revenue_daily")).unwrap().next().is_none()
+    );
 }
 
 #[test]
@@ -173,6 +189,22 @@ fn generate_is_deterministic_and_counts_match() {
     let meta: serde_json::Value =
         serde_json::from_slice(&std::fs::read(t.path().join("a/_gen_meta.json")).unwrap()).unwrap();
     assert_eq!(meta["total"]["raw_rows"], 10_003);
+    // Refused before anything is written: a second data set into the first, counts that do not
+    // fit, a store that ends with the process.
+    let before = std::fs::read(t.path().join("a/_gen_meta.json")).unwrap();
+    for (args, says) in [
+        (&["--out", "a"][..], "already holds"),
+        (&["--out", "c", "--days", "0"][..], "--days 0"),
+        (&["--out", "c", "--rows-per-day", "10", "--conflicts", "6"][..], "at most half"),
+        (&["--out", "c", "--files-per-day", "0"][..], "--files-per-day 0"),
+        (&["--out", "memory://x/y"][..], "memory://"),
+    ] {
+        let o = cli(&[&["generate"][..], args].concat(), t.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(says) && !text(&o).contains("panicked"), "{args:?}: {}", text(&o));
+    }
+    assert_eq!(std::fs::read(t.path().join("a/_gen_meta.json")).unwrap(), before);
+    assert!(std::fs::read_dir(t.path().join("c")).map_or(true, |mut d| d.next().is_none()));
     assert_eq!(meta["total"]["duplicate_rows"], 300);
 }
 
