@@ -181,26 +181,44 @@ pub async fn remove_stale_staging(
     column: &str,
     own_run: &str,
     dirs: &[String],
-    keep: &BTreeSet<String>,
 ) -> Result<usize> {
-    let mut removed = BTreeSet::new();
-    let mine =
-        |run: &String, dir: &String| run != own_run && dirs.contains(dir) && !keep.contains(&format!("{run}/{dir}"));
+    let candidate = |run: &String, dir: &String| run != own_run && dirs.contains(dir);
+    let mut staged = Vec::new();
     for m in list_prefix(state, &["staging"]).await? {
         if let Entry::Staged(run, dir) = classify_state(&state.relative(&m.location), column) {
-            if mine(&run, &dir) {
-                delete(state, &m.location).await?;
-                removed.insert((run, dir));
+            if candidate(&run, &dir) {
+                staged.push((m.location, run, dir));
             }
         }
     }
     // Temporary files of an interrupted staging write (local folders).
+    let mut temp = Vec::new();
     for (path, rel, _) in local_temp_files(state, &["staging"]) {
         if let Some(Entry::Staged(run, dir)) = temp_base(&rel).map(|base| classify_state(base, column)) {
-            if mine(&run, &dir) {
-                let _ = std::fs::remove_file(path);
-                removed.insert((run, dir));
+            if candidate(&run, &dir) {
+                temp.push((path, run, dir));
             }
+        }
+    }
+    if staged.is_empty() && temp.is_empty() {
+        state.tidy(&state.child(&["staging"]));
+        return Ok(0);
+    }
+    // Staging an unfinished move still needs is kept (read only when there is staging to
+    // remove: the journals are many).
+    let keep = crate::journal::pending_staging(state).await?;
+    let kept = |run: &String, dir: &String| keep.contains(&format!("{run}/{dir}"));
+    let mut removed = BTreeSet::new();
+    for (location, run, dir) in staged {
+        if !kept(&run, &dir) {
+            delete(state, &location).await?;
+            removed.insert((run, dir));
+        }
+    }
+    for (path, run, dir) in temp {
+        if !kept(&run, &dir) {
+            let _ = std::fs::remove_file(path);
+            removed.insert((run, dir));
         }
     }
     state.tidy(&state.child(&["staging"]));

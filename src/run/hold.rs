@@ -127,8 +127,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     }
     let dirs: Vec<String> = held.iter().map(|p| p.dir.clone()).collect();
     leases.remove_leftovers(&dirs);
-    let keep = crate::journal::pending_staging(&job.state).await.unwrap_or_default();
-    if let Err(e) = gc::remove_stale_staging(&job.state, &cfg.partition.column, &run_id, &dirs, &keep).await {
+    if let Err(e) = gc::remove_stale_staging(&job.state, &cfg.partition.column, &run_id, &dirs).await {
         tracing::warn!(error = %e, "could not remove stale staging");
     }
     // --skip-unchanged: a committed partition whose footer names the same rules, the same
