@@ -59,6 +59,16 @@ pub fn to_days(d: NaiveDate) -> i32 {
     (d - NaiveDate::from_ymd_opt(1970, 1, 1).expect("epoch")).num_days() as i32
 }
 
+/// The first day a partition can have: 0001-01-01, as `date32`.
+pub fn first_day() -> i32 {
+    to_days(NaiveDate::from_ymd_opt(1, 1, 1).expect("a date"))
+}
+
+/// The last day a partition can have: 9999-12-31, as `date32`.
+pub fn last_day() -> i32 {
+    to_days(NaiveDate::from_ymd_opt(9999, 12, 31).expect("a date"))
+}
+
 /// The date of a `date32` value.
 pub fn from_days(days: i32) -> Option<NaiveDate> {
     NaiveDate::from_ymd_opt(1970, 1, 1)?.checked_add_signed(chrono::Duration::days(days as i64))

@@ -127,6 +127,19 @@ impl Journal {
     }
 }
 
+/// Whether an object's name is a journal's: `<run id>.json`.
+fn is_journal_name(name: &str) -> bool {
+    name.strip_suffix(".json").is_some_and(crate::gc::is_run_id)
+}
+
+fn unreadable_journal(path: &str, why: &str) -> Error {
+    Error::Usage(format!(
+        "the run journal {path} cannot be read ({why}). It may record swaps a killed merge left unfinished, \
+         which every run of this table finishes first, and whose staged files gc keeps: restore the file, or \
+         remove it once you know it records none. Nothing was done"
+    ))
+}
+
 /// Every journal of the table (in its state location), oldest first.
 pub async fn read_all(state: &StoreLocation) -> Result<Vec<Journal>> {
     let prefix = state.child(&["runs"]);
@@ -136,11 +149,21 @@ pub async fn read_all(state: &StoreLocation) -> Result<Vec<Journal>> {
         .try_collect()
         .await
         .map_err(|e| Error::store("cannot list", state.display(&prefix), e))?;
+    // A local folder's listing leaves out what is not a regular file: a journal behind a
+    // dangling link, or a pipe, would be skipped unseen.
+    if let Some(folder) = state.local_path(&prefix) {
+        let listed: std::collections::HashSet<_> = metas.iter().filter_map(|m| m.location.filename()).collect();
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if is_journal_name(&name) && !listed.contains(name.as_str()) {
+                return Err(unreadable_journal(&entry.path().display().to_string(), "not a file that can be read"));
+            }
+        }
+    }
     let mut v = Vec::new();
     for m in metas {
         // Only `<run id>.json` is a journal (gc names anything else as not lakeswap's).
-        let journal = m.location.filename().and_then(|n| n.strip_suffix(".json")).is_some_and(crate::gc::is_run_id);
-        if !journal {
+        if !m.location.filename().is_some_and(is_journal_name) {
             continue;
         }
         let unreadable =
@@ -151,14 +174,8 @@ pub async fn read_all(state: &StoreLocation) -> Result<Vec<Journal>> {
             Err(object_store::Error::NotFound { .. }) => continue,
             Err(e) => return Err(unreadable(e)),
         };
-        let j = serde_json::from_slice::<Journal>(&bytes).map_err(|e| {
-            Error::Usage(format!(
-                "the run journal {} cannot be read ({e}). It may record swaps a killed merge left unfinished, \
-                 which every run of this table finishes first, and whose staged files gc keeps: restore the \
-                 file, or remove it once you know it records none. Nothing was done",
-                state.display(&m.location)
-            ))
-        })?;
+        let j = serde_json::from_slice::<Journal>(&bytes)
+            .map_err(|e| unreadable_journal(&state.display(&m.location), &e.to_string()))?;
         v.push(j);
     }
     v.sort_by(|a, b| a.run_id.cmp(&b.run_id));

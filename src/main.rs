@@ -335,9 +335,9 @@ fn main() -> ProcessExit {
             // A refused command line still answers the orchestrator waiting for the summary,
             // rather than leaving an older run's there.
             if e.use_stderr() {
-                if let Some(path) = summary_path(std::env::args_os()) {
-                    let text = e.render().to_string();
-                    let why = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
+                let text = e.render().to_string();
+                let why = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
+                for path in summary_paths(std::env::args_os()) {
                     let _ = std::fs::write(path, report::refused_json(lakeswap::ExitCode::Usage, why, 0.0));
                 }
             }
@@ -417,18 +417,18 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// The path of `--summary-json` in a command line clap refused, when it names one.
-fn summary_path(args: impl Iterator<Item = std::ffi::OsString>) -> Option<PathBuf> {
+/// The paths of `--summary-json` in a command line clap refused (given twice, each).
+fn summary_paths(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<PathBuf> {
+    let mut found = Vec::new();
     let mut args = args.skip(1);
     while let Some(a) = args.next() {
         if a == "--summary-json" {
-            return args.next().map(PathBuf::from);
-        }
-        if let Some(path) = a.to_str().and_then(|a| a.strip_prefix("--summary-json=")) {
-            return Some(PathBuf::from(path));
+            found.extend(args.next().map(PathBuf::from));
+        } else if let Some(path) = a.to_str().and_then(|a| a.strip_prefix("--summary-json=")) {
+            found.push(PathBuf::from(path));
         }
     }
-    None
+    found
 }
 
 /// The largest day `generate` writes: a day is made in memory (about 150 bytes a row).
@@ -436,9 +436,20 @@ const MAX_GENERATED_ROWS: u64 = 200_000_000;
 
 /// `generate`'s arguments, checked before anything is written: a data set is written into an
 /// empty folder (over another one it would mix two sets, and the same order ids).
-async fn check_generate(a: &GenerateArgs, out: &lakeswap::store::StoreLocation) -> Result<(), Error> {
+async fn check_generate(
+    a: &GenerateArgs,
+    start: chrono::NaiveDate,
+    out: &lakeswap::store::StoreLocation,
+) -> Result<(), Error> {
+    use chrono::Datelike;
     if a.days == 0 || a.days as i64 > dates::MAX_RANGE_DAYS {
         return Err(usage(format!("--days {}: write 1 to {}", a.days, dates::MAX_RANGE_DAYS)));
+    }
+    if start.checked_add_days(chrono::Days::new(a.days as u64 - 1)).is_none_or(|last| last.year() > 9999) {
+        return Err(usage(format!(
+            "--start-date {start} --days {}: runs past 9999-12-31 (a partition's date has a year of four digits)",
+            a.days
+        )));
     }
     if a.rows_per_day == 0 || a.rows_per_day > MAX_GENERATED_ROWS {
         return Err(usage(format!(
@@ -481,10 +492,15 @@ async fn check_generate(a: &GenerateArgs, out: &lakeswap::store::StoreLocation) 
 fn outside_the_process(job: &Job) -> Result<(), Error> {
     let lookups = job.config.aggregate.iter().flat_map(|a| a.tables.iter().map(|t| t.url.as_str()));
     let urls = [job.input.url.as_str(), job.output.url.as_str(), job.state.url.as_str()].into_iter().chain(lookups);
-    match urls.into_iter().find(|u| u.starts_with("memory:")) {
+    match urls.into_iter().find(|u| in_memory(u)) {
         Some(url) => Err(in_process(url)),
         None => Ok(()),
     }
+}
+
+/// Whether a URL names a `memory:` store (a scheme is read in any case).
+fn in_memory(url: &str) -> bool {
+    url.get(..7).is_some_and(|scheme| scheme.eq_ignore_ascii_case("memory:"))
 }
 
 fn in_process(url: &str) -> Error {
@@ -763,15 +779,15 @@ impl run::Observer for Progress {
 }
 
 async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
-    if a.out.starts_with("memory:") {
+    if in_memory(&a.out) {
         return Err(in_process(&a.out));
     }
     let out = lakeswap::store::open(&a.out, &Default::default(), "--out", true).map_err(|e| match e {
         lakeswap::error::ConfigError::Invalid { message, .. } => usage(format!("--out: {message}")),
         e => Error::Config(e),
     })?;
-    check_generate(&a, &out).await?;
     let start_date = dates::resolve_at(&a.start_date, chrono::Utc::now().date_naive()).map_err(usage)?;
+    check_generate(&a, start_date, &out).await?;
     let opts = generate::GenerateOptions {
         days: a.days,
         rows_per_day: a.rows_per_day,

@@ -32,6 +32,9 @@ use crate::read::{split_id, IdCmp, Table};
 /// The end of a version chain (rows and chain indices stay below 2^31).
 const NONE: u32 = !CONFLICTED;
 
+/// The message of a row without a key.
+pub const NULL_KEY: &str = "the key is null; every row needs a key";
+
 /// Counts of one partition's preparation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PrepareStats {
@@ -788,9 +791,11 @@ pub fn prepare(table: Table, id: &Identity) -> Result<Prepared, PartitionError> 
         if table.column(k).is_none() {
             return Err(missing(k, "missing key column"));
         }
-        if let Some(i) = table.first_null(k).filter(|_| !id.whole_record) {
-            return Err(InputError::bad(table.locate(i, Some(k)), "the key is null; every row needs a key").into());
-        }
+    }
+    // The first row, in input order, with a null in a key column (as a spilled date finds it).
+    let null_key = id.key.iter().filter_map(|k| Some((table.first_null(k)?, k))).min();
+    if let Some((i, k)) = null_key.filter(|_| !id.whole_record) {
+        return Err(InputError::bad(table.locate(i, Some(k)), NULL_KEY).into());
     }
     let key_cols = table.columns(&id.key).unwrap_or_default();
     let versions: Option<Vec<ScalarBuffer<i64>>> = match &id.version {

@@ -20,7 +20,7 @@ use crate::commit;
 use crate::config::{AggregateSection, ConfigError, JobConfig};
 use crate::crossdate::{Hashes, KeyTypes};
 use crate::engine::{self, Lookup};
-use crate::error::PartitionError;
+use crate::error::{InputError, Location, PartitionError};
 use crate::lineage::Lineage;
 use crate::plan::PartitionPlan;
 use crate::prepare::{self, PrepareStats, Prepared};
@@ -330,7 +330,8 @@ impl Aggregate {
             schemas.iter().map(|(o, s)| (o.as_str(), s.as_ref())).collect();
         let record = read::unified(&refs, decoder)?;
         let objects: Vec<Arc<str>> = schemas.iter().map(|(o, _)| Arc::from(o.as_str())).collect();
-        let key: Vec<String> = if cx.job.config.is_whole_record_key() {
+        let whole_record = cx.job.config.is_whole_record_key();
+        let key: Vec<String> = if whole_record {
             record.fields().iter().map(|f| f.name().clone()).collect()
         } else {
             cx.job.config.identity.key.clone()
@@ -379,6 +380,26 @@ impl Aggregate {
                         .ok_or_else(|| {
                         PartitionError::Other(format!("spill: no key column in {}", piece.object))
                     })?;
+                    // A null key fails the date at its first row in input order, as in memory
+                    // (the buckets would find it in another order).
+                    let null_key = (!whole_record)
+                        .then(|| {
+                            key.iter()
+                                .zip(&cols)
+                                .filter(|(_, c)| c.null_count() > 0)
+                                .filter_map(|(k, c)| Some(((0..n).find(|&i| c.is_null(i))?, k)))
+                                .min()
+                        })
+                        .flatten();
+                    if let Some((i, k)) = null_key {
+                        let at = Location {
+                            object: piece.object.to_string(),
+                            row: piece.object_rows.get(i).copied(),
+                            line: piece.lines.as_ref().and_then(|l| l.get(i).copied()),
+                            column: Some(k.clone()),
+                        };
+                        return Err(InputError::bad(at, prepare::NULL_KEY).into());
+                    }
                     let of = spill::buckets_of(&cols, buckets).map_err(PartitionError::Other)?;
                     let at = origins.len();
                     for (i, &b) in of.iter().enumerate() {

@@ -889,6 +889,15 @@ impl Decoder {
                 ))
             }
         };
+        // A partition's folder is YYYY-MM-DD: years 0001 to 9999.
+        let (first, last) = (dates::first_day(), dates::last_day());
+        if let Some(i) = days.values().iter().position(|d| !(first..=last).contains(d)) {
+            let shown = dates::from_days(days.value(i)).map_or(days.value(i).to_string(), |d| d.to_string());
+            return Err(InputError::bad(
+                loc(i),
+                format!("the date {shown} is outside the years 0001 to 9999: a partition's folder is YYYY-MM-DD"),
+            ));
+        }
         Ok(Some(days))
     }
 

@@ -102,6 +102,27 @@ impl Job {
 }
 
 impl Job {
+    /// The name of a table whose run state (`table.json`) lies in the output's folder `old`:
+    /// the output is the folder around tables (`_lakeswap/<table>/`), not a table.
+    async fn holds_tables(&self, old: &str) -> Result<Option<String>> {
+        use object_store::ObjectStoreExt;
+        if old != LEGACY_STATE[0] {
+            return Ok(None);
+        }
+        let at = self.output.child(&[old]);
+        let listed = self.output.store.list_with_delimiter(Some(&at)).await;
+        let listed = listed.map_err(|e| crate::Error::store("cannot list", self.output.display(&at), e))?;
+        for folder in &listed.common_prefixes {
+            let marker = folder.clone().join(TABLE_MARKER);
+            match self.output.store.head(&marker).await {
+                Ok(_) => return Ok(folder.filename().map(str::to_string)),
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(crate::Error::store("cannot read", self.output.display(&marker), e)),
+            }
+        }
+        Ok(None)
+    }
+
     /// Checks the table and its state location belong together, before anything reads or
     /// writes state:
     /// - a table whose run state still lives inside it (`OUT/_lakeswap/`, `_staging/`,
@@ -125,6 +146,16 @@ impl Job {
                 None => {}
                 Some(Err(e)) => return Err(crate::Error::store("cannot list", self.output.display(&path), e)),
                 Some(Ok(_)) => {
+                    if let Some(name) = self.holds_tables(old).await? {
+                        return Err(refuse(
+                            "output.url",
+                            format!(
+                                "`{out}` holds other lakeswap tables: {out}/{old}/{name}/ is the run state of the \
+                                 table {out}/{name}. A table needs a folder of its own, inside it or beside it \
+                                 (is a variable of the URL empty?). Nothing was done"
+                            ),
+                        ));
+                    }
                     return Err(refuse(
                         "output.url",
                         format!(
@@ -134,7 +165,7 @@ impl Job {
                              {out}/_lakeswap/* to {state}/, {out}/_staging/ to {state}/staging/, \
                              {out}/_quarantine/ to {state}/quarantine/ (each when present); then run again"
                         ),
-                    ))
+                    ));
                 }
             }
         }

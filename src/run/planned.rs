@@ -45,6 +45,11 @@ impl Planned {
         let mut flat = None;
         if opts.dates.is_none() && plan.layout == Layout::Flat {
             let read = read::read_flat(&job.input, &plan.decoder, &plan.objects, &[]).await;
+            // An object that cannot be read tells no dates: the run cannot know which dates it
+            // would leave out (with dates given, it fails those it serves).
+            if let Some(e) = read.failed.values().next() {
+                return Err(Error::Input(e.clone()));
+            }
             plan.add_partitions(cfg, &read.dates());
             flat = Some(Arc::new(read));
         }

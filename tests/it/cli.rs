@@ -86,6 +86,24 @@ fn config_errors_name_the_key_and_exit_2() {
     assert!(out.contains("memory://lake/revenue_daily") && out.contains("inside one process"), "{out}");
 }
 
+/// An output URL that is the folder around a table (an empty variable in it, say) is named as
+/// such, not taken for a table of an old layout to move, and nothing is touched.
+#[test]
+fn an_output_around_another_table_is_refused_naming_it() {
+    let t = example_dir();
+    let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-01"], t.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let cfg = t.path().join("config/example.toml");
+    let around = std::fs::read_to_string(&cfg).unwrap().replace("url = \"lake/revenue_daily\"", "url = \"lake\"");
+    std::fs::write(t.path().join("config/around.toml"), around).unwrap();
+    let before = std::fs::read(t.path().join("lake/_lakeswap/revenue_daily/table.json")).unwrap();
+    let o = cli(&["run", "--config", "config/around.toml", "--date", "2026-11-01"], t.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("holds other lakeswap tables") && text(&o).contains("revenue_daily"), "{}", text(&o));
+    assert!(!text(&o).contains("Move it there"), "{}", text(&o));
+    assert_eq!(std::fs::read(t.path().join("lake/_lakeswap/revenue_daily/table.json")).unwrap(), before);
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let t = example_dir();
@@ -198,6 +216,8 @@ fn generate_is_deterministic_and_counts_match() {
         (&["--out", "c", "--rows-per-day", "10", "--conflicts", "6"][..], "at most half"),
         (&["--out", "c", "--files-per-day", "0"][..], "--files-per-day 0"),
         (&["--out", "memory://x/y"][..], "memory://"),
+        (&["--out", "MEMORY:///x"][..], "MEMORY:///x"),
+        (&["--out", "c", "--start-date", "9999-12-31", "--days", "2"][..], "past 9999-12-31"),
     ] {
         let o = cli(&[&["generate"][..], args].concat(), t.path());
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));

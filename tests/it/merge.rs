@@ -720,6 +720,19 @@ async fn an_unreadable_journal_of_a_killed_move_stops_runs_and_gc() {
         }
     }
     assert!(tried > 0, "no crash left swaps pending");
+    // In a local folder, a journal the listing leaves out (a dangling link, a pipe) is no
+    // journal skipped either.
+    let c = Backend::new(Kind::Local);
+    put_batch(&c, "b1", &first).await;
+    put_batch(&c, "none", &[]).await;
+    merge(&c, "b1", None).await;
+    let runs = std::path::PathBuf::from(c.url(STATE)).join("runs");
+    let journal = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    std::fs::remove_file(&journal).unwrap();
+    std::os::unix::fs::symlink(runs.join("gone"), &journal).unwrap();
+    let e = run::run(&merge_job(&c, "none"), &RunOptions::default()).await.unwrap_err();
+    assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+    assert!(e.to_string().contains("not a file that can be read"), "{e}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1444,6 +1457,37 @@ fn column_text(lake: &Lake, date: &str, column: &str) -> Vec<String> {
 /// 01:40-04:00 is 30 minutes before 01:10-05:00 in New York on 2026-11-01, but as wall-clock
 /// times it is the later: the table kept (or took back) the older row, or a deleted key came
 /// back. Each such pair now fails its dates (exit 3) and the table stays as it was.
+/// A merge over every date of its batch (no dates given) with a row whose date cannot be told —
+/// past the zone's table of clock changes, or past the year 9999 — fails naming the row; it
+/// merged nothing and said "0 created", exit 0.
+#[test]
+fn a_batch_row_without_a_date_fails_a_merge_over_every_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for (zone, ts, says) in [
+        ("America/New_York", "2150-06-01T12:00:00Z", "2100 or later"),
+        ("Asia/Tokyo", "9999-12-31T20:00:00Z", "outside the years 0001 to 9999"),
+    ] {
+        let cfg = root.join("job.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[job]\nname = \"m\"\nkind = \"merge\"\ntimezone = \"{zone}\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\n\
+                 schema = {{ v = \"int64\", ts = \"timestamp\", amount = \"int64\" }}\n\n[identity]\nkey = [\"id\"]\n\
+                 version = \"v\"\n\n[partition]\ncolumn = \"event_date\"\nfrom_timestamp = \"ts\"\n\n[output]\nurl = \"out\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("in")).unwrap();
+        std::fs::write(root.join("in/a.csv"), format!("id,v,ts,amount\nr0,1,{ts},0\nr1,1,2026-11-01T12:00:00Z,1\n"))
+            .unwrap();
+        let o = cli(&["run", "--config", cfg.to_str().unwrap()], root);
+        assert_eq!(o.status.code(), Some(3), "{zone}: {}", text(&o));
+        assert!(text(&o).contains(says) && text(&o).contains("a.csv"), "{zone}: {}", text(&o));
+        assert!(!root.join("out").exists() || walk(&root.join("out")).is_empty(), "{zone}: nothing written");
+    }
+}
+
 #[test]
 fn wall_clock_versions_in_a_repeated_hour_are_not_guessed_against_the_table() {
     let dir = tempfile::tempdir().unwrap();

@@ -424,6 +424,41 @@ fn csv_spills_like_parquet_and_bad_values_are_named_alike() {
     assert_eq!(m, s);
 }
 
+/// A null in one column of a two-column key: the same object, row and column named in memory
+/// and spilled (the buckets meet the rows in another order), the first row in input order.
+#[test]
+fn a_null_key_column_is_named_at_its_first_row_in_memory_and_spilled() {
+    use arrow::array::{Array, StringArray};
+    let lake = Lake::new();
+    let rows: Vec<Order> = random_orders(23, 1, 30_000);
+    let b = batch(&rows);
+    let null_at = |column: &str, at: &[usize]| -> arrow::array::ArrayRef {
+        let c = b.column_by_name(column).unwrap();
+        let c = c.as_any().downcast_ref::<StringArray>().unwrap();
+        std::sync::Arc::new(
+            (0..c.len()).map(|i| (!at.contains(&i)).then(|| c.value(i).to_string())).collect::<StringArray>(),
+        )
+    };
+    let schema = b.schema();
+    let columns: Vec<arrow::array::ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name().as_str() {
+            "order_id" => null_at("order_id", &[20_000, 5_000, 27_000]),
+            "customer_id" => null_at("customer_id", &[9_000]),
+            _ => b.column_by_name(f.name()).unwrap().clone(),
+        })
+        .collect();
+    let with_nulls = arrow::record_batch::RecordBatch::try_new(schema, columns).unwrap();
+    write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &with_nulls);
+    let cfg = lake.config_with("key = [\"customer_id\", \"order_id\"]\nversion = \"source_version\"", "");
+    let [(mem, _, mem_sum), (sp, _, sp_sum)] = both(&lake, &cfg);
+    assert_eq!((mem.status.code(), sp.status.code()), (Some(3), Some(3)), "{}", text(&sp));
+    let (m, s) = (&mem_sum["partitions"][0]["error"], &sp_sum["partitions"][0]["error"]);
+    assert!(m.as_str().unwrap().contains("row 5000") && m.as_str().unwrap().contains("`order_id`"), "{m}");
+    assert_eq!(m, s);
+}
+
 /// A merge's computed files wait on disk, not in memory, for the commit phase under a small
 /// budget — the same bytes, also when keys move between dates (the files then commit together).
 #[test]
