@@ -209,34 +209,35 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8(out).unwrap_or_else(|_| s.to_string())
 }
 
-/// Whether one location (a store URL or a local path) lies inside the other or is the same.
-pub fn nested(a: &str, b: &str) -> bool {
-    /// A local path as the file system resolves it, whether or not it exists yet: each part
-    /// that exists with its links followed, `..` taken from there (`y/../in/t`, `link/t` where
-    /// `link` is `in`: both are `in/t`).
-    fn physical(p: &std::path::Path) -> std::path::PathBuf {
-        use std::path::Component;
-        let abs = match p.is_absolute() {
-            true => p.to_path_buf(),
-            false => std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf()),
-        };
-        let mut out = std::path::PathBuf::new();
-        for part in abs.components() {
-            match part {
-                Component::CurDir => {}
-                Component::ParentDir => {
-                    out.pop();
-                }
-                other => {
-                    out.push(other);
-                    if let Ok(real) = std::fs::canonicalize(&out) {
-                        out = real;
-                    }
+/// A local path as the file system resolves it, whether or not it exists yet: each part
+/// that exists with its links followed, `..` taken from there (`y/../in/t`, `link/t` where
+/// `link` is `in`: both are `in/t`).
+pub fn physical(p: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let abs = match p.is_absolute() {
+        true => p.to_path_buf(),
+        false => std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf()),
+    };
+    let mut out = std::path::PathBuf::new();
+    for part in abs.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => {
+                out.push(other);
+                if let Ok(real) = std::fs::canonicalize(&out) {
+                    out = real;
                 }
             }
         }
-        out
     }
+    out
+}
+
+/// Whether one location (a store URL or a local path) lies inside the other or is the same.
+pub fn nested(a: &str, b: &str) -> bool {
     fn norm(u: &str) -> Vec<String> {
         let (scheme, rest) = match u.split_once("://") {
             Some((s, r)) => (s.to_ascii_lowercase(), r.to_string()),

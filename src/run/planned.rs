@@ -144,7 +144,7 @@ impl Planned {
 /// it would (`new/../x` is `x`). An existing path that is not a folder, or a folder that
 /// cannot be written, is refused too, before anything runs.
 fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
-    let resolved = resolve(spill_dir);
+    let resolved = crate::read::list::physical(spill_dir);
     let lookups: Vec<(String, crate::store::StoreLocation)> = match &job.config.aggregate {
         Some(a) => a
             .tables
@@ -160,7 +160,7 @@ fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
     let places = own.into_iter().map(|(w, l)| (w.to_string(), l)).chain(lookups.iter().map(|(w, l)| (w.clone(), l)));
     for (what, location) in places {
         if let Some(root) = location.protocol.local_root() {
-            let root = resolve(root);
+            let root = crate::read::list::physical(root);
             // Under the input, a folder named `_…` or `.…` is not read as data.
             let hidden = what == "input"
                 && resolved
@@ -210,27 +210,4 @@ fn writable(dir: &std::path::Path) -> bool {
 #[cfg(not(unix))]
 fn writable(dir: &std::path::Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
-}
-
-/// A local path as the system will find it: absolute, symbolic links of its existing part
-/// followed, `.` and `..` of the rest taken as creating its folders would take them.
-fn resolve(path: &std::path::Path) -> std::path::PathBuf {
-    use std::path::Component;
-    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut out = std::path::PathBuf::new();
-    for c in absolute.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => {
-                out.push(other);
-                if let Ok(real) = out.canonicalize() {
-                    out = real;
-                }
-            }
-        }
-    }
-    out
 }
