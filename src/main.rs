@@ -114,6 +114,7 @@ struct RunArgs {
     /// Skip partitions whose committed file was made by the same config from the same input
     /// objects (sizes and e-tags), without reading their input: cheap trailing-window runs. A
     /// file written under older rules (before a fix that changes what it holds) is recomputed.
+    /// Aggregate jobs (a merge's partitions are not computed from input alone).
     #[arg(long)]
     skip_unchanged: bool,
     /// Log records on stderr as text or as JSON objects (for log collectors): one per partition
@@ -134,7 +135,8 @@ struct RunArgs {
     /// shorter than this) go to each partition's hash pass and measures.
     #[arg(long, env = "LAKESWAP_CONCURRENCY")]
     concurrency: Option<usize>,
-    /// Write a zero-row partition for a date without input, instead of failing it.
+    /// Write a zero-row partition for a date without input, instead of failing it. Aggregate
+    /// jobs (a merge date without input changes nothing).
     #[arg(long)]
     allow_empty: bool,
     /// Print the plan (dates, input objects, actions) and touch nothing.

@@ -284,8 +284,26 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 /// renews its leases, so no run needs more.
 pub const MAX_LEASE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Refuses options a run cannot honour as given.
-fn check_options(opts: &RunOptions) -> Result<()> {
+/// Refuses options a run cannot honour as given, and options its job kind has no use for (a
+/// flag accepted and ignored would let a user believe it did something).
+fn check_options(job: &Job, opts: &RunOptions) -> Result<()> {
+    if !job.kind.output_from_input_alone() {
+        let kind = job.kind.name();
+        if opts.allow_empty {
+            return Err(crate::Error::Usage(format!(
+                "--allow-empty writes a zero-row partition for a date without input; a {kind} run changes \
+                 only the keys its batch holds, so a date without input already changes nothing. Run \
+                 without it"
+            )));
+        }
+        if opts.skip_unchanged {
+            return Err(crate::Error::Usage(format!(
+                "--skip-unchanged skips a partition recomputed from the same input; a {kind} table's \
+                 partitions also hold every row merged before, so they are never recomputed from input \
+                 alone (a replayed batch changes nothing: its versions are not newer). Run without it"
+            )));
+        }
+    }
     if opts.lease_ttl.is_zero() || opts.lease_ttl > MAX_LEASE_TTL {
         return Err(crate::Error::Usage(format!(
             "the lease TTL must be more than 0 and at most {} seconds (7 days), not {} s: a crashed run's \
@@ -325,7 +343,7 @@ impl RunSummary {
 
 /// Runs a job over a set of dates: plan, hold, compute, commit, record.
 pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
-    check_options(opts)?;
+    check_options(job, opts)?;
     // Checked first, claimed once the plan holds: a run refused by its plan writes nothing.
     job.check_layout(false).await?;
     let planned = Planned::new(job, opts, false).await?;
@@ -338,6 +356,7 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
 
 /// The plan as text, for `--dry-run`: nothing is touched.
 pub async fn dry_run(job: &Job, opts: &RunOptions) -> Result<String> {
+    check_options(job, opts)?;
     job.check_layout(false).await?;
     let mut planned = Planned::new(job, opts, false).await?;
     planned.plan.look_up_targets(&job.output).await?;

@@ -1413,6 +1413,30 @@ fn dates_sharing_keys_with_a_failed_date_fail_with_it() {
     }
 }
 
+/// Risk: `--allow-empty` and `--skip-unchanged` were accepted by a merge run and did nothing, so
+/// a user believed a date without input was written, or a merge skipped. Both are refused with
+/// exit 2 before anything is read or written, by `run` and `--dry-run`.
+#[test]
+fn aggregate_only_flags_are_refused_by_a_merge() {
+    let lake = Lake::new();
+    write_files(&lake, "b", &[("a.csv", "id,v,event_date\n1,1,2026-11-01\n")]);
+    let cfg = text_merge_config(&lake, "b", "csv", "");
+    let c = cfg.to_str().unwrap();
+    for flag in ["--allow-empty", "--skip-unchanged"] {
+        for extra in [&[][..], &["--dry-run"]] {
+            let mut args = vec!["run", "--config", c, "--date", "2026-11-01", flag];
+            args.extend_from_slice(extra);
+            let o = cli(&args, lake.dir.path());
+            assert_eq!(o.status.code(), Some(2), "{flag} {extra:?}: {}", text(&o));
+            assert!(text(&o).contains(flag) && text(&o).contains("merge"), "{}", text(&o));
+            assert!(!lake.partition_file("2026-11-01").exists(), "{flag}: {}", text(&o));
+        }
+    }
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(lake.partition_file("2026-11-01").exists(), "{}", text(&o));
+}
+
 /// A merge job over the text objects of `<lake>/<name>/` (key `id`, version `v`), with `extra`
 /// sections before `[output]`: its config's path.
 fn text_merge_config(lake: &Lake, name: &str, format: &str, extra: &str) -> std::path::PathBuf {
