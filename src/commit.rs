@@ -237,16 +237,21 @@ pub async fn head(out: &StoreLocation, path: &Path) -> Result<Option<ObjectMeta>
 /// no lakeswap lineage at all (a copy by another tool), is refused; a lineage without a date
 /// (written before it held one) is taken as it is.
 pub fn holds_its_date(file: &Bytes, date: chrono::NaiveDate, path: &str) -> Result<(), PartitionError> {
-    let lineage = ParquetRecordBatchReaderBuilder::try_new(file.clone())
-        .ok()
-        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()));
-    match lineage.map(|l| l.date) {
+    match lineage_of(file).map(|l| l.date) {
         None => Err(PartitionError::Misplaced { path: path.to_string(), holds: None }),
         Some(Some(holds)) if holds != date => {
             Err(PartitionError::Misplaced { path: path.to_string(), holds: Some(holds) })
         }
         _ => Ok(()),
     }
+}
+
+/// The lakeswap lineage in a partition file's footer: `None` for a file lakeswap did not write
+/// (another tool's Parquet, or not Parquet at all).
+pub fn lineage_of(file: &Bytes) -> Option<crate::lineage::Lineage> {
+    ParquetRecordBatchReaderBuilder::try_new(file.clone())
+        .ok()
+        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()))
 }
 
 /// Whether two partition files hold the same rows under the same schema, whatever their
@@ -307,7 +312,8 @@ pub enum Staged {
 }
 
 /// Stages one partition's bytes: compare with what is committed (a change since planning
-/// means another run won), write the staged copy, read it back and verify it.
+/// means another run won; a file lakeswap did not write is replaced only with
+/// `replace_foreign`), write the staged copy, read it back and verify it.
 #[allow(clippy::too_many_arguments)] // the table, its state, and what identifies and checks the file
 pub async fn stage(
     out: &StoreLocation,
@@ -318,14 +324,21 @@ pub async fn stage(
     schema: &SchemaRef,
     rows: usize,
     seen: &Seen,
+    replace_foreign: bool,
 ) -> Result<Staged, PartitionError> {
     let target = target_path(out, dir);
     let now = head(out, &target).await?;
     if !seen.same_object(&now) {
         return Err(PartitionError::Fenced { path: out.display(&target) });
     }
-    if now.is_some() && get(out, &target).await?.as_ref() == Some(bytes) {
-        return Ok(Staged::Unchanged);
+    if now.is_some() {
+        let committed = get(out, &target).await?;
+        if committed.as_ref() == Some(bytes) {
+            return Ok(Staged::Unchanged);
+        }
+        if !replace_foreign && committed.as_ref().is_some_and(|c| lineage_of(c).is_none()) {
+            return Err(PartitionError::NotOurs { path: out.display(&target) });
+        }
     }
     let staged = staging_path(state, run_id, dir);
     upload(state, &staged, bytes.clone()).await?;

@@ -316,8 +316,16 @@ pub enum PartitionError {
     )]
     Misplaced { path: String, holds: Option<chrono::NaiveDate> },
 
-    #[error("{path} does not match its input: {why}. Run the date again to rewrite it")]
+    /// `why` ends with what to do.
+    #[error("{path} does not match its input: {why}")]
     Differs { path: String, why: String },
+
+    #[error(
+        "{path} has no lakeswap lineage: lakeswap did not write it (a copy, or another tool's file), and it \
+         overwrites only its own files. Nothing was written. Move it away (to keep it), or set `[output] \
+         foreign_files = \"remove\"` to have the run replace it"
+    )]
+    NotOurs { path: String },
 
     #[error("verification of the staged file {path} failed: {message}")]
     Verify { path: String, message: String },
@@ -375,6 +383,7 @@ impl PartitionError {
             PartitionError::MissingInput { .. }
             | PartitionError::Foreign { .. }
             | PartitionError::Misplaced { .. }
+            | PartitionError::NotOurs { .. }
             | PartitionError::Fenced { .. }
             | PartitionError::Verify { .. }
             | PartitionError::Differs { .. }

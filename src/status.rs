@@ -33,6 +33,11 @@ pub struct PartitionStatus {
     pub foreign: Vec<String>,
     /// The last run that wrote the partition (created, replaced) or failed it.
     pub last_run: Option<(String, Action)>,
+    /// A later run that planned this date and recorded no outcome for it: it died (or is still
+    /// running), and may have swapped in its file. Its journal is written at its end, so the
+    /// file is the one of `last_run` or that run's, whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unrecorded_run: Option<(String, String)>,
     pub error: Option<String>,
 }
 
@@ -54,7 +59,7 @@ pub struct Status {
 }
 
 /// The journals (oldest first) and the state of each partition of `dates` (default: every
-/// date that is committed or appears in a journal).
+/// date that is committed, has an outcome in a journal, or was planned by a run that died).
 pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> {
     job.check_layout(false).await?;
     let out = &job.output;
@@ -101,8 +106,23 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
         }
     }
     last.extend(failed);
+    // Runs that died or are running after planning a date, with no outcome for it recorded since.
+    let mut unrecorded: BTreeMap<NaiveDate, (String, String)> = BTreeMap::new();
+    for j in &journals {
+        for p in &j.partitions {
+            if matches!(p.action, Action::Created | Action::Replaced | Action::Unchanged | Action::Skipped) {
+                unrecorded.remove(&p.date);
+            }
+        }
+        if j.status == "died" || j.status == "running" {
+            for d in j.dates.iter().filter(|d| !j.partitions.iter().any(|p| p.date == **d)) {
+                unrecorded.insert(*d, (j.run_id.clone(), j.status.clone()));
+            }
+        }
+    }
     let dates = dates.unwrap_or_else(|| {
-        let mut d: Vec<NaiveDate> = committed.iter().copied().chain(last.keys().copied()).collect();
+        let mut d: Vec<NaiveDate> =
+            committed.iter().copied().chain(last.keys().copied()).chain(unrecorded.keys().copied()).collect();
         d.sort();
         d.dedup();
         d
@@ -141,6 +161,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
             foreign,
             lineage,
             last_run: run.map(|(id, a, _)| (id.clone(), *a)),
+            unrecorded_run: unrecorded.remove(&date),
             error: run.and_then(|(_, _, e)| e.clone()),
         });
     }
@@ -280,7 +301,8 @@ pub fn render(status: &Status, recent: usize) -> String {
             );
         }
         let then = if status.recomputable {
-            "`verify` compares it with its input, a run replaces it"
+            "`verify` compares it with its input, a run replaces it (a file without lineage only with \
+             `foreign_files = \"remove\"`: move it away to keep it)"
         } else {
             "a merged table is its own history: put this date's own file back (from a backup)"
         };
@@ -297,6 +319,19 @@ pub fn render(status: &Status, recent: usize) -> String {
                     writeln!(s, "              its file's lineage is {d}'s: a file of another date copied in; {then}");
             }
             _ => {}
+        }
+        match &p.unrecorded_run {
+            Some((id, how)) if how == "running" => {
+                let _ = writeln!(s, "              run {id} is running on this date: its file may change");
+            }
+            Some((id, _)) => {
+                let _ = writeln!(
+                    s,
+                    "              run {id} died holding this date and recorded nothing for it: what is committed \
+                     here is whole, from before that run or swapped in by it; a run of this date settles it"
+                );
+            }
+            None => {}
         }
         if let (Some(e), "failed") = (&p.error, p.state) {
             let _ = writeln!(s, "              {e}");

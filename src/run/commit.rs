@@ -189,20 +189,23 @@ async fn commit_one(
     // sidecars were written with it, and an aggregate's quarantined rows too; a merge's are
     // this batch's: see the module documentation).
     let bytes = f.body.load().await?;
-    let action = match commit::stage(out, &job.state, run_id, dir, &bytes, &f.schema, f.rows, seen).await? {
-        Staged::Unchanged if f.merge.is_some() => {
-            set_aside(job, run_id, dir, f).await?;
-            Action::Unchanged
-        }
-        Staged::Unchanged => Action::Unchanged,
-        Staged::Ready(staged) => {
-            if let Err(e) = before(job, run_id, dir, f).await {
-                let _ = job.state.store.delete(&staged).await;
-                return Err(e);
+    // A committed file lakeswap did not write is replaced only when the job says so.
+    let replace_foreign = job.config.output.foreign_files == ForeignFiles::Remove;
+    let action =
+        match commit::stage(out, &job.state, run_id, dir, &bytes, &f.schema, f.rows, seen, replace_foreign).await? {
+            Staged::Unchanged if f.merge.is_some() => {
+                set_aside(job, run_id, dir, f).await?;
+                Action::Unchanged
             }
-            commit::swap_in(out, &job.state, &staged, dir, bytes, seen).await?
-        }
-    };
+            Staged::Unchanged => Action::Unchanged,
+            Staged::Ready(staged) => {
+                if let Err(e) = before(job, run_id, dir, f).await {
+                    let _ = job.state.store.delete(&staged).await;
+                    return Err(e);
+                }
+                commit::swap_in(out, &job.state, &staged, dir, bytes, seen).await?
+            }
+        };
     if action != Action::Unchanged || !foreign.is_empty() {
         after(job, f, &foreign).await;
     }
@@ -239,8 +242,10 @@ async fn commit_together(
                     leases.check(&o.plan.dir)?;
                     let foreign = foreign(job, &o.plan.dir).await?;
                     let bytes = f.body.load().await?;
+                    // The stored file was read as the merge's state: lakeswap's own (see `holds_its_date`).
                     let s =
-                        commit::stage(out, state, run_id, &o.plan.dir, &bytes, &f.schema, f.rows, &o.plan.seen).await?;
+                        commit::stage(out, state, run_id, &o.plan.dir, &bytes, &f.schema, f.rows, &o.plan.seen, false)
+                            .await?;
                     match &s {
                         Staged::Ready(staged) => {
                             if let Err(e) = before(job, run_id, &o.plan.dir, &f).await {
@@ -366,13 +371,15 @@ fn stale_lineage(committed: &bytes::Bytes, date: chrono::NaiveDate) -> String {
     format!("its rows match a recomputation, but {why}: the next run rewrites it")
 }
 
+/// Whether a committed file carries lakeswap's lineage (lakeswap wrote it).
+fn has_lineage(committed: &bytes::Bytes) -> bool {
+    commit::lineage_of(committed).is_some()
+}
+
 /// What sets a committed file apart from lakeswap's own file of `date`: no lineage, or
 /// another date's.
 fn lineage_apart(committed: &bytes::Bytes, date: chrono::NaiveDate) -> Option<String> {
-    let lineage = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(committed.clone())
-        .ok()
-        .and_then(|r| crate::lineage::Lineage::from_footer(r.metadata().file_metadata().key_value_metadata()));
-    match lineage {
+    match commit::lineage_of(committed) {
         None => Some("it has no lakeswap lineage (lakeswap did not write it)".to_string()),
         Some(l) => {
             l.date.filter(|d| *d != date).map(|d| format!("its lineage is {d}'s (a file of that date copied in)"))
@@ -396,7 +403,8 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                         return Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: format!(
-                                "readers of it would also read objects lakeswap did not write: {}",
+                                "readers of it would also read objects lakeswap did not write: {}. Move them away, \
+                                 or set `[output] foreign_files = \"remove\"` and run the date again",
                                 names.join(", ")
                             ),
                         });
@@ -411,8 +419,18 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                         Some(b) => Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: match lineage_apart(&b, date) {
-                                Some(apart) => format!("its bytes differ from a recomputation, and {apart}"),
-                                None => "its bytes differ from a recomputation".into(),
+                                Some(apart) if !has_lineage(&b) => format!(
+                                    "its bytes differ from a recomputation, and {apart}. A run does not overwrite \
+                                     it: move it away, or set `[output] foreign_files = \"remove\"`, and run the \
+                                     date again"
+                                ),
+                                Some(apart) => format!(
+                                    "its bytes differ from a recomputation, and {apart}. Run the date again to \
+                                     rewrite it"
+                                ),
+                                None => {
+                                    "its bytes differ from a recomputation. Run the date again to rewrite it".into()
+                                }
                             },
                         }),
                         // No input and nothing committed: what `run` leaves (it commits a
@@ -420,7 +438,7 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                         None if f.stats.input_rows == 0 => Ok((Action::Untouched, None)),
                         None => Err(PartitionError::Differs {
                             path: job.output.display(&path),
-                            why: "it is missing".into(),
+                            why: "it is missing. Run the date again to write it".into(),
                         }),
                     }
                 }

@@ -328,7 +328,8 @@ fn status_shows_committed_failed_and_missing_days() {
 /// - a flat input's dates share their input objects, so one date's file copied over another's
 ///   (a restore from the wrong backup) was skipped by `--skip-unchanged` and shown as committed;
 /// - a file without lineage (copied in by hand) was shown as committed by the run that wrote
-///   the file before it, and an object at the table's top level was not shown at all;
+///   the file before it, and an object at the table's top level was not shown at all; a run
+///   overwrote that file (lakeswap did not write it);
 /// - a local input rewritten in place at its size with its modification time put back
 ///   (`cp -p`, `rsync -t --inplace`) kept its e-tag (inode, time, size): skipped, stale;
 /// - an input only touched made `verify` call right rows "differs" (exit 1).
@@ -367,7 +368,20 @@ fn lineage_tells_a_copied_partition_a_foreign_file_and_a_rewritten_input() {
     let v: serde_json::Value =
         serde_json::from_slice(&cli(&["status", "--config", c, "--json"], lake.dir.path()).stdout).unwrap();
     assert_eq!(v["strays"], serde_json::json!(["stray.parquet"]), "{v}");
+    // Not lakeswap's file: a run does not overwrite it (G9), only with `foreign_files = "remove"`.
+    let foreign = std::fs::read(lake.partition_file("2026-11-03")).unwrap();
+    let o = run(&["--skip-unchanged"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(line(&table_of(&o), "2026-11-03").contains("failed"), "{}", text(&o));
+    assert!(text(&o).contains("has no lakeswap lineage") && text(&o).contains("foreign_files"), "{}", text(&o));
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-03")).unwrap(), foreign);
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-03"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("A run does not overwrite it"), "{}", text(&o));
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{toml}foreign_files = \"remove\"\n")).unwrap();
     assert!(line(&table_of(&run(&["--skip-unchanged"])), "2026-11-03").contains("replaced"));
+    std::fs::write(&cfg, toml).unwrap();
     std::fs::remove_file(lake.output().join("stray.parquet")).unwrap();
     assert!(!status().contains("in no partition"));
 

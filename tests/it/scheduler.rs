@@ -274,26 +274,33 @@ fn committed(lake: &Lake) -> usize {
 fn a_retry_right_after_sigkill_on_the_same_host_runs_at_once() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(154, 60, 2000), 2);
-    let mut child = spawn_long_run(&lake, &["--lease-ttl", "600"], || !leases(&lake).is_empty());
+    let mut child =
+        spawn_long_run(&lake, &["--lease-ttl", "600"], || !leases(&lake).is_empty() && committed(&lake) >= 1);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(!leases(&lake).is_empty(), "the killed run left its leases");
+    let status = || table_of(&bin().args(["status", "--config", lake.config().to_str().unwrap()]).output().unwrap());
     // Its summary names it (it was `null` until the run ended), so it can be retried: every
     // date it did not report on.
     let s: serde_json::Value =
         serde_json::from_slice(&std::fs::read(lake.dir.path().join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["status"], "running", "{s}");
     let id = s["run_id"].as_str().unwrap_or_else(|| panic!("no run id: {s}")).to_string();
+    // Its journal is written at its end: `status` says of every date it planned that it died
+    // holding it, a committed one included (not credited to no run, or to an older one).
+    let before = status();
+    let said = format!("run {id} died holding this date");
+    assert!(before.matches(&said).count() >= 60, "{before}");
     let t = Instant::now();
     let o = run(&lake, &lake.config(), &["--retry-failed", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(t.elapsed() < Duration::from_secs(60));
     assert!(leases(&lake).is_empty());
     assert_eq!(committed(&lake), 60, "{}", stderr(&o));
-    // The killed run's journal: status calls it dead, not running.
-    let o = bin().args(["status", "--config", lake.config().to_str().unwrap()]).output().unwrap();
-    let s = table_of(&o);
+    // The killed run's journal: status calls it dead, not running; the retry settled its dates.
+    let s = status();
     assert!(s.contains("died"), "{s}");
+    assert!(!s.contains(&said), "{s}");
 }
 
 fn signal(child: &std::process::Child, sig: i32) {
