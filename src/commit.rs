@@ -383,7 +383,10 @@ pub async fn foreign_objects(out: &StoreLocation, dir: &str) -> Result<Vec<Path>
             .try_collect()
             .await
             .map_err(|e| PartitionError::store("cannot list", out.display(&folder), e))?;
-        found.extend(listed.into_iter().map(|m| m.location).filter(|l| *l != target));
+        // A zero-byte object at the folder's own name is a folder marker (`event_date=…/`, as S3
+        // consoles and some writers make them): readers skip it, as the input's listing does.
+        let marker = |m: &ObjectMeta| m.size == 0 && m.location == folder;
+        found.extend(listed.into_iter().filter(|m| !marker(m)).map(|m| m.location).filter(|l| *l != target));
     }
     Ok(found)
 }

@@ -1437,6 +1437,25 @@ fn aggregate_only_flags_are_refused_by_a_merge() {
     assert!(lake.partition_file("2026-11-01").exists(), "{}", text(&o));
 }
 
+/// Risk: a merge whose input lists no object (a mistyped prefix: an object store has no folders
+/// to miss) exited 0 having merged nothing, every day; with `--date` it exited 3 naming no
+/// object. Refused with exit 2, naming the input; markers and `_` names are not data.
+#[test]
+fn a_merge_of_an_input_without_objects_is_refused() {
+    let lake = Lake::new();
+    write_files(&lake, "b", &[("_SUCCESS", ""), (".hidden.csv", "id,v,event_date\n1,1,2026-11-01\n")]);
+    let cfg = text_merge_config(&lake, "b", "csv", "");
+    let c = cfg.to_str().unwrap();
+    for extra in [&[][..], &["--date", "2026-11-01"], &["--dry-run"]] {
+        let mut args = vec!["run", "--config", c];
+        args.extend_from_slice(extra);
+        let o = cli(&args, lake.dir.path());
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o));
+        assert!(text(&o).contains("holds no data objects") && text(&o).contains("/b"), "{}", text(&o));
+    }
+    assert!(!lake.partition_file("2026-11-01").exists());
+}
+
 /// A merge job over the text objects of `<lake>/<name>/` (key `id`, version `v`), with `extra`
 /// sections before `[output]`: its config's path.
 fn text_merge_config(lake: &Lake, name: &str, format: &str, extra: &str) -> std::path::PathBuf {
