@@ -74,6 +74,18 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
             }
         }
     }
+    // A move's swaps are recorded before the first one and the record is not updated after
+    // each: those the committed files show done are not pending.
+    for j in journals.iter_mut().filter(|j| !j.pending.is_empty()) {
+        let mut left = Vec::new();
+        for p in std::mem::take(&mut j.pending) {
+            match crate::run::commit::pending_state(job, &j.run_id, &p).await? {
+                crate::run::commit::PendingState::Done { .. } => {}
+                _ => left.push(p),
+            }
+        }
+        j.pending = left;
+    }
     let column = &job.config.partition.column;
     let listing =
         out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;

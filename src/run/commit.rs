@@ -17,6 +17,7 @@
 //! resulting state only, so unchanged bytes do not mean they were written before (they do for
 //! an aggregate, whose file names its input).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +32,7 @@ use crate::error::{ExitCode, PartitionError, Result};
 use crate::journal::{self, Journal, PartitionReport, PendingSwap};
 use crate::kind::{Computed, Outcome, PartitionFile};
 use crate::lease::{Leases, Renewer};
+use crate::prepare::PrepareStats;
 
 /// A run whose partitions are committed (or failed).
 pub struct Committed {
@@ -461,65 +463,141 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
     })
 }
 
+/// Where a swap that an interrupted run recorded as pending stands.
+pub(crate) enum PendingState {
+    /// Not swapped, and the partition still as the run saw it: it can be completed.
+    Ready { staged: object_store::path::Path, seen: Seen, bytes: bytes::Bytes },
+    /// Swapped already; its staged copy is left when the record was not updated.
+    Done { staged_left: Option<object_store::path::Path> },
+    /// The partition changed since, or its staged copy is gone while it is as seen: never
+    /// to be completed.
+    Stale { staged: object_store::path::Path },
+}
+
+/// Where run `run_id`'s pending swap `p` stands (reads the staged copy and the committed file).
+pub(crate) async fn pending_state(job: &Job, run_id: &str, p: &PendingSwap) -> Result<PendingState> {
+    let (out, state) = (&job.output, &job.state);
+    let usage = |e: PartitionError| crate::Error::Usage(e.to_string());
+    let target = commit::target_path(out, &p.dir);
+    let staged = commit::staging_path(state, run_id, &p.dir);
+    let seen = Seen {
+        meta: p.existed.then(|| object_store::ObjectMeta {
+            location: target.clone(),
+            last_modified: chrono::Utc::now(),
+            size: p.size,
+            e_tag: p.e_tag.clone(),
+            version: p.version.clone(),
+        }),
+    };
+    let bytes = commit::get(state, &staged).await.map_err(usage)?;
+    let as_seen = seen.same_object(&commit::head(out, &target).await.map_err(usage)?);
+    Ok(match (bytes, as_seen) {
+        (Some(bytes), true) => PendingState::Ready { staged, seen, bytes },
+        // Swapped already; the record was not updated.
+        (Some(b), false) if commit::get(out, &target).await.map_err(usage)?.as_ref() == Some(&b) => {
+            PendingState::Done { staged_left: Some(staged) }
+        }
+        // Swapped already (a swap consumes its staged file) — or gone with the swap undone.
+        (None, false) => PendingState::Done { staged_left: None },
+        (Some(_), false) | (None, true) => PendingState::Stale { staged },
+    })
+}
+
 /// Completes the swaps interrupted runs recorded as pending (merges that move keys): a recorded
 /// set is completed only when each of its partitions is still as that run saw it or already
 /// swapped; when any changed since (or lost its staged file), none is swapped — a table emptied
 /// or rewritten in between must not get a stale partition back. Called under the table lease,
-/// so no other run of the table is in between.
+/// so no other run of the table is in between. The interrupted run's journal then records what
+/// became of each of its dates, so `status` credits each file to the run that made it.
 pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
     let (out, state) = (&job.output, &job.state);
-    let usage = |e: PartitionError| crate::Error::Usage(e.to_string());
     for mut j in journal::read_all(state).await? {
         if j.pending.is_empty() || j.run_id == run_id {
             continue;
         }
         let mut ready = Vec::new();
         let mut stale = Vec::new();
+        let mut swapped = Vec::new();
         for p in std::mem::take(&mut j.pending) {
-            let target = commit::target_path(out, &p.dir);
-            let staged = commit::staging_path(state, &j.run_id, &p.dir);
-            let seen = Seen {
-                meta: p.existed.then(|| object_store::ObjectMeta {
-                    location: target.clone(),
-                    last_modified: chrono::Utc::now(),
-                    size: p.size,
-                    e_tag: p.e_tag.clone(),
-                    version: p.version.clone(),
-                }),
-            };
-            let bytes = commit::get(state, &staged).await.map_err(usage)?;
-            let as_seen = seen.same_object(&commit::head(out, &target).await.map_err(usage)?);
-            match (bytes, as_seen) {
-                (Some(b), true) => ready.push((p, staged, seen, b)),
-                (Some(b), false) if commit::get(out, &target).await.map_err(usage)?.as_ref() == Some(&b) => {
-                    // Swapped already; the record was not updated.
-                    let _ = state.store.delete(&staged).await;
+            match pending_state(job, &j.run_id, &p).await? {
+                PendingState::Ready { staged, seen, bytes } => ready.push((p, staged, seen, bytes)),
+                PendingState::Done { staged_left } => {
+                    if let Some(staged) = staged_left {
+                        let _ = state.store.delete(&staged).await;
+                    }
+                    swapped.push(p);
                 }
-                // Swapped already (a swap consumes its staged file) — or gone with the swap undone.
-                (None, false) => {}
-                (Some(_), false) | (None, true) => stale.push((p.dir.clone(), staged)),
+                PendingState::Stale { staged } => stale.push((p, staged)),
             }
         }
+        let mut abandoned = Vec::new();
         if stale.is_empty() {
             for (p, staged, seen, b) in ready {
                 match commit::swap_in(out, state, &staged, &p.dir, b, &seen).await {
                     Ok(_) => {
-                        tracing::warn!(run = %j.run_id, partition = %p.dir, "completed a swap an interrupted run left pending")
+                        tracing::warn!(run = %j.run_id, partition = %p.dir, "completed a swap an interrupted run left pending");
+                        swapped.push(p);
                     }
                     Err(e) => {
-                        tracing::warn!(run = %j.run_id, partition = %p.dir, error = %e, "cannot complete a pending swap")
+                        tracing::warn!(run = %j.run_id, partition = %p.dir, error = %e, "cannot complete a pending swap");
+                        abandoned.push((p, format!("its swap, left pending, could not be completed: {e}")));
                     }
                 }
             }
         } else {
-            let dirs: Vec<&str> = stale.iter().map(|(d, _)| d.as_str()).collect();
+            let dirs: Vec<&str> = stale.iter().map(|(p, _)| p.dir.as_str()).collect();
             tracing::warn!(run = %j.run_id, changed = %dirs.join(", "),
                 "an interrupted run's pending swaps are abandoned: these partitions changed since (or lost their staged copy)");
-            for (_, staged) in stale.iter().map(|(d, s)| (d, s)).chain(ready.iter().map(|(p, s, _, _)| (&p.dir, s))) {
-                let _ = state.store.delete(staged).await;
+            let why = format!(
+                "the run died between the swaps of a move; they were abandoned because {} changed since (or lost \
+                 its staged copy), so this date keeps the file it had",
+                dirs.join(", ")
+            );
+            for (p, staged) in stale.into_iter().chain(ready.into_iter().map(|(p, s, _, _)| (p, s))) {
+                let _ = state.store.delete(&staged).await;
+                abandoned.push((p, why.clone()));
             }
         }
+        record_rolled(&mut j, &job.config.partition.column, run_id, swapped, abandoned);
         j.write(state).await?;
     }
     Ok(())
+}
+
+/// What became of an interrupted move run's dates: its swaps done (by it, or completed by run
+/// `by`) are its files; those abandoned keep the file they had; every other date it planned
+/// it left alone (a move run stages every partition it changes, and records them all pending).
+fn record_rolled(
+    j: &mut Journal,
+    column: &str,
+    by: &str,
+    swapped: Vec<PendingSwap>,
+    abandoned: Vec<(PendingSwap, String)>,
+) {
+    let date_of = |dir: &str| {
+        dir.strip_prefix(column)
+            .and_then(|d| d.strip_prefix('='))
+            .and_then(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
+    };
+    for p in swapped {
+        if let Some(date) = date_of(&p.dir) {
+            let action = if p.existed { Action::Replaced } else { Action::Created };
+            let mut r = report(date, action, PrepareStats::default(), 0, 0.0, None);
+            r.note = Some(format!("swapped in after this run died, by run {by} (it completes a move left pending)"));
+            j.partitions.push(r);
+        }
+    }
+    for (p, why) in abandoned {
+        if let Some(date) = date_of(&p.dir) {
+            let mut r = report(date, Action::Failed, PrepareStats::default(), 0, 0.0, None);
+            r.error = Some(why);
+            r.exit_code = ExitCode::PartialFailure.code();
+            j.partitions.push(r);
+        }
+    }
+    let recorded: BTreeSet<chrono::NaiveDate> = j.partitions.iter().map(|p| p.date).collect();
+    for d in j.dates.clone().into_iter().filter(|d| !recorded.contains(d)) {
+        j.partitions.push(report(d, Action::Untouched, PrepareStats::default(), 0, 0.0, None));
+    }
+    j.partitions.sort_by_key(|p| p.date);
 }

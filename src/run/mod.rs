@@ -28,7 +28,7 @@ use crate::kind::{self, Kind};
 use crate::prepare::PrepareStats;
 use crate::store::{self, StoreLocation};
 
-mod commit;
+pub(crate) mod commit;
 mod hold;
 mod observe;
 mod planned;

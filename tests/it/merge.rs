@@ -621,10 +621,20 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
             assert!(old.get(&k) == Some(&v) || want.get(&k) == Some(&v), "crash at {i}: {k} is neither old nor new");
         }
         let journals = lakeswap::journal::read_all(&c.location(STATE)).await.unwrap();
-        if journals.iter().any(|j| !j.pending.is_empty()) {
+        let crashed = journals.iter().find(|j| !j.pending.is_empty()).map(|j| j.run_id.clone());
+        let dates = ["2026-11-01", "2026-11-02", "2026-11-03"];
+        let file = |date: &str| format!("event_date={date}/part-00000.parquet");
+        if crashed.is_some() {
             saw_pending = true;
+            // `status` names the swaps still to do, not those the crash let through.
+            let now = c.partitions().await;
             let status = lakeswap::status::status(&merge_job(&c, "none"), None).await.unwrap();
-            assert!(lakeswap::status::render(&status, 5).contains("unfinished move"), "crash at {i}");
+            let text = lakeswap::status::render(&status, 5);
+            let line = text.lines().find(|l| l.contains("unfinished move")).unwrap_or("");
+            for date in dates {
+                let done = now.get(&file(date)) == want.get(&file(date));
+                assert_eq!(line.contains(&format!("event_date={date}")), !done, "crash at {i}, {date}: {text}");
+            }
         }
         // The next run of the table (an empty batch) completes what was pending: all or nothing.
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -632,6 +642,22 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
         assert_eq!(s.exit_code, ExitCode::Ok, "crash at {i}: {}", lakeswap::report::table(&s));
         let now = c.partitions().await;
         assert!(now == old || now == want, "crash at {i}: the move is all or nothing: {:?}", where_keys_live(&c).await);
+        if let Some(crashed) = &crashed {
+            // Each file of the completed move is credited to the run that made it.
+            assert_eq!(now, want, "crash at {i}");
+            let status = lakeswap::status::status(&merge_job(&c, "none"), None).await.unwrap();
+            let text = lakeswap::status::render(&status, 5);
+            assert!(!text.contains("unfinished move") && !text.contains("died holding"), "crash at {i}: {text}");
+            for date in dates {
+                let p = status.partitions.iter().find(|p| p.date.to_string() == date).unwrap();
+                assert!(
+                    p.last_run
+                        .as_ref()
+                        .is_some_and(|(id, a)| id == crashed && matches!(a, Action::Created | Action::Replaced)),
+                    "crash at {i}, {date}: {text}"
+                );
+            }
+        }
         let s = run::run(&merge_job(&c, "b2"), &RunOptions { wait: true, ..Default::default() }).await.unwrap();
         assert_eq!(s.exit_code, ExitCode::Ok, "crash at {i}: {}", lakeswap::report::table(&s));
         assert_eq!(c.partitions().await, want, "crash at {i}: the re-run converges");
@@ -661,6 +687,9 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
         );
         let journals = lakeswap::journal::read_all(&c.location(STATE)).await.unwrap();
         assert!(journals.iter().all(|j| j.pending.is_empty()), "crash at {i}: the pending swaps are cleared");
+        let status = lakeswap::status::status(&merge_job(&c, "none"), None).await.unwrap();
+        let text = lakeswap::status::render(&status, 5);
+        assert!(!text.contains("unfinished move") && !text.contains("died holding"), "crash at {i}: {text}");
         assert!(c.objects(STATE).await.keys().all(|k| !k.starts_with("staging/")), "crash at {i}: staging removed");
         abandoned = true;
     }
