@@ -117,8 +117,14 @@ pub fn parse(sql: &str) -> Result<(), String> {
         let datafusion::sql::parser::Statement::Statement(query) = statement else {
             return Err(format!("write one query (a SELECT over `{EVENTS}`), not `{statement}`"));
         };
-        if !matches!(query.as_ref(), Statement::Query(_)) {
+        let Statement::Query(q) = query.as_ref() else {
             return Err(format!("write one query (a SELECT over `{EVENTS}`), not `{query}`"));
+        };
+        if let Some(e) = unnamed_output(&q.body) {
+            return Err(format!(
+                "the output column `{e}` has no name of its own (the engine would call it by its text); name it: \
+                 `{e} AS some_name`"
+            ));
         }
         if let std::ops::ControlFlow::Break(sample) = query.visit(&mut Samples) {
             return Err(format!(
@@ -128,6 +134,29 @@ pub fn parse(sql: &str) -> Result<(), String> {
         }
     }
     statements.iter().try_for_each(unlike::unlike_syntax)
+}
+
+/// An output column of a query that it does not name: an expression without `AS` (a bare
+/// column keeps its name).
+fn unnamed_output(body: &datafusion::sql::sqlparser::ast::SetExpr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{Expr, SelectItem, SetExpr};
+    fn bare(e: &Expr) -> bool {
+        match e {
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) => true,
+            Expr::Nested(inner) => bare(inner),
+            _ => false,
+        }
+    }
+    match body {
+        SetExpr::Select(s) => s.projection.iter().find_map(|item| match item {
+            SelectItem::UnnamedExpr(e) if !bare(e) => Some(e.to_string()),
+            _ => None,
+        }),
+        SetExpr::Query(q) => unnamed_output(&q.body),
+        // The first query of a UNION names the columns.
+        SetExpr::SetOperation { left, .. } => unnamed_output(left),
+        _ => None,
+    }
 }
 
 /// Finds a `TABLESAMPLE` in a query.
