@@ -576,7 +576,7 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
         return Err(usage("name the dates: --date D, or --from A --to B (see lakeswap run --help)"));
     }
     if a.concurrency == Some(0) {
-        return Err(usage("--concurrency must be at least 1"));
+        return Err(usage("--concurrency (or LAKESWAP_CONCURRENCY) must be at least 1"));
     }
     let max_ttl = run::MAX_LEASE_TTL.as_secs();
     if !(1..=max_ttl).contains(&a.lease_ttl) {

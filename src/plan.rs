@@ -955,7 +955,13 @@ impl Plan {
     }
 
     /// The plan as text, for `--dry-run`.
-    pub fn describe(&self, input: &StoreLocation, output: &StoreLocation) -> String {
+    /// The plan as text; `skipped`: the dates `--skip-unchanged` would skip.
+    pub fn describe(
+        &self,
+        input: &StoreLocation,
+        output: &StoreLocation,
+        skipped: &std::collections::BTreeSet<NaiveDate>,
+    ) -> String {
         let mut s = String::new();
         let layout = match self.layout {
             Layout::Hive => "Hive-partitioned (only the folders of the planned dates are read)",
@@ -967,6 +973,7 @@ impl Plan {
         for p in &self.partitions {
             let bytes: u64 = p.inputs.iter().map(|m| m.size).sum();
             let action = match (&p.seen.meta, p.inputs.is_empty()) {
+                _ if skipped.contains(&p.date) => "would skip (--skip-unchanged: made from these input objects)",
                 (_, true) => "no input: would fail (or be written empty with --allow-empty)",
                 (Some(_), false) => "would replace (or keep, when unchanged)",
                 (None, false) => "would create",

@@ -40,7 +40,9 @@ impl Vars {
     pub fn parse_pair(s: &str) -> Result<(String, String), String> {
         let (name, value) = s.split_once('=').ok_or_else(|| format!("--var {s}: write NAME=VALUE"))?;
         if !valid_name(name) {
-            return Err(format!("--var {s}: `{name}` is not a variable name (letters, digits and _)"));
+            return Err(format!(
+                "--var {s}: `{name}` is not a variable name (a letter or _, then letters, digits and _)"
+            ));
         }
         Ok((name.to_string(), value.to_string()))
     }
@@ -112,7 +114,7 @@ impl Vars {
             }
             if !valid_name(name) {
                 return Err(format!(
-                    "`${{{inner}}}`: `{name}` is not a variable name (letters, digits and _; a default is written ${{NAME:-default}})"
+                    "`${{{inner}}}`: `{name}` is not a variable name (a letter or _, then letters, digits and _; a default is written ${{NAME:-default}})"
                 ));
             }
             match (self.get(name).filter(|v| default.is_none() || !v.is_empty()), default) {

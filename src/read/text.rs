@@ -36,7 +36,8 @@ impl Declared {
 }
 
 const TYPES: &str = "utf8, int64, int32, float64, float32, bool, date, timestamp, timestamp(s|ms|us|ns), \
-                     timestamp_ntz[(unit)], or decimal(p,s)";
+                     timestamp_ntz[(unit)], or decimal(p,s) (or SQL's names: string, bigint, int (32-bit), double, \
+                     float (32-bit), boolean, …)";
 
 /// Parses a type name of `[input.schema]`.
 ///

@@ -131,20 +131,10 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         tracing::warn!(error = %e, "could not remove stale staging");
     }
     // --skip-unchanged: a committed partition whose footer names the same rules, the same
-    // config and the same input objects (paths, sizes, e-tags), alone in its folder, is skipped without reading its
-    // input. A folder holding a foreign object is computed, which fails or removes it.
+    // config and the same input objects, alone in its folder, is skipped without reading its input.
     let mut todo = Vec::with_capacity(held.len());
     for p in held {
-        let skip = match opts.skip_unchanged && job.kind.output_from_input_alone() && p.seen.meta.is_some() {
-            true => match unchanged_inputs(job, &plan, &p).await {
-                Some(c) if crate::commit::foreign_objects(&job.output, &p.dir).await.is_ok_and(|f| f.is_empty()) => {
-                    Some(c)
-                }
-                _ => None,
-            },
-            false => None,
-        };
-        if let Some(committed) = skip {
+        if let Some(committed) = skippable(job, opts, &plan, &p).await {
             leases.release(&p.dir).await;
             opts.observer.event(&Event::Passed { date: p.date, why: "skipped" });
             // The committed file's counts: what the table holds for the date.
@@ -231,6 +221,22 @@ async fn read_input(job: &Job, plan: &mut Plan, flat: Option<Arc<FlatInput>>) ->
 
 /// The lineage of the committed file of a partition when it was made by this config, under
 /// the current rules, from exactly the input objects listed now.
+/// With `--skip-unchanged`, the lineage of a committed partition a run skips: one made under
+/// the same rules and config from the same input objects, alone in its folder (a folder holding
+/// a foreign object is computed, which fails or removes it).
+pub(super) async fn skippable(
+    job: &Job,
+    opts: &RunOptions,
+    plan: &Plan,
+    p: &PartitionPlan,
+) -> Option<crate::lineage::Lineage> {
+    if !(opts.skip_unchanged && job.kind.output_from_input_alone() && p.seen.meta.is_some()) {
+        return None;
+    }
+    let committed = unchanged_inputs(job, plan, p).await?;
+    crate::commit::foreign_objects(&job.output, &p.dir).await.is_ok_and(|f| f.is_empty()).then_some(committed)
+}
+
 async fn unchanged_inputs(job: &Job, plan: &Plan, p: &PartitionPlan) -> Option<crate::lineage::Lineage> {
     let Ok(Some(Some(lineage))) =
         commit::committed_lineage(&job.output, &commit::target_path(&job.output, &p.dir)).await

@@ -284,9 +284,9 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 /// renews its leases, so no run needs more.
 pub const MAX_LEASE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Refuses options a run cannot honour as given, and options its job kind has no use for (a
-/// flag accepted and ignored would let a user believe it did something).
-fn check_options(job: &Job, opts: &RunOptions) -> Result<()> {
+/// Refuses options the job's kind has no use for: a flag accepted and ignored would let a user
+/// believe it did something.
+fn check_for_kind(job: &Job, opts: &RunOptions) -> Result<()> {
     if !job.kind.output_from_input_alone() {
         let kind = job.kind.name();
         if opts.allow_empty {
@@ -304,6 +304,11 @@ fn check_options(job: &Job, opts: &RunOptions) -> Result<()> {
             )));
         }
     }
+    Ok(())
+}
+
+/// Refuses options a run cannot honour as given.
+fn check_options(opts: &RunOptions) -> Result<()> {
     if opts.lease_ttl.is_zero() || opts.lease_ttl > MAX_LEASE_TTL {
         return Err(crate::Error::Usage(format!(
             "the lease TTL must be more than 0 and at most {} seconds (7 days), not {} s: a crashed run's \
@@ -343,7 +348,8 @@ impl RunSummary {
 
 /// Runs a job over a set of dates: plan, hold, compute, commit, record.
 pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
-    check_options(job, opts)?;
+    check_options(opts)?;
+    check_for_kind(job, opts)?;
     // Checked first, claimed once the plan holds: a run refused by its plan writes nothing.
     job.check_layout(false).await?;
     let planned = Planned::new(job, opts, false).await?;
@@ -356,11 +362,18 @@ pub async fn run(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
 
 /// The plan as text, for `--dry-run`: nothing is touched.
 pub async fn dry_run(job: &Job, opts: &RunOptions) -> Result<String> {
-    check_options(job, opts)?;
+    check_options(opts)?;
+    check_for_kind(job, opts)?;
     job.check_layout(false).await?;
     let mut planned = Planned::new(job, opts, false).await?;
     planned.plan.look_up_targets(&job.output).await?;
-    Ok(planned.plan.describe(&job.input, &job.output))
+    let mut skipped = std::collections::BTreeSet::new();
+    for p in &planned.plan.partitions {
+        if hold::skippable(job, opts, &planned.plan, p).await.is_some() {
+            skipped.insert(p.date);
+        }
+    }
+    Ok(planned.plan.describe(&job.input, &job.output, &skipped))
 }
 
 /// Recomputes partitions without leases and compares each with its committed file; writes

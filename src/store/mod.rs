@@ -408,7 +408,7 @@ pub fn open(
             Ok(StoreLocation::new(Arc::new(store), key_prefix(prefix, key)?, url_shown, Arc::new(ConditionalPut)))
         }
         other => Err(invalid(format!(
-            "unsupported scheme `{other}://`; use a path, file://, s3://, az://, gs:// or memory://"
+            "unsupported scheme `{other}://`; use a path, file://, s3://, az:// or gs:// (memory:// from the library only)"
         ))),
     }
 }

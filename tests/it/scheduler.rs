@@ -534,6 +534,14 @@ fn a_skipped_partition_shows_what_is_committed_and_status_names_its_writer() {
     let o = run(&lake, &lake.config(), &["--date", "2026-11-01", "--summary-json", "first.json"]);
     assert_eq!(o.status.code(), Some(0));
     let first = read_json(&lake.dir.path().join("first.json"));
+    // The plan says what the run will do.
+    for (extra, says) in [(None, "would replace"), (Some("--skip-unchanged"), "would skip")] {
+        let mut args = vec!["--date", "2026-11-01", "--dry-run"];
+        args.extend(extra);
+        let o = run(&lake, &lake.config(), &args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(String::from_utf8_lossy(&o.stdout).contains(says), "{extra:?}: {}", String::from_utf8_lossy(&o.stdout));
+    }
     let o = run(&lake, &lake.config(), &["--date", "2026-11-01", "--skip-unchanged", "--summary-json", "second.json"]);
     assert_eq!(o.status.code(), Some(0));
     let second = read_json(&lake.dir.path().join("second.json"));
