@@ -418,6 +418,13 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                         Some(b) if commit::same_rows(&bytes, &b) => {
                             Ok((Action::Verified, Some(stale_lineage(&b, date))))
                         }
+                        Some(_) if o.plan.inputs.is_empty() => Err(PartitionError::Differs {
+                            path: job.output.display(&path),
+                            why: "no input object holds this date now, so its rows are nobody's. A run fails the \
+                                  date and keeps this file (--allow-empty replaces it with a zero-row file); put \
+                                  the input back to keep the rows"
+                                .into(),
+                        }),
                         Some(b) => Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: match lineage_apart(&b, date) {

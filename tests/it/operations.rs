@@ -467,6 +467,8 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains(" differs "), "{}", text(&o));
     assert!(text(&o).contains("verify: 0 verified, 1 differ, 0 failed in"), "{}", text(&o));
+    // What a run would do with it is said (it fails the date and keeps the file).
+    assert!(text(&o).contains("no input object holds this date now") && !text(&o).contains("Run the date again"));
 }
 
 /// Risk: a store that fails while the run's plan reads a Parquet footer (a timeout, an EIO)
