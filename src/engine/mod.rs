@@ -117,12 +117,13 @@ pub fn parse(sql: &str) -> Result<(), String> {
         let datafusion::sql::parser::Statement::Statement(query) = statement else {
             return Err(format!("write one query (a SELECT over `{EVENTS}`), not `{statement}`"));
         };
-        let Statement::Query(q) = query.as_ref() else {
+        if !matches!(query.as_ref(), Statement::Query(_)) {
             return Err(format!("write one query (a SELECT over `{EVENTS}`), not `{query}`"));
-        };
-        if let Some(e) = unnamed_output(&q.body) {
+        }
+        let mut names = Unnamed::default();
+        if let std::ops::ControlFlow::Break(e) = query.visit(&mut names) {
             return Err(format!(
-                "the output column `{e}` has no name of its own (the engine would call it by its text); name it: \
+                "the column `{e}` has no name of its own (the engine would call it by its text); name it: \
                  `{e} AS some_name`"
             ));
         }
@@ -136,8 +137,63 @@ pub fn parse(sql: &str) -> Result<(), String> {
     statements.iter().try_for_each(unlike::unlike_syntax)
 }
 
-/// An output column of a query that it does not name: an expression without `AS` (a bare
-/// column keeps its name).
+/// Finds a column without a name of its own (an expression without `AS`, or `VALUES`) in the
+/// output of any query whose columns can reach the file: the whole query, a subquery in `FROM`
+/// and a `WITH` query (through `*` or a column named by the engine's text), unless a column list
+/// names them (`AS t(a, b)`, `WITH c(a, b)`). A subquery inside an expression outputs no column.
+#[derive(Default)]
+struct Unnamed {
+    /// Queries whose column names reach no output (by address).
+    exempt: std::collections::HashSet<usize>,
+}
+
+impl Unnamed {
+    fn exempt(&mut self, q: &datafusion::sql::sqlparser::ast::Query) {
+        self.exempt.insert(q as *const _ as usize);
+    }
+}
+
+impl datafusion::sql::sqlparser::ast::Visitor for Unnamed {
+    type Break = String;
+
+    fn pre_visit_query(&mut self, q: &datafusion::sql::sqlparser::ast::Query) -> std::ops::ControlFlow<String> {
+        for cte in q.with.iter().flat_map(|w| &w.cte_tables) {
+            if !cte.alias.columns.is_empty() {
+                self.exempt(&cte.query);
+            }
+        }
+        match self.exempt.contains(&(q as *const _ as usize)) {
+            true => std::ops::ControlFlow::Continue(()),
+            false => unnamed_output(&q.body).map_or(std::ops::ControlFlow::Continue(()), std::ops::ControlFlow::Break),
+        }
+    }
+
+    fn pre_visit_table_factor(
+        &mut self,
+        t: &datafusion::sql::sqlparser::ast::TableFactor,
+    ) -> std::ops::ControlFlow<String> {
+        if let datafusion::sql::sqlparser::ast::TableFactor::Derived { subquery, alias: Some(a), .. } = t {
+            if !a.columns.is_empty() {
+                self.exempt(subquery);
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, e: &datafusion::sql::sqlparser::ast::Expr) -> std::ops::ControlFlow<String> {
+        use datafusion::sql::sqlparser::ast::Expr;
+        match e {
+            Expr::Subquery(q) | Expr::InSubquery { subquery: q, .. } | Expr::Exists { subquery: q, .. } => {
+                self.exempt(q)
+            }
+            _ => {}
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
+/// The first column of a query's own output that it does not name: an expression without `AS`
+/// (a bare column keeps its name), or a `VALUES` row.
 fn unnamed_output(body: &datafusion::sql::sqlparser::ast::SetExpr) -> Option<String> {
     use datafusion::sql::sqlparser::ast::{Expr, SelectItem, SetExpr};
     fn bare(e: &Expr) -> bool {
@@ -155,6 +211,7 @@ fn unnamed_output(body: &datafusion::sql::sqlparser::ast::SetExpr) -> Option<Str
         SetExpr::Query(q) => unnamed_output(&q.body),
         // The first query of a UNION names the columns.
         SetExpr::SetOperation { left, .. } => unnamed_output(left),
+        SetExpr::Values(v) => Some(format!("{v}")),
         _ => None,
     }
 }

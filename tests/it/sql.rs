@@ -372,6 +372,38 @@ fn float_sums_are_byte_identical_on_every_run() {
     assert!(seen.windows(2).all(|w| w[0] == w[1]), "float sums differ between runs");
 }
 
+/// Queries whose every output column has a name are run, whichever way the name is given: an
+/// alias with or without `AS`, a column list of a subquery or `WITH`, a bare column (also in
+/// parentheses or qualified); a subquery inside an expression needs none.
+#[test]
+fn named_columns_in_any_form_are_accepted() {
+    let cases = [
+        ("SELECT currency, count(*) n FROM events GROUP BY currency", vec!["currency", "n"]),
+        (
+            "WITH c(cur, n) AS (SELECT currency, count(*) FROM events GROUP BY currency) SELECT * FROM c",
+            vec!["cur", "n"],
+        ),
+        ("SELECT * FROM (SELECT currency, count(*) FROM events GROUP BY currency) AS t(cur, n)", vec!["cur", "n"]),
+        ("SELECT (currency), events.status FROM events GROUP BY currency, status", vec!["currency", "status"]),
+        (
+            "SELECT currency, count(*) AS n FROM events WHERE amount < (SELECT max(amount) FROM events) \
+             AND currency IN (SELECT currency FROM events) GROUP BY currency",
+            vec!["currency", "n"],
+        ),
+    ];
+    for (sql, names) in cases {
+        // A table of its own each: the columns differ.
+        let lake = Lake::new();
+        lake.write_hive(&random_orders(1304, 1, 30), 1);
+        let cfg = sql_config(&lake, &format!("sql = \"\"\"\n{sql}\n\"\"\""), "");
+        let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
+        assert_eq!(o.status.code(), Some(0), "{sql}: {}", text(&o));
+        let b = read_batch(&lake.partition_file("2026-11-01"));
+        let got: Vec<String> = b.schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(got, names, "{sql}");
+    }
+}
+
 /// Every refusal of the query: exit 2 before anything runs, naming the config file, the key and
 /// the engine's reason.
 #[test]
@@ -407,6 +439,14 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("SELECT currency, count(*), sum(amount) FROM events GROUP BY currency", vec!["`count(*)`", "AS some_name"]),
         ("SELECT currency, 1 FROM events", vec!["`1`", "no name of its own"]),
         ("SELECT count(*) FROM events UNION ALL SELECT count(*) AS n FROM events", vec!["`count(*)`"]),
+        // … also where it reaches the file through a subquery or WITH (`*`, or the engine's name).
+        ("WITH c AS (SELECT currency, count(*) FROM events GROUP BY currency) SELECT * FROM c", vec!["`count(*)`"]),
+        ("SELECT t.* FROM (SELECT currency, max(amount) FROM events GROUP BY currency) t", vec!["`max(amount)`"]),
+        (
+            "SELECT currency, \"count(*)\" FROM (SELECT currency, count(*) FROM events GROUP BY currency)",
+            vec!["count(*)"],
+        ),
+        ("SELECT * FROM (VALUES (1, 'a'))", vec!["VALUES"]),
         // Bracket access, which the engine cannot plan: the way that works is named.
         ("SELECT count(*) AS n FROM events WHERE status['x'] = 1", vec!["get_field(s, 'f')"]),
     ];
