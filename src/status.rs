@@ -293,7 +293,8 @@ pub fn render(status: &Status, recent: usize) -> String {
             "unknown" | "misplaced" => "-".to_string(),
             _ => p.last_run.as_ref().map_or("-".to_string(), |(id, a)| format!("{id} ({a})")),
         };
-        if p.schema == Some("older") {
+        // A file lakeswap did not write is no partition of an older schema: a rebuild leaves it too.
+        if p.schema == Some("older") && p.state != "unknown" {
             last.push_str("  [older schema: rebuild with --schema-change rebuild]");
         }
         let _ = writeln!(
@@ -313,17 +314,22 @@ pub fn render(status: &Status, recent: usize) -> String {
             );
         }
         let then = if status.recomputable {
-            "`verify` compares it with its input, a run replaces it (a file without lineage only with \
-             `foreign_files = \"remove\"`: move it away to keep it)"
+            "`verify` compares it with its input, a run replaces it"
         } else {
             "a merged table is its own history: put this date's own file back (from a backup)"
         };
         match (p.state, p.lineage.as_ref().and_then(|l| l.date)) {
             ("unknown", _) => {
+                let what = if status.recomputable {
+                    "a run fails this date rather than overwrite it: move the file away (to keep it), or set \
+                     `[output] foreign_files = \"remove\"` to have a run replace it"
+                } else {
+                    then
+                };
                 let _ = writeln!(
                     s,
                     "              its file has no lakeswap lineage: lakeswap did not write it (copied in by hand?); \
-                     {then}"
+                     {what}"
                 );
             }
             ("misplaced", Some(d)) => {

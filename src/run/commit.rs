@@ -418,7 +418,7 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                         Some(b) if commit::same_rows(&bytes, &b) => {
                             Ok((Action::Verified, Some(stale_lineage(&b, date))))
                         }
-                        Some(_) if o.plan.inputs.is_empty() => Err(PartitionError::Differs {
+                        Some(b) if o.plan.inputs.is_empty() && has_lineage(&b) => Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: "no input object holds this date now, so its rows are nobody's. A run fails the \
                                   date and keeps this file (--allow-empty replaces it with a zero-row file); put \

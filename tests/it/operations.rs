@@ -364,6 +364,7 @@ fn lineage_tells_a_copied_partition_a_foreign_file_and_a_rewritten_input() {
     write_parquet(&lake.output().join("stray.parquet"), &batch(&rows[..1]));
     let out = status();
     assert!(line(&out, "2026-11-03").contains("unknown") && out.contains("no lakeswap lineage"), "{out}");
+    assert!(out.contains("a run fails this date rather than overwrite it") && !out.contains("older schema"), "{out}");
     assert!(out.contains("in no partition") && out.contains("stray.parquet"), "{out}");
     let v: serde_json::Value =
         serde_json::from_slice(&cli(&["status", "--config", c, "--json"], lake.dir.path()).stdout).unwrap();
@@ -469,6 +470,11 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     assert!(text(&o).contains("verify: 0 verified, 1 differ, 0 failed in"), "{}", text(&o));
     // What a run would do with it is said (it fails the date and keeps the file).
     assert!(text(&o).contains("no input object holds this date now") && !text(&o).contains("Run the date again"));
+    // … unless the file is not lakeswap's: a run would not touch it, --allow-empty neither.
+    std::fs::write(&day5, b"not lakeswap's").unwrap();
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-05"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("A run does not overwrite it") && !text(&o).contains("--allow-empty"), "{}", text(&o));
 }
 
 /// Risk: a store that fails while the run's plan reads a Parquet footer (a timeout, an EIO)
