@@ -152,15 +152,6 @@ pub async fn plan(
         }
         Layout::Flat => objects = list::objects(input, &input.prefix).await?,
     }
-    // A merge's batch of nothing: on an object store a mistyped prefix lists nothing (there are
-    // no folders to miss), and a daily merge pointed there would succeed every day.
-    if kind.reads_stored_state() && layout == Layout::Flat && objects.is_empty() {
-        return Err(Error::Usage(format!(
-            "the input {} holds no data objects (names starting with `_` or `.` and folder markers are not \
-             data): a merge needs a batch. Nothing was done. Check [input] url",
-            input.url
-        )));
-    }
 
     // The reference record schema: the run's first date's objects' (a flat input's: all of
     // them; with none, a folder's of the input).

@@ -41,6 +41,9 @@ impl Planned {
             return Err(Error::Usage(format!("a {} job needs dates: --date D, or --from A --to B", job.kind.name())));
         }
         let mut plan = plan::plan(cfg, job.kind.as_ref(), &job.input, opts.dates.as_deref()).await?;
+        if job.kind.reads_stored_state() && plan.layout == Layout::Flat && plan.objects.is_empty() {
+            empty_batch(job, opts).await?;
+        }
         // Without dates, every date of a flat input: known only once it is read.
         let mut flat = None;
         if opts.dates.is_none() && plan.layout == Layout::Flat {
@@ -143,6 +146,26 @@ impl Planned {
 /// symbolic links followed, and a `..` after a folder that does not exist yet taken as creating
 /// it would (`new/../x` is `x`). An existing path that is not a folder, or a folder that
 /// cannot be written, is refused too, before anything runs.
+/// A merge's batch of nothing: on an object store a mistyped prefix lists nothing (there are no
+/// folders to miss), and a daily merge pointed there would succeed every day. Refused, unless a
+/// move a killed run left pending is to be completed (a run of the table completes it, over every
+/// date: without `--date`).
+async fn empty_batch(job: &Job, opts: &RunOptions) -> Result<()> {
+    let pending = journal::read_all(&job.state).await?.iter().any(|j| !j.pending.is_empty());
+    if pending && opts.dates.is_none() {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "the input {} holds no data objects (names starting with `_` or `.` and folder markers are not data): a \
+         merge needs a batch. Nothing was done. Check [input] url{}",
+        job.input.url,
+        match pending {
+            true => "; a move a killed run left pending is completed by a run without --date, over an empty batch too",
+            false => "",
+        }
+    )))
+}
+
 fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
     let resolved = crate::read::list::physical(spill_dir);
     let lookups: Vec<(String, crate::store::StoreLocation)> = match &job.config.aggregate {
