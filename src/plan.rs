@@ -945,13 +945,13 @@ impl Plan {
         v
     }
 
-    /// The plan as text, for `--dry-run`.
-    /// The plan as text; `skipped`: the dates `--skip-unchanged` would skip.
+    /// The plan as text, for `--dry-run`; `verdicts`: what a run would do with a date where the
+    /// plan alone does not tell (skip it, fail it for what its folder holds, …).
     pub fn describe(
         &self,
         input: &StoreLocation,
         output: &StoreLocation,
-        skipped: &std::collections::BTreeSet<NaiveDate>,
+        verdicts: &BTreeMap<NaiveDate, String>,
     ) -> String {
         let mut s = String::new();
         let layout = match self.layout {
@@ -964,7 +964,7 @@ impl Plan {
         for p in &self.partitions {
             let bytes: u64 = p.inputs.iter().map(|m| m.size).sum();
             let action = match (&p.seen.meta, p.inputs.is_empty()) {
-                _ if skipped.contains(&p.date) => "would skip (--skip-unchanged: made from these input objects)",
+                _ if verdicts.contains_key(&p.date) => verdicts[&p.date].as_str(),
                 (_, true) => "no input: would fail (or be written empty with --allow-empty)",
                 (Some(_), false) => "would replace (or keep, when unchanged)",
                 (None, false) => "would create",

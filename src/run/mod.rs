@@ -367,13 +367,64 @@ pub async fn dry_run(job: &Job, opts: &RunOptions) -> Result<String> {
     job.check_layout(false).await?;
     let mut planned = Planned::new(job, opts, false).await?;
     planned.plan.look_up_targets(&job.output).await?;
-    let mut skipped = std::collections::BTreeSet::new();
+    let mut verdicts = std::collections::BTreeMap::new();
     for p in &planned.plan.partitions {
-        if hold::skippable(job, opts, &planned.plan, p).await.is_some() {
-            skipped.insert(p.date);
+        if let Some(v) = verdict(job, opts, &planned.plan, p).await {
+            verdicts.insert(p.date, v);
         }
     }
-    Ok(planned.plan.describe(&job.input, &job.output, &skipped))
+    Ok(planned.plan.describe(&job.input, &job.output, &verdicts))
+}
+
+/// What a run would do with a planned partition, where the plan alone does not say it: skip it,
+/// leave it alone, write it empty, or fail it for what its folder holds.
+async fn verdict(
+    job: &Job,
+    opts: &RunOptions,
+    plan: &crate::plan::Plan,
+    p: &crate::plan::PartitionPlan,
+) -> Option<String> {
+    use crate::config::ForeignFiles;
+    let merge = job.kind.reads_stored_state();
+    if hold::skippable(job, opts, plan, p).await.is_some() {
+        return Some("would skip (--skip-unchanged: made from these input objects, by this config)".into());
+    }
+    if p.inputs.is_empty() && merge {
+        return Some("no batch rows: would be left alone".into());
+    }
+    if p.inputs.is_empty() && !opts.allow_empty {
+        return None;
+    }
+    let remove = job.config.output.foreign_files == ForeignFiles::Remove;
+    let out = &job.output;
+    let foreign = crate::commit::foreign_objects(out, &p.dir).await.unwrap_or_default();
+    if !foreign.is_empty() && !remove {
+        return Some(format!(
+            "would fail: objects lakeswap did not write are in its folder: {} (move them away, or set \
+             `foreign_files = \"remove\"`)",
+            crate::commit::foreign_names(out, &p.dir, &foreign).join(", ")
+        ));
+    }
+    let lineage = match p.seen.meta {
+        Some(_) => crate::commit::committed_lineage(out, &crate::commit::target_path(out, &p.dir)).await.ok().flatten(),
+        None => None,
+    };
+    match lineage {
+        Some(None) if merge || !remove => Some(
+            "would fail: its file has no lakeswap lineage (lakeswap did not write it); move it away, or set \
+             `foreign_files = \"remove\"` (an aggregate)"
+                .into(),
+        ),
+        Some(Some(l)) if merge && l.date.is_some_and(|d| d != p.date) => {
+            Some("would fail: its file's lineage is another date's (a file of that date copied in)".into())
+        }
+        _ if p.inputs.is_empty() => Some("no input: would be written as a zero-row file (--allow-empty)".into()),
+        // Every object of a flat input may hold any date: which dates the batch holds is read.
+        _ if merge && plan.layout == crate::plan::Layout::Flat => {
+            Some("would merge the batch's rows of this date, if it holds any (else left alone)".into())
+        }
+        _ => None,
+    }
 }
 
 /// Recomputes partitions without leases and compares each with its committed file; writes

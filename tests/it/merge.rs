@@ -1466,6 +1466,16 @@ fn aggregate_only_flags_are_refused_by_a_merge() {
     let o = cli(&["run", "--config", c, "--date", "2026-11-01"], lake.dir.path());
     assert!(o.status.success(), "{}", text(&o));
     assert!(lake.partition_file("2026-11-01").exists(), "{}", text(&o));
+    // A date without batch rows is left alone, and the plan says it may be.
+    let o = cli(&["run", "--config", c, "--date", "2026-11-02", "--dry-run"], lake.dir.path());
+    assert!(o.status.success() && text(&o).contains("if it holds any (else left alone)"), "{}", text(&o));
+    let o = cli(&["run", "--config", c, "--date", "2026-11-02"], lake.dir.path());
+    assert!(o.status.success() && table_of(&o).contains("untouched"), "{}", text(&o));
+    // A Hive input's folders tell it without reading.
+    write_files(&lake, "h", &[("event_date=2026-11-01/a.csv", "id,v\n1,2\n")]);
+    let hive = text_merge_config(&lake, "h", "csv", "");
+    let o = cli(&["run", "--config", hive.to_str().unwrap(), "--date", "2026-11-02", "--dry-run"], lake.dir.path());
+    assert!(o.status.success() && text(&o).contains("no batch rows: would be left alone"), "{}", text(&o));
 }
 
 /// Risk: a merge whose input lists no object (a mistyped prefix: an object store has no folders

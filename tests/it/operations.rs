@@ -429,6 +429,42 @@ fn lineage_tells_a_copied_partition_a_foreign_file_and_a_rewritten_input() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
 }
 
+/// Risk: `--dry-run` said "would replace" of dates the run fails (a foreign object in the
+/// folder, a file lakeswap did not write) and "would fail" of a date `--allow-empty` writes.
+#[test]
+fn a_dry_run_says_what_the_run_does_with_each_date() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(117, 3, 40), 1);
+    let cfg = lake.config();
+    let c = cfg.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-04"];
+        args.extend_from_slice(extra);
+        cli(&args, lake.dir.path())
+    };
+    let o = run(&["--allow-empty"]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(lake.output().join("event_date=2026-11-01/extra.parquet"), b"x").unwrap();
+    std::fs::write(lake.partition_file("2026-11-02"), b"not lakeswap's").unwrap();
+    let plan = String::from_utf8(run(&["--dry-run", "--allow-empty"]).stdout).unwrap();
+    let says = |date: &str| plan.lines().find(|l| l.contains(&format!("event_date={date} "))).unwrap_or("").to_string();
+    assert!(
+        says("2026-11-01").contains("would fail: objects lakeswap did not write")
+            && says("2026-11-01").contains("extra.parquet"),
+        "{plan}"
+    );
+    assert!(says("2026-11-02").contains("would fail: its file has no lakeswap lineage"), "{plan}");
+    assert!(says("2026-11-03").contains("would replace"), "{plan}");
+    assert!(says("2026-11-04").contains("zero-row file (--allow-empty)"), "{plan}");
+    // The run does as the plan said.
+    let o = run(&["--allow-empty"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let table = table_of(&o);
+    let action = |date: &str| table.lines().find(|l| l.starts_with(date)).unwrap_or("").to_string();
+    assert!(action("2026-11-01").contains("failed") && action("2026-11-02").contains("failed"), "{table}");
+    assert!(action("2026-11-03").contains("unchanged") && action("2026-11-04").contains("unchanged"), "{table}");
+}
+
 #[test]
 fn verify_finds_a_file_that_does_not_match_its_input() {
     let lake = Lake::new();
