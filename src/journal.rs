@@ -155,7 +155,8 @@ pub async fn read_all(state: &StoreLocation) -> Result<Vec<Journal>> {
         let listed: std::collections::HashSet<_> = metas.iter().filter_map(|m| m.location.filename()).collect();
         for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if is_journal_name(&name) && !listed.contains(name.as_str()) {
+            // A file now is a journal written since the listing (by a run at the same time).
+            if is_journal_name(&name) && !listed.contains(name.as_str()) && !entry.path().is_file() {
                 return Err(unreadable_journal(&entry.path().display().to_string(), "not a file that can be read"));
             }
         }
