@@ -132,7 +132,10 @@ fn finished(
 
 /// The objects of a partition folder other than its file: an error, or (with
 /// `foreign_files = "remove"`) the list to remove once the file is swapped in.
-async fn foreign(job: &Job, dir: &str) -> std::result::Result<Vec<object_store::path::Path>, PartitionError> {
+pub(crate) async fn foreign(
+    job: &Job,
+    dir: &str,
+) -> std::result::Result<Vec<object_store::path::Path>, PartitionError> {
     let found = commit::foreign_objects(&job.output, dir).await?;
     let remove = job.config.output.foreign_files == ForeignFiles::Remove;
     if found.is_empty() || (remove && found.iter().all(|p| commit::removable(&job.output, dir, p))) {

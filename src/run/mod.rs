@@ -395,16 +395,21 @@ async fn verdict(
     if p.inputs.is_empty() && !opts.allow_empty {
         return None;
     }
+    // The run's own check of the folder: objects lakeswap did not write fail the date, unless
+    // `foreign_files = "remove"` may remove them.
+    match self::commit::foreign(job, &p.dir).await {
+        Err(crate::error::PartitionError::Foreign { objects, .. }) => {
+            return Some(format!(
+                "would fail: objects lakeswap did not write are in its folder: {} (move them away, or set \
+                 `foreign_files = \"remove\"`)",
+                objects.join(", ")
+            ))
+        }
+        Err(e) => return Some(format!("would fail: {e}")),
+        Ok(_) => {}
+    }
     let remove = job.config.output.foreign_files == ForeignFiles::Remove;
     let out = &job.output;
-    let foreign = crate::commit::foreign_objects(out, &p.dir).await.unwrap_or_default();
-    if !foreign.is_empty() && !remove {
-        return Some(format!(
-            "would fail: objects lakeswap did not write are in its folder: {} (move them away, or set \
-             `foreign_files = \"remove\"`)",
-            crate::commit::foreign_names(out, &p.dir, &foreign).join(", ")
-        ));
-    }
     let lineage = match p.seen.meta {
         Some(_) => crate::commit::committed_lineage(out, &crate::commit::target_path(out, &p.dir)).await.ok().flatten(),
         None => None,
