@@ -224,6 +224,13 @@ impl Seen {
     }
 }
 
+/// A digest of a file's bytes (SHA-256, hex): what a pending swap records of the committed file
+/// it replaces, to tell a byte-identical copy (its e-tag differs) from a change.
+pub fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    crate::config::hex(&sha2::Sha256::digest(bytes))
+}
+
 /// Looks up the committed object at `path`.
 pub async fn head(out: &StoreLocation, path: &Path) -> Result<Option<ObjectMeta>, PartitionError> {
     match out.store.head(path).await {

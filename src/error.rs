@@ -103,6 +103,10 @@ pub enum Error {
     #[error("internal error in {what}: {message}")]
     Internal { what: &'static str, message: String },
 
+    /// A killed run's move could not be completed and left keys under two dates (exit 1).
+    #[error("{0}")]
+    Unfinished(String),
+
     /// Stopped by a signal before any partition was held: nothing done.
     #[error("stopped ({0}) before any partition was taken: nothing was done")]
     Stopped(&'static str),
@@ -114,7 +118,9 @@ impl Error {
             Error::Config(_) | Error::Usage(_) => ExitCode::Usage,
             Error::Leased(_) => ExitCode::Leased,
             Error::Input(e) => e.exit_code(),
-            Error::Store { .. } | Error::Io { .. } | Error::Internal { .. } => ExitCode::PartialFailure,
+            Error::Store { .. } | Error::Io { .. } | Error::Internal { .. } | Error::Unfinished(_) => {
+                ExitCode::PartialFailure
+            }
             Error::Stopped(signal) => PartitionError::Stopped { signal }.exit_code(),
         }
     }

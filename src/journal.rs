@@ -54,6 +54,10 @@ pub struct PendingSwap {
     pub existed: bool,
     #[serde(default)]
     pub size: u64,
+    /// A digest of the committed object's bytes ([`crate::commit::digest`]): a byte-identical
+    /// copy of it (a restored or copied table, whose e-tags differ) is the partition as seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -269,6 +269,7 @@ impl Aggregate {
             replaces: Vec::new(),
             skip: false,
             spilled_bytes,
+            seen_digest: None,
         };
         Ok((file, hashes, key_types))
     }

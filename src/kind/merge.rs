@@ -623,6 +623,7 @@ impl Merge {
         let (dir, date) = (plan.dir.clone(), plan.date);
         let existed = stored.is_some();
         tokio::task::spawn_blocking(move || {
+            let seen_digest = stored.as_ref().map(|b| commit::digest(b));
             let key: Vec<String> = match &dated {
                 Some(d) => d.id.key.clone(),
                 None => cfg.identity.key.clone(),
@@ -712,6 +713,7 @@ impl Merge {
                 replaces,
                 skip: nothing_to_do,
                 spilled_bytes: 0,
+                seen_digest,
             })
         })
         .await

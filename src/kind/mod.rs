@@ -215,4 +215,8 @@ pub struct PartitionFile {
     pub skip: bool,
     /// Bytes written to spill files while computing it.
     pub spilled_bytes: u64,
+    /// A digest of the committed file it was computed from ([`crate::commit::digest`]; merges):
+    /// a swap left pending by a killed run can then tell a byte-identical copy of that file
+    /// (a restore, a copied table) from a change.
+    pub seen_digest: Option<String>,
 }

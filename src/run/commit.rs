@@ -307,8 +307,9 @@ async fn commit_together(
     journal.pending = staged
         .iter()
         .filter(|(_, _, s, _)| matches!(s, Staged::Ready(_)))
-        .map(|(o, _, _, _)| PendingSwap {
+        .map(|(o, f, _, _)| PendingSwap {
             dir: o.plan.dir.clone(),
+            digest: f.seen_digest.clone(),
             e_tag: o.plan.seen.meta.as_ref().and_then(|m| m.e_tag.clone()),
             version: o.plan.seen.meta.as_ref().and_then(|m| m.version.clone()),
             existed: o.plan.seen.meta.is_some(),
@@ -500,16 +501,29 @@ pub(crate) async fn pending_state(job: &Job, run_id: &str, p: &PendingSwap) -> R
         }),
     };
     let bytes = commit::get(state, &staged).await.map_err(usage)?;
-    let as_seen = seen.same_object(&commit::head(out, &target).await.map_err(usage)?);
+    let now = commit::head(out, &target).await.map_err(usage)?;
+    let as_seen = seen.same_object(&now);
     Ok(match (bytes, as_seen) {
         (Some(bytes), true) => PendingState::Ready { staged, seen, bytes },
-        // Swapped already; the record was not updated.
-        (Some(b), false) if commit::get(out, &target).await.map_err(usage)?.as_ref() == Some(&b) => {
-            PendingState::Done { staged_left: Some(staged) }
+        (Some(b), false) => {
+            let committed = match &now {
+                Some(_) => commit::get(out, &target).await.map_err(usage)?,
+                None => None,
+            };
+            match committed {
+                // Swapped already; the record was not updated.
+                Some(c) if c == b => PendingState::Done { staged_left: Some(staged) },
+                // A byte-identical copy of the file seen (a restored or copied table): swapped
+                // over the object there now.
+                Some(c) if p.digest.as_deref() == Some(commit::digest(&c).as_str()) => {
+                    PendingState::Ready { staged, seen: Seen { meta: now }, bytes: b }
+                }
+                _ => PendingState::Stale { staged },
+            }
         }
         // Swapped already (a swap consumes its staged file) — or gone with the swap undone.
         (None, false) => PendingState::Done { staged_left: None },
-        (Some(_), false) | (None, true) => PendingState::Stale { staged },
+        (None, true) => PendingState::Stale { staged },
     })
 }
 
@@ -568,10 +582,60 @@ pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
                 abandoned.push((p, why.clone()));
             }
         }
+        let twice = held_twice(job, &j, &swapped, &abandoned).await?;
         record_rolled(&mut j, &job.config.partition.column, run_id, swapped, abandoned);
         j.write(state).await?;
+        if !twice.is_empty() {
+            let shown: Vec<String> =
+                twice.iter().take(5).map(|m| format!("{} under {} and {}", m.key, m.from, m.to)).collect();
+            return Err(crate::Error::Unfinished(format!(
+                "run {} died between the swaps of a move, and a partition of it changed since (not by a \
+                 lakeswap run of this table), so the move cannot be completed: {} key(s) it moved are now \
+                 under two dates ({}{}). Nothing of this run was done. Merge the batch that moved them again \
+                 (a key's newer version moves it off the older date), or restore those partitions; the move \
+                 is recorded as abandoned, so the next run goes ahead",
+                j.run_id,
+                twice.len(),
+                shown.join(", "),
+                if twice.len() > shown.len() { ", …" } else { "" }
+            )));
+        }
     }
     Ok(())
+}
+
+/// The keys an interrupted run moved to a date whose swap it did, from a date whose swap is now
+/// abandoned, while both partitions are committed: the table holds them under both dates.
+async fn held_twice(
+    job: &Job,
+    j: &Journal,
+    swapped: &[PendingSwap],
+    abandoned: &[(PendingSwap, String)],
+) -> Result<Vec<crate::merge::Move>> {
+    if swapped.is_empty() || abandoned.is_empty() {
+        return Ok(Vec::new());
+    }
+    let column = &job.config.partition.column;
+    let mut present = BTreeSet::new();
+    for dir in swapped.iter().map(|p| &p.dir).chain(abandoned.iter().map(|(p, _)| &p.dir)) {
+        let target = commit::target_path(&job.output, dir);
+        let now = commit::head(&job.output, &target).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
+        if now.is_some() {
+            present.insert(dir.clone());
+        }
+    }
+    let dir = |d: chrono::NaiveDate| format!("{column}={d}");
+    Ok(j.moves
+        .iter()
+        .filter(|m| {
+            let (from, to) = (dir(m.from), dir(m.to));
+            present.contains(&from)
+                && present.contains(&to)
+                && swapped.iter().any(|p| p.dir == to)
+                && abandoned.iter().any(|(p, _)| p.dir == from)
+        })
+        .cloned()
+        .collect())
 }
 
 /// What became of an interrupted move run's dates: its swaps done (by it, or completed by run

@@ -698,6 +698,106 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
     assert!(abandoned, "some crash left swaps pending");
 }
 
+/// A move killed after its gaining dates were swapped, its losing date not. Rewritten with the
+/// same bytes (a restored or copied table: new e-tags), a partition is as the run saw it, so the
+/// next run completes the move. Changed for real, the move cannot be completed and its keys are
+/// under two dates: the next run says so, naming them (exit 1, nothing of it done), instead of
+/// going on as if the table were whole; merging the batch again puts each key under one date.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_move_over_a_copied_or_changed_partition() {
+    let first = vec![
+        order("a", 1, "2026-11-01", "USD", 1, "placed"),
+        order("b", 1, "2026-11-02", "USD", 2, "placed"),
+        order("c", 1, "2026-11-03", "USD", 3, "placed"),
+    ];
+    // a moves 11-01 -> 11-02, b moves 11-02 -> 11-03; 11-01 only loses keys (swapped last).
+    let second =
+        vec![order("a", 2, "2026-11-02", "USD", 4, "shipped"), order("b", 2, "2026-11-03", "USD", 5, "shipped")];
+    let file = |date: &str| format!("event_date={date}/part-00000.parquet");
+    let seeded = || async {
+        let c = Backend::new(Kind::Memory);
+        put_batch(&c, "b1", &first).await;
+        put_batch(&c, "b2", &second).await;
+        put_batch(&c, "none", &[]).await;
+        merge(&c, "b1", None).await;
+        c
+    };
+    let reference = seeded().await;
+    let old = reference.partitions().await;
+    let mut counted = merge_job(&reference, "b2");
+    let counter = FaultStore::wrap_output(&mut counted, Mode::None);
+    assert_eq!(run::run(&counted, &RunOptions::default()).await.unwrap().exit_code, ExitCode::Ok);
+    let want = reference.partitions().await;
+    // The crash that left 11-02 and 11-03 new and 11-01 old.
+    let crashed_at = |i: usize| {
+        let seeded = &seeded;
+        async move {
+            let c = seeded().await;
+            let mut job = merge_job(&c, "b2");
+            FaultStore::wrap_output(&mut job, Mode::CrashAt(i));
+            let _ = run::run(&job, &RunOptions { lease_ttl: Duration::from_millis(150), ..Default::default() }).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            c
+        }
+    };
+    let mut half = None;
+    for i in 0..counter.calls() {
+        let now = crashed_at(i).await.partitions().await;
+        if now[&file("2026-11-01")] == old[&file("2026-11-01")]
+            && now[&file("2026-11-02")] == want[&file("2026-11-02")]
+            && now[&file("2026-11-03")] == want[&file("2026-11-03")]
+        {
+            half = Some(i);
+            break;
+        }
+    }
+    let i = half.expect("a crash fell between the gaining and the losing swaps");
+    let wait = RunOptions { wait: true, ..Default::default() };
+
+    // Every committed object rewritten with its own bytes: the move is completed.
+    let c = crashed_at(i).await;
+    let out = c.location("out");
+    for (k, v) in c.objects("out").await {
+        object_store::ObjectStoreExt::put(&out.store, &out.child(&[&k]), v.into()).await.unwrap();
+    }
+    let s = run::run(&merge_job(&c, "none"), &wait).await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    assert_eq!(c.partitions().await, want, "the move is completed over a byte-identical copy");
+
+    // 11-01 replaced by another table's 11-01 (which also holds `d`): `a` is under two dates.
+    let other = seeded().await;
+    put_batch(&other, "b3", &[order("d", 1, "2026-11-01", "USD", 9, "placed")]).await;
+    merge(&other, "b3", None).await;
+    let c = crashed_at(i).await;
+    let out = c.location("out");
+    for (k, v) in other.objects("out").await.into_iter().filter(|(k, _)| k.starts_with("event_date=2026-11-01")) {
+        object_store::ObjectStoreExt::put(&out.store, &out.child(&[&k]), v.into()).await.unwrap();
+    }
+    let before = c.partitions().await;
+    let e = run::run(&merge_job(&c, "none"), &wait).await.unwrap_err();
+    assert_eq!(e.exit_code(), ExitCode::PartialFailure, "{e}");
+    let text = e.to_string();
+    for says in ["1 key(s) it moved are now under two dates", "a under 2026-11-01 and 2026-11-02", "again"] {
+        assert!(text.contains(says), "{says}: {text}");
+    }
+    assert_eq!(c.partitions().await, before, "nothing of the run was done");
+    assert_eq!(where_keys_live(&c).await["a"], ["2026-11-01", "2026-11-02"]);
+    // The move is recorded abandoned: the next run goes ahead, and says nothing is pending.
+    let s = run::run(&merge_job(&c, "none"), &wait).await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let status = lakeswap::status::status(&merge_job(&c, "none"), None).await.unwrap();
+    assert!(!lakeswap::status::render(&status, 5).contains("unfinished move"));
+    // Merging the batch again moves `a` off its older date.
+    let s = run::run(&merge_job(&c, "b2"), &wait).await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let at = where_keys_live(&c).await;
+    assert_eq!(
+        (&at["a"][..], &at["b"][..], &at["d"][..]),
+        (&["2026-11-02".to_string()][..], &["2026-11-03".to_string()][..], &["2026-11-01".to_string()][..]),
+        "{at:?}"
+    );
+}
+
 /// A journal recording pending swaps that cannot be read (damaged by hand, a bad restore) is
 /// never taken for no journal: the next run, gc and status refuse naming it, the staged files
 /// stay, and once it is restored the next run completes the move.
