@@ -41,7 +41,18 @@ pub async fn objects(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectM
         .map_err(|e| Error::store("cannot list", input.display(prefix), e))?;
     v.retain(|m| is_data_name(&input.relative(&m.location)));
     v.sort_by(|a, b| a.location.cmp(&b.location));
-    // Zero-byte folder markers: the listed folder itself, or a folder of another object.
+    without_folder_markers(&mut v, prefix);
+    if input.local_path(prefix).is_some() {
+        for m in &mut v {
+            m.e_tag = local_e_tag(input, m);
+        }
+    }
+    Ok(v)
+}
+
+/// Drops zero-byte folder markers (`key/`, as S3 consoles and some writers make them) from a
+/// listing under `prefix`: the listed folder itself, or a folder of another object.
+pub(crate) fn without_folder_markers(v: &mut Vec<ObjectMeta>, prefix: &Path) {
     let folders: std::collections::HashSet<String> = v
         .iter()
         .flat_map(|m| {
@@ -50,12 +61,6 @@ pub async fn objects(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectM
         })
         .collect();
     v.retain(|m| m.size > 0 || (m.location != *prefix && !folders.contains(m.location.as_ref())));
-    if input.local_path(prefix).is_some() {
-        for m in &mut v {
-            m.e_tag = local_e_tag(input, m);
-        }
-    }
-    Ok(v)
 }
 
 /// A local file's e-tag with its status-change time added. The local store's e-tag is the

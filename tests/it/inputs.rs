@@ -275,6 +275,24 @@ fn s3_folder_markers_are_not_data() {
     let o = p.run(&cfg, &["--date", "2026-11-02"]);
     assert_eq!(code(&o), 1, "{}", text(&o));
     assert!(text(&o).contains("no input rows for 2026-11-02"), "{}", text(&o));
+    // `gc` lists no marker as "not mine": of the table, of an empty partition folder, of a
+    // folder of the state location. A zero-byte object that is not a folder's is listed.
+    let state = out.rsplit_once('/').map(|(parent, name)| format!("{parent}/_lakeswap/{name}")).unwrap();
+    for key in [
+        format!("{out}/"),
+        format!("{out}/event_date=2026-11-09/"),
+        format!("{out}/empty.txt"),
+        format!("{state}/"),
+        format!("{state}/runs/"),
+    ] {
+        let o = std::process::Command::new("python3").arg(&admin).args(["put-s3-marker", &key]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = cli(&["gc", "--config", cfg.to_str().unwrap()], p.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let said = text(&o);
+    let listed: Vec<&str> = said.lines().filter(|l| l.contains("s3://")).map(str::trim).collect();
+    assert_eq!(listed, [format!("{}/empty.txt", p.b.url("out"))], "{said}");
 }
 
 // ---------------------------------------------------------------------------------------
