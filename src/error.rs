@@ -323,7 +323,7 @@ pub enum PartitionError {
     Misplaced { path: String, holds: Option<chrono::NaiveDate> },
 
     /// `why` ends with what to do.
-    #[error("{path} does not match its input: {why}")]
+    #[error("{path} differs from a recomputation from its input: {why}")]
     Differs { path: String, why: String },
 
     #[error(

@@ -17,7 +17,9 @@ use crate::store::StoreLocation;
 pub struct PartitionReport {
     pub date: NaiveDate,
     pub action: Action,
-    pub counts: PrepareStats,
+    /// The counts of preparation; `None` (`null`) when the partition failed before they were
+    /// taken (its rows were not all read), never zeros standing for unknown.
+    pub counts: Option<PrepareStats>,
     pub output_rows: u64,
     /// What a merge did (merge jobs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -81,7 +81,9 @@ lakeswap status --config revenue.toml --from 2026-11-01 --to 2026-11-30   # miss
     Status(RangeArgs),
     /// Recompute the partitions of --date or --from/--to (required) in memory and report any
     /// whose committed bytes differ.
-    #[command(after_help = "Exit code 0 when every partition matches, 1 when one differs or is missing.\n\n\
+    #[command(after_help = "Exit code 0 when every partition matches, 1 when one differs or is missing (or \
+its recomputation fails on the store), 3 when a recomputation fails on its data (conflicting \
+versions, a bad row, a key under two dates: what a run of the date would fail on).\n\n\
 Example:\n  lakeswap verify --config revenue.toml --from 2026-11-01 --to 2026-11-07")]
     Verify(RangeArgs),
     /// Remove what crashed runs left behind: stale staging and expired leases.
@@ -764,13 +766,14 @@ impl run::Observer for Progress {
                 let date = r.date.to_string();
                 let action = r.action.to_string();
                 let seconds = (r.seconds * 1000.0).round() / 1000.0;
-                let q = r.counts.quarantined_rows;
+                let q = r.counts.map(|c| c.quarantined_rows);
+                let input_rows = r.counts.map(|c| c.input_rows);
                 let recorded = || {
                     if let Some(error) = &r.error {
-                        tracing::error!(target: OUTCOME, record = "partition", date, action, input_rows = r.counts.input_rows,
-                            output_rows = r.output_rows, quarantined_rows = q, seconds, exit_code = r.exit_code, error = %error, "partition failed");
+                        tracing::error!(target: OUTCOME, record = "partition", date, action, input_rows,
+                            output_rows = r.output_rows, quarantined_rows = q, seconds, exit_code = r.exit_code, error = %error, "partition {action}");
                     } else {
-                        tracing::info!(target: OUTCOME, record = "partition", date, action, input_rows = r.counts.input_rows,
+                        tracing::info!(target: OUTCOME, record = "partition", date, action, input_rows,
                             output_rows = r.output_rows, quarantined_rows = q, spilled_bytes = r.spilled_bytes, seconds, "partition {action}");
                     }
                 };

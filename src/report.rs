@@ -10,6 +10,7 @@ use crate::commit::Action;
 use crate::error::ExitCode;
 
 use crate::journal::PartitionReport;
+use crate::prepare::PrepareStats;
 use crate::run::RunSummary;
 
 /// The summary as an aligned text table and the run's totals.
@@ -89,29 +90,26 @@ fn partitions(s: &RunSummary) -> String {
         vec!["partition", "action", "input rows", "duplicates", "superseded", "deleted", "output rows", "time"]
     };
     // Rows set aside under `on_conflict = "quarantine"`: a column when there are any.
-    let quarantine = s.partitions.iter().any(|p| p.counts.quarantined_rows > 0);
+    let quarantine = s.partitions.iter().any(|p| p.counts.is_some_and(|c| c.quarantined_rows > 0));
     let mut head = head;
     if quarantine {
         head.insert(head.len() - 2, "quarantined");
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
     for p in &s.partitions {
-        let mut r = vec![
-            p.date.to_string(),
-            p.action.to_string(),
-            p.counts.input_rows.to_string(),
-            p.counts.duplicates.to_string(),
-        ];
+        // Counts not taken (failed before its rows were all read): "-", not 0.
+        let count = |f: fn(&PrepareStats) -> u64| p.counts.as_ref().map_or("-".to_string(), |c| f(c).to_string());
+        let mut r = vec![p.date.to_string(), p.action.to_string(), count(|c| c.input_rows), count(|c| c.duplicates)];
         match (&p.merge, merging) {
             (Some(m), _) => r.extend(
                 [m.inserted, m.updated, m.deleted, m.unchanged, m.ignored_older, m.conflicts, m.moved_in, m.moved_out]
                     .map(|v| v.to_string()),
             ),
             (None, true) => r.extend(std::iter::repeat_n(String::new(), 8)),
-            (None, false) => r.extend([p.counts.superseded.to_string(), p.counts.deleted.to_string()]),
+            (None, false) => r.extend([count(|c| c.superseded), count(|c| c.deleted)]),
         }
         if quarantine {
-            r.push(p.counts.quarantined_rows.to_string());
+            r.push(count(|c| c.quarantined_rows));
         }
         r.push(p.output_rows.to_string());
         r.push(format!("{:.2}s", p.seconds));
@@ -209,7 +207,8 @@ pub fn quarantined_now(s: &RunSummary) -> u64 {
             matches!(p.action, Action::Created | Action::Replaced)
                 || (p.merge.is_some() && matches!(p.action, Action::Unchanged | Action::Untouched))
         })
-        .map(|p| p.counts.quarantined_rows)
+        .filter_map(|p| p.counts)
+        .map(|c| c.quarantined_rows)
         .sum()
 }
 

@@ -158,10 +158,12 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
         let foreign: Vec<String> = found.iter().map(|p| out.relative(p)).collect();
         let run = last.get(&date);
         let failed = run.is_some_and(|(_, a, _)| *a == Action::Failed);
+        // What the file is comes first: a file lakeswap did not write, or another date's, is
+        // what readers get, whatever the last run of the date did.
         let state = match (failed, committed, &lineage) {
+            (_, true, None) => "unknown",
+            (_, true, Some(l)) if l.date.is_some_and(|d| d != date) => "misplaced",
             (true, ..) => "failed",
-            (false, true, None) => "unknown",
-            (false, true, Some(l)) if l.date.is_some_and(|d| d != date) => "misplaced",
             (false, true, Some(_)) => "committed",
             (false, false, _) => "missing",
         };
@@ -221,18 +223,25 @@ pub fn render(status: &Status, recent: usize) -> String {
     }
     for j in journals.iter().rev().take(recent) {
         let failed = j.partitions.iter().filter(|p| p.action == Action::Failed).count();
+        let stopped = match j.partitions.iter().filter(|p| p.action == Action::Stopped).count() {
+            0 => String::new(),
+            n => format!(", {n} stopped"),
+        };
         let secs = j.finished_at.map(|f| (f - j.started_at).num_milliseconds() as f64 / 1000.0);
         let _ = writeln!(
             s,
-            "  {}  {:<8}  exit {:<2}  {} partition(s), {} failed  {}  on {}",
+            "  {}  {:<8}  exit {:<2}  {} partition(s), {} failed{}  {}  on {}",
             j.run_id,
             j.status,
             j.exit_code.map_or("-".into(), |c| c.to_string()),
             j.partitions.len().max(j.dates.len()),
             failed,
+            stopped,
             secs.map_or_else(
                 || match j.status.as_str() {
-                    "died" => "died: it holds no live lease (killed, or its machine went away)".to_string(),
+                    "died" => "died: it holds no live lease and never recorded its end (killed, its machine went \
+                               away, or its store failed when it wrote its journal)"
+                        .to_string(),
                     _ => "still running".to_string(),
                 },
                 |t| format!("{t:.2}s")
@@ -240,7 +249,7 @@ pub fn render(status: &Status, recent: usize) -> String {
             j.host
         );
         // Every row a run set aside, on any date: a date it left untouched has no lineage to show them.
-        let aside: u64 = j.partitions.iter().map(|p| p.counts.quarantined_rows).sum();
+        let aside: u64 = j.partitions.iter().filter_map(|p| p.counts).map(|c| c.quarantined_rows).sum();
         if aside > 0 {
             let _ = writeln!(
                 s,
@@ -351,8 +360,14 @@ pub fn render(status: &Status, recent: usize) -> String {
             }
             None => {}
         }
-        if let (Some(e), "failed") = (&p.error, p.state) {
-            let _ = writeln!(s, "              {e}");
+        match (&p.error, p.state) {
+            (Some(e), "failed") => {
+                let _ = writeln!(s, "              {e}");
+            }
+            (Some(e), _) if p.last_run.as_ref().is_some_and(|(_, a)| *a == Action::Failed) => {
+                let _ = writeln!(s, "              the last run of this date failed: {e}");
+            }
+            _ => {}
         }
     }
     if !status.strays.is_empty() {

@@ -32,7 +32,6 @@ use crate::error::{ExitCode, PartitionError, Result};
 use crate::journal::{self, Journal, PartitionReport, PendingSwap};
 use crate::kind::{Computed, Outcome, PartitionFile};
 use crate::lease::{Leases, Renewer};
-use crate::prepare::PrepareStats;
 
 /// A run whose partitions are committed (or failed).
 pub struct Committed {
@@ -71,7 +70,7 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                     let t = Instant::now();
                     let date = o.plan.date;
                     let r = match o.result {
-                        Err(e) => report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e)),
+                        Err(e) => report(date, Action::Failed, None, 0, o.seconds, Some(e)),
                         Ok(f) => {
                             let res = match leases.check(&o.plan.dir).and_then(|_| opts.stop.check()) {
                                 Ok(()) if f.skip => {
@@ -120,12 +119,12 @@ fn finished(
         Ok(action) => PartitionReport {
             merge: f.merge,
             spilled_bytes: f.spilled_bytes,
-            ..report(date, action, f.stats, f.rows as u64, secs, None)
+            ..report(date, action, Some(f.stats), f.rows as u64, secs, None)
         },
         Err(e) => PartitionReport {
             merge: f.merge,
             spilled_bytes: f.spilled_bytes,
-            ..report(date, Action::Failed, f.stats, f.rows as u64, secs, Some(e))
+            ..report(date, Action::Failed, Some(f.stats), f.rows as u64, secs, Some(e))
         },
     }
 }
@@ -236,7 +235,7 @@ async fn commit_together(
     for o in outcomes {
         let date = o.plan.date;
         match o.result {
-            Err(e) => reports.push(report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e))),
+            Err(e) => reports.push(report(date, Action::Failed, None, 0, o.seconds, Some(e))),
             Ok(f) if f.skip => {
                 // Nothing to swap, and no moves: only its quarantined rows, if any.
                 let res = set_aside(job, run_id, &o.plan.dir, &f).await.map(|()| Action::Untouched);
@@ -377,6 +376,34 @@ fn stale_lineage(committed: &bytes::Bytes, date: chrono::NaiveDate) -> String {
     format!("its rows match a recomputation, but {why}: the next run rewrites it")
 }
 
+/// Why lakeswap's own file of a date may differ from its recomputation (`computed`), as far as
+/// the two lineages tell: another config, other input objects, an older lakeswap.
+fn why_differs(committed: &bytes::Bytes, computed: &bytes::Bytes, fingerprint: &str) -> String {
+    let (Some(old), Some(new)) = (commit::lineage_of(committed), commit::lineage_of(computed)) else {
+        return String::new();
+    };
+    let short = |f: &str| f.chars().take(8).collect::<String>();
+    let mut why = Vec::new();
+    if old.config_fingerprint != fingerprint {
+        why.push(format!(
+            "it was written under another config (fingerprint {}, the config's now {}: its SQL, measures, \
+             identity or schema changed)",
+            short(&old.config_fingerprint),
+            short(fingerprint)
+        ));
+    }
+    if old.input_fingerprint != new.input_fingerprint {
+        why.push("its input objects changed since it was written (added, removed or rewritten)".to_string());
+    }
+    if old.rules != new.rules {
+        why.push(format!("it was written by an older lakeswap (rules {}, now {})", old.rules, new.rules));
+    }
+    match why.len() {
+        0 => String::new(),
+        _ => format!(": {}", why.join("; ")),
+    }
+}
+
 /// Whether a committed file carries lakeswap's lineage (lakeswap wrote it).
 fn has_lineage(committed: &bytes::Bytes) -> bool {
     commit::lineage_of(committed).is_some()
@@ -399,7 +426,7 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
     for o in computed.outcomes {
         let date = o.plan.date;
         let r = match o.result {
-            Err(e) => report(date, Action::Failed, Default::default(), 0, o.seconds, Some(e)),
+            Err(e) => report(date, Action::Failed, None, 0, o.seconds, Some(e)),
             Ok(f) => {
                 let path = commit::target_path(&job.output, &o.plan.dir);
                 let res = async {
@@ -441,9 +468,10 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                                     "its bytes differ from a recomputation, and {apart}. Run the date again to \
                                      rewrite it"
                                 ),
-                                None => {
-                                    "its bytes differ from a recomputation. Run the date again to rewrite it".into()
-                                }
+                                None => format!(
+                                    "its bytes differ{}. Run the date again to rewrite it",
+                                    why_differs(&b, &bytes, &job.config.fingerprint())
+                                ),
                             },
                         }),
                         // No input and nothing committed: what `run` leaves (it commits a
@@ -656,14 +684,14 @@ fn record_rolled(
     for p in swapped {
         if let Some(date) = date_of(&p.dir) {
             let action = if p.existed { Action::Replaced } else { Action::Created };
-            let mut r = report(date, action, PrepareStats::default(), 0, 0.0, None);
+            let mut r = report(date, action, None, 0, 0.0, None);
             r.note = Some(format!("swapped in after this run died, by run {by} (it completes a move left pending)"));
             j.partitions.push(r);
         }
     }
     for (p, why) in abandoned {
         if let Some(date) = date_of(&p.dir) {
-            let mut r = report(date, Action::Failed, PrepareStats::default(), 0, 0.0, None);
+            let mut r = report(date, Action::Failed, None, 0, 0.0, None);
             r.error = Some(why);
             r.exit_code = ExitCode::PartialFailure.code();
             j.partitions.push(r);
@@ -671,7 +699,7 @@ fn record_rolled(
     }
     let recorded: BTreeSet<chrono::NaiveDate> = j.partitions.iter().map(|p| p.date).collect();
     for d in j.dates.clone().into_iter().filter(|d| !recorded.contains(d)) {
-        j.partitions.push(report(d, Action::Untouched, PrepareStats::default(), 0, 0.0, None));
+        j.partitions.push(report(d, Action::Untouched, None, 0, 0.0, None));
     }
     j.partitions.sort_by_key(|p| p.date);
 }

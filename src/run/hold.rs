@@ -96,7 +96,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
             }
             opts.observer.event(&Event::Passed { date: p.date, why: "no input" });
             let e = crate::error::PartitionError::MissingInput { date: p.date };
-            let r = report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e));
+            let r = report(p.date, Action::Failed, Some(PrepareStats::default()), 0, 0.0, Some(e));
             opts.observer.event(&Event::Done { report: &r });
             reports.push(r);
             false
@@ -119,7 +119,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
                     others.push(p.clone());
                 }
                 opts.observer.event(&Event::Passed { date: p.date, why: "refused" });
-                let r = report(p.date, Action::Failed, PrepareStats::default(), 0, 0.0, Some(e));
+                let r = report(p.date, Action::Failed, None, 0, 0.0, Some(e));
                 opts.observer.event(&Event::Done { report: &r });
                 reports.push(r);
             }
@@ -138,7 +138,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
             leases.release(&p.dir).await;
             opts.observer.event(&Event::Passed { date: p.date, why: "skipped" });
             // The committed file's counts: what the table holds for the date.
-            let r = report(p.date, Action::Skipped, committed.counts, committed.output_rows, 0.0, None);
+            let r = report(p.date, Action::Skipped, Some(committed.counts), committed.output_rows, 0.0, None);
             opts.observer.event(&Event::Done { report: &r });
             reports.push(r);
             if guards {

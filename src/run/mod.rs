@@ -452,7 +452,7 @@ pub async fn verify(job: &Job, opts: &RunOptions) -> Result<RunSummary> {
 pub(crate) fn report(
     date: NaiveDate,
     action: Action,
-    counts: PrepareStats,
+    counts: Option<PrepareStats>,
     output_rows: u64,
     seconds: f64,
     error: Option<PartitionError>,

@@ -77,8 +77,8 @@ async fn quarantine_sets_conflicts_aside_and_commits_the_rest() {
         .config_with("key = [\"order_id\"]\nversion = \"source_version\"", "[prepare]\non_conflict = \"quarantine\"\n");
     let s = run_range(&cfg, "2026-11-01", "2026-11-01").await;
     assert_eq!(s.exit_code, ExitCode::Ok);
-    assert_eq!(s.partitions[0].counts.quarantined_rows, 6, "the rows of each version in conflict");
-    assert_eq!(s.partitions[0].counts.conflicting_keys, 3);
+    assert_eq!(s.partitions[0].counts.unwrap().quarantined_rows, 6, "the rows of each version in conflict");
+    assert_eq!(s.partitions[0].counts.unwrap().conflicting_keys, 3);
     // a keeps version 2 (its conflict is at version 1), c its version 1 (its newest is in
     // conflict), d nothing: each key keeps its newest version without a conflict.
     let got = read_partition(&lake.partition_file("2026-11-01"));

@@ -179,6 +179,51 @@ fn summary_json_and_exit_code_of_a_missing_date() {
     assert_eq!(s["partitions"][1]["action"], "failed");
 }
 
+/// A date that fails before its rows are all counted (a conflict) reports no counts — `null` in
+/// `--summary-json` and the log, `-` in the table — never zeros beside its error; a date that
+/// commits reports what it read.
+#[test]
+fn a_failed_date_reports_no_counts_rather_than_zeros() {
+    let t = example_dir();
+    let o = cli(&["generate", "--out", "gen", "--days", "2", "--rows-per-day", "3000", "--conflicts", "1"], t.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("gen/_gen_meta.json")).unwrap()).unwrap();
+    let cfg =
+        std::fs::read_to_string(t.path().join("config/example.toml")).unwrap().replace("examples/data/orders", "gen");
+    std::fs::write(t.path().join("gen.toml"), cfg).unwrap();
+    let args =
+        ["run", "--config", "gen.toml", "--from", "2026-11-01", "--to", "2026-11-02", "--summary-json", "s.json"];
+    let o = cli(&[&args[..], &["--log-format", "json"]].concat(), t.path());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(t.path().join("s.json")).unwrap()).unwrap();
+    let parts = s["partitions"].as_array().unwrap();
+    let failed: Vec<&serde_json::Value> = parts.iter().filter(|p| p["action"] == "failed").collect();
+    assert!(!failed.is_empty(), "{s}");
+    for p in &failed {
+        assert!(p["counts"].is_null() && p["error"].as_str().unwrap().contains("conflicting"), "{p}");
+    }
+    for p in parts.iter().filter(|p| p["action"] == "created") {
+        let date = p["date"].as_str().unwrap();
+        assert_eq!(p["counts"]["input_rows"], meta["days"][date]["raw_rows"], "{p} {meta}");
+    }
+    let log = String::from_utf8_lossy(&o.stderr).to_string();
+    let records: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|r: &serde_json::Value| r["fields"]["record"] == "partition" || r["record"] == "partition")
+        .collect();
+    assert_eq!(records.len(), parts.len(), "{log}");
+    for r in records {
+        let f = if r["fields"].is_object() { &r["fields"] } else { &r };
+        assert_eq!(f["input_rows"].is_null(), f["action"] == "failed", "{r}");
+    }
+    // The table: "-" in the failed row's count columns.
+    let o = cli(&args[..7], t.path());
+    let row = text(&o).lines().find(|l| l.contains(" failed ")).map(str::to_string).unwrap_or_default();
+    assert!(row.split_whitespace().nth(2) == Some("-"), "{}", text(&o));
+}
+
 #[test]
 fn generate_is_deterministic_and_counts_match() {
     let t = tempfile::tempdir().unwrap();

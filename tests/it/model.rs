@@ -22,10 +22,10 @@ async fn pipeline_equals_the_model_on_random_events() {
         for p in &summary.partitions {
             let distinct: std::collections::HashSet<&Order> = rows.iter().filter(|r| r.date == p.date).collect();
             let keys: std::collections::HashSet<&str> = distinct.iter().map(|r| r.order_id.as_str()).collect();
-            assert_eq!(p.counts.input_rows, raw_per_day(p.date));
-            assert_eq!(p.counts.duplicates, raw_per_day(p.date) - distinct.len() as u64);
-            assert_eq!(p.counts.superseded, (distinct.len() - keys.len()) as u64);
-            assert_eq!(p.counts.keys, keys.len() as u64);
+            assert_eq!(p.counts.unwrap().input_rows, raw_per_day(p.date));
+            assert_eq!(p.counts.unwrap().duplicates, raw_per_day(p.date) - distinct.len() as u64);
+            assert_eq!(p.counts.unwrap().superseded, (distinct.len() - keys.len()) as u64);
+            assert_eq!(p.counts.unwrap().keys, keys.len() as u64);
         }
     }
 }
@@ -61,7 +61,7 @@ async fn tombstones_leave_the_key_out() {
         "",
     );
     let s = run_range(&cfg, "2026-11-01", "2026-11-01").await;
-    assert_eq!(s.partitions[0].counts.deleted, 1);
+    assert_eq!(s.partitions[0].counts.unwrap().deleted, 1);
     let got = read_partition(&lake.partition_file("2026-11-01"));
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].orders, got[0].revenue), (1, 500));

@@ -242,7 +242,7 @@ async fn dates_from_timestamps_follow_the_time_zone_across_dst() {
     std::fs::write(&cfg, text).unwrap();
     let s = run_range(&cfg, "2026-03-28", "2026-03-30").await;
     assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
-    let orders: Vec<u64> = s.partitions.iter().map(|p| p.counts.input_rows).collect();
+    let orders: Vec<u64> = s.partitions.iter().map(|p| p.counts.unwrap().input_rows).collect();
     assert_eq!(orders, [1, 2, 1], "28th: a; 29th: b, c; 30th: d");
     // Past the zone table's last daylight-saving change (2099): 2100-07-01 22:30 UTC is 00:30
     // of the 2nd in Berlin's summer time, but the table would give 23:30 of the 1st. Refused,
@@ -314,6 +314,19 @@ fn status_shows_committed_failed_and_missing_days() {
     let states: Vec<&str> = v["partitions"].as_array().unwrap().iter().map(|p| p["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["committed", "committed", "failed"]);
     assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+    // What the file is comes first: another date's file, or one lakeswap did not write, in the
+    // failed date's folder is shown as such, the last run's failure beside it.
+    let kept = std::fs::read(lake.partition_file("2026-11-03")).unwrap();
+    let third = |out: &str| out.lines().find(|l| l.trim_start().starts_with("2026-11-03")).unwrap_or("").to_string();
+    std::fs::copy(lake.partition_file("2026-11-01"), lake.partition_file("2026-11-03")).unwrap();
+    let out = text(&cli(&["status", "--config", c], lake.dir.path()));
+    assert!(third(&out).contains("misplaced") && out.contains("lineage is 2026-11-01's"), "{out}");
+    assert!(out.contains("the last run of this date failed: 1 conflicting key"), "{out}");
+    write_parquet(&lake.partition_file("2026-11-03"), &batch(&rows[..1]));
+    let out = text(&cli(&["status", "--config", c], lake.dir.path()));
+    assert!(third(&out).contains("unknown") && out.contains("no lakeswap lineage"), "{out}");
+    assert!(!out.contains("older schema") && out.contains("the last run of this date failed"), "{out}");
+    std::fs::write(lake.partition_file("2026-11-03"), kept).unwrap();
     // The bad object taken back: a run finds the 3rd's file current, and its failure is over.
     lake.write_hive(&rows, 1);
     let o = cli(&["run", "--config", c, "--date", "2026-11-03"], lake.dir.path());
@@ -480,7 +493,7 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     let before = lake.snapshot();
     let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], lake.dir.path());
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("event_date=2026-11-02/part-00000.parquet does not match its input"), "{}", text(&o));
+    assert!(text(&o).contains("event_date=2026-11-02/part-00000.parquet differs from a recomputation"), "{}", text(&o));
     assert_eq!(lake.snapshot(), before, "verify writes nothing");
     assert!(!lake.state().join("leases").exists() || lake.state().join("leases").read_dir().unwrap().next().is_none());
     // A day without input, written with --allow-empty, verifies as the zero-row file it is.
@@ -511,6 +524,14 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     let o = cli(&["verify", "--config", c, "--date", "2026-11-05"], lake.dir.path());
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("A run does not overwrite it") && !text(&o).contains("--allow-empty"), "{}", text(&o));
+    // Written under another config (a measure changed since): said so, not taken for a change
+    // of its input.
+    let cfg = std::fs::read_to_string(c).unwrap();
+    std::fs::write(c, cfg.replace("\"cancelled\"]", "\"cancelled\", \"refunded\"]")).unwrap();
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("it was written under another config"), "{}", text(&o));
+    assert!(!text(&o).contains("input objects changed"), "{}", text(&o));
 }
 
 /// Risk: a store that fails while the run's plan reads a Parquet footer (a timeout, an EIO)

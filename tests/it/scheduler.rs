@@ -54,7 +54,9 @@ fn json_logs_hold_a_record_per_partition_and_per_run_at_the_default_level() {
     for p in &parts {
         let f = &p["fields"];
         assert!(f["date"].is_string() && f["action"].is_string() && f["seconds"].is_number(), "{p}");
-        assert!(f["input_rows"].as_u64().is_some() && f["output_rows"].as_u64().is_some(), "{p}");
+        assert!(f["output_rows"].as_u64().is_some(), "{p}");
+        // A date that failed before its rows were all counted has no counts (never zeros).
+        assert_eq!(f["input_rows"].as_u64().is_some(), f["action"] != "failed", "{p}");
     }
     let failed: Vec<_> = parts.iter().filter(|p| p["fields"]["action"] == "failed").collect();
     assert_eq!(failed.len(), 1);
