@@ -322,6 +322,11 @@ impl Leases {
         }
     }
 
+    /// Whether this run took the lease of `dir` (and has not released it), lost since or not.
+    pub fn holds(&self, dir: &str) -> bool {
+        self.held().contains_key(dir)
+    }
+
     /// Whether this run may still write the partition: its lease is held, not lost, not expired.
     pub fn check(&self, dir: &str) -> Result<(), PartitionError> {
         let held = self.held();

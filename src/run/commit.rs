@@ -76,7 +76,9 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                                 Ok(()) if f.skip => {
                                     set_aside(job, run_id, &o.plan.dir, &f).await.map(|()| Action::Untouched)
                                 }
-                                Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f).await,
+                                Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f)
+                                    .await
+                                    .map_err(|e| lost_lease(&leases, &o.plan.dir, e)),
                                 Err(e) => Err(e),
                             };
                             finished(date, res, &f, o.seconds + t.elapsed().as_secs_f64())
@@ -144,6 +146,17 @@ pub(crate) async fn foreign(
         dir: job.output.display(&job.output.child(&[dir])),
         objects: commit::foreign_names(&job.output, dir, &found),
     })
+}
+
+/// A swap refused because the partition changed since it was planned, while this run's lease of
+/// it (or of the table) has lapsed: another run took it over and committed — this run lost its
+/// lease (exit 4, as when that is found before the swap), not a failure of its own.
+fn lost_lease(leases: &Leases, dir: &str, e: PartitionError) -> PartitionError {
+    let lapsed = leases.check(dir).is_err() || (leases.holds(TABLE_LEASE) && leases.check(TABLE_LEASE).is_err());
+    match e {
+        PartitionError::Fenced { .. } if lapsed => PartitionError::LeaseLost { dir: dir.to_string() },
+        e => e,
+    }
 }
 
 /// Writes a partition's quarantined rows, when it has any.
@@ -326,7 +339,9 @@ async fn commit_together(
         let res = match s {
             Staged::Unchanged => Ok(Action::Unchanged),
             Staged::Ready(path) => match f.body.load().await {
-                Ok(bytes) => commit::swap_in(out, state, &path, &o.plan.dir, bytes, &o.plan.seen).await,
+                Ok(bytes) => commit::swap_in(out, state, &path, &o.plan.dir, bytes, &o.plan.seen)
+                    .await
+                    .map_err(|e| lost_lease(leases, &o.plan.dir, e)),
                 Err(e) => Err(e),
             },
         };

@@ -50,6 +50,37 @@ fn racing_processes_end_in_the_expected_bytes() {
     assert!(lake.state().join("leases").read_dir().map_or(true, |mut d| d.next().is_none()));
 }
 
+/// A run whose lease lapsed while it wrote (taken over by another run, which committed) finds
+/// the partition changed at its swap: it lost its lease — exit 4, which a scheduler retries —
+/// not a failure of its own (exit 1); nothing is overwritten.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_lost_its_lease_while_writing_exits_as_leased() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(93, 1, 100), 1);
+    let mut slow = Job::load(&lake.config()).unwrap();
+    let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
+    let (gate, arrived) = faulty.gate("staging/");
+    let slow = Arc::new(slow);
+    let ttl = Duration::from_millis(300);
+    let s2 = slow.clone();
+    let holder = tokio::spawn(async move {
+        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
+        run::run(&s2, &o).await.unwrap()
+    });
+    arrived.notified().await;
+    // Its lease gone (as if it had expired), another run takes the date and commits it.
+    std::fs::remove_file(lake.state().join("leases/event_date=2026-11-01.json")).unwrap();
+    let other = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
+    assert_eq!(other.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&other));
+    let committed = lake.snapshot();
+    tokio::time::sleep(ttl * 2).await;
+    gate.add_permits(1000);
+    let s = holder.await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Leased, "{}", lakeswap::report::table(&s));
+    assert!(s.partitions[0].error.as_deref().unwrap().contains("lost the lease"), "{}", lakeswap::report::table(&s));
+    assert_eq!(lake.snapshot(), committed, "nothing overwritten");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_holder_renews_its_lease_and_keeps_others_out() {
     let lake = Lake::new();
