@@ -397,7 +397,7 @@ async fn verdict(
     }
     // The run's own check of the folder: objects lakeswap did not write fail the date, unless
     // `foreign_files = "remove"` may remove them.
-    match self::commit::foreign(job, &p.dir).await {
+    let foreign = match self::commit::foreign(job, &p.dir).await {
         Err(crate::error::PartitionError::Foreign { objects, .. }) => {
             return Some(format!(
                 "would fail: objects lakeswap did not write are in its folder: {} (move them away, or set \
@@ -406,15 +406,27 @@ async fn verdict(
             ))
         }
         Err(e) => return Some(format!("would fail: {e}")),
-        Ok(_) => {}
-    }
+        Ok(found) => found,
+    };
     let remove = job.config.output.foreign_files == ForeignFiles::Remove;
     let out = &job.output;
     let lineage = match p.seen.meta {
         Some(_) => crate::commit::committed_lineage(out, &crate::commit::target_path(out, &p.dir)).await.ok().flatten(),
         None => None,
     };
-    match lineage {
+    // What `foreign_files = "remove"` would delete or overwrite, said before the run does it.
+    let mut removes = Vec::new();
+    if !foreign.is_empty() {
+        removes.push(format!(
+            "remove objects lakeswap did not write: {}",
+            crate::commit::foreign_names(out, &p.dir, &foreign).join(", ")
+        ));
+    }
+    if matches!(lineage, Some(None)) && remove && !merge {
+        removes.push("overwrite its file, which lakeswap did not write".to_string());
+    }
+    let removing = |verdict: &str| format!("{verdict}, and {} (foreign_files = \"remove\")", removes.join(", and "));
+    let told: Option<String> = match lineage {
         Some(None) if merge || !remove => Some(
             "would fail: its file has no lakeswap lineage (lakeswap did not write it); move it away, or set \
              `foreign_files = \"remove\"` (an aggregate)"
@@ -429,6 +441,13 @@ async fn verdict(
             Some("would merge the batch's rows of this date, if it holds any (else left alone)".into())
         }
         _ => None,
+    };
+    match told {
+        Some(t) if t.starts_with("would fail") || removes.is_empty() => Some(t),
+        Some(t) => Some(removing(&t)),
+        None if removes.is_empty() => None,
+        None if p.seen.meta.is_some() => Some(removing("would replace its file (or keep it, when unchanged)")),
+        None => Some(removing("would create")),
     }
 }
 

@@ -476,6 +476,17 @@ fn a_dry_run_says_what_the_run_does_with_each_date() {
     let action = |date: &str| table.lines().find(|l| l.starts_with(date)).unwrap_or("").to_string();
     assert!(action("2026-11-01").contains("failed") && action("2026-11-02").contains("failed"), "{table}");
     assert!(action("2026-11-03").contains("unchanged") && action("2026-11-04").contains("unchanged"), "{table}");
+    // With `foreign_files = "remove"`, the plan names what the run would delete or overwrite.
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{toml}foreign_files = \"remove\"\n")).unwrap();
+    let plan = String::from_utf8(run(&["--dry-run"]).stdout).unwrap();
+    let says = |date: &str| plan.lines().find(|l| l.contains(&format!("event_date={date} "))).unwrap_or("").to_string();
+    assert!(says("2026-11-01").contains("would replace its file (or keep it, when unchanged), and remove objects lakeswap did not write: event_date=2026-11-01/extra.parquet (foreign_files = \"remove\")"), "{plan}");
+    assert!(says("2026-11-02").contains("and overwrite its file, which lakeswap did not write"), "{plan}");
+    assert!(says("2026-11-03").contains("would replace (or keep, when unchanged)"), "{plan}");
+    let o = run(&["--allow-empty"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!lake.output().join("event_date=2026-11-01/extra.parquet").exists());
 }
 
 #[test]
