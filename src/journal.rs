@@ -62,6 +62,14 @@ pub struct PendingSwap {
     pub digest: Option<String>,
 }
 
+/// A swap an interrupted run (`run_id`) left pending, completed by a later run of the table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletedSwap {
+    pub run_id: String,
+    /// The partition folder, `<col>=<date>`.
+    pub partition: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Journal {
     pub run_id: String,
@@ -81,6 +89,9 @@ pub struct Journal {
     /// Swaps staged and not yet known to be done (merges that move keys between dates).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<PendingSwap>,
+    /// Swaps an interrupted run left pending that this run completed before its own work.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub completed: Vec<CompletedSwap>,
     /// Keys this run moves from one date to another (merges), for `status`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moves: Vec<crate::merge::Move>,
@@ -110,6 +121,7 @@ impl Journal {
             dates,
             partitions: Vec::new(),
             pending: Vec::new(),
+            completed: Vec::new(),
             moves: Vec::new(),
         }
     }

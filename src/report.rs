@@ -32,6 +32,13 @@ pub fn table(s: &RunSummary) -> String {
         if stopped > 0 { format!(", {stopped} stopped") } else { String::new() },
         s.seconds
     );
+    for c in &s.completed {
+        let _ = writeln!(
+            out,
+            "completed first: {} swapped in, a swap run {} left pending when it died (its move is now whole)",
+            c.partition, c.run_id
+        );
+    }
     let rows = quarantined_now(s);
     if rows > 0 {
         let _ = writeln!(
@@ -152,6 +159,10 @@ struct SummaryJson<'a> {
     counts: BTreeMap<String, usize>,
     quarantined_rows: u64,
     partitions: &'a [PartitionReport],
+    /// Swaps a killed run left pending that this run completed first: the table changed in
+    /// those partitions though no report of this run says so.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    completed_moves: &'a [crate::journal::CompletedSwap],
 }
 
 fn counts(partitions: &[PartitionReport]) -> BTreeMap<String, usize> {
@@ -172,6 +183,7 @@ pub fn json(s: &RunSummary) -> String {
         counts: counts(&s.partitions),
         quarantined_rows: quarantined_now(s),
         partitions: &s.partitions,
+        completed_moves: &s.completed,
     })
     .unwrap_or_default()
 }
@@ -186,6 +198,7 @@ pub fn refused_json(exit_code: ExitCode, error: &str, seconds: f64) -> String {
         counts: BTreeMap::new(),
         quarantined_rows: 0,
         partitions: &[],
+        completed_moves: &[],
     })
     .unwrap_or_default()
 }
@@ -259,6 +272,7 @@ mod tests {
             seconds: 0.0,
             journal_error: None,
             merge,
+            completed: Vec::new(),
         };
         let merged = table(&summary(true));
         assert!(

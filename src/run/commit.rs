@@ -372,6 +372,7 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
     };
     Ok(RunSummary {
         run_id,
+        completed: journal.completed.clone(),
         partitions: reports,
         exit_code,
         seconds: super::elapsed(started),
@@ -509,6 +510,7 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
     let exit = ExitCode::combine(reports.iter().map(|r| exit_of(r.exit_code)));
     Ok(RunSummary {
         run_id: held.run_id,
+        completed: Vec::new(),
         partitions: reports,
         exit_code: exit,
         seconds: super::elapsed(held.started),
@@ -576,8 +578,9 @@ pub(crate) async fn pending_state(job: &Job, run_id: &str, p: &PendingSwap) -> R
 /// or rewritten in between must not get a stale partition back. Called under the table lease,
 /// so no other run of the table is in between. The interrupted run's journal then records what
 /// became of each of its dates, so `status` credits each file to the run that made it.
-pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
+pub async fn roll_forward(job: &Job, run_id: &str) -> Result<Vec<journal::CompletedSwap>> {
     let (out, state) = (&job.output, &job.state);
+    let mut completed = Vec::new();
     for mut j in journal::read_all(state).await? {
         if j.pending.is_empty() || j.run_id == run_id {
             continue;
@@ -603,6 +606,7 @@ pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
                 match commit::swap_in(out, state, &staged, &p.dir, b, &seen).await {
                     Ok(_) => {
                         tracing::warn!(run = %j.run_id, partition = %p.dir, "completed a swap an interrupted run left pending");
+                        completed.push(journal::CompletedSwap { run_id: j.run_id.clone(), partition: p.dir.clone() });
                         swapped.push(p);
                     }
                     Err(e) => {
@@ -644,7 +648,7 @@ pub async fn roll_forward(job: &Job, run_id: &str) -> Result<()> {
             )));
         }
     }
-    Ok(())
+    Ok(completed)
 }
 
 /// The keys an interrupted run moved to a date whose swap it did, from a date whose swap is now

@@ -65,19 +65,24 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     let leases = Arc::new(Leases::new(job.state.clone(), &run_id, opts.lease_ttl, opts.wait));
     // Renewing from the first lease on: taking the others may wait (--wait) longer than a TTL.
     let renewer = Some(leases.spawn_renewer());
+    let mut completed = Vec::new();
     if job.kind.one_run_at_a_time() {
         // One run of this table at a time; then finish what an interrupted one left.
         leases.acquire(TABLE_LEASE, &opts.stop).await.map_err(|e| match e {
             crate::error::PartitionError::Stopped { signal } => Error::Stopped(signal),
             e => Error::Leased(format!("the table {} is busy: {e}", job.output.url)),
         })?;
-        if let Err(e) = super::commit::roll_forward(job, &run_id).await {
-            leases.release(TABLE_LEASE).await;
-            return Err(e);
+        match super::commit::roll_forward(job, &run_id).await {
+            Ok(done) => completed = done,
+            Err(e) => {
+                leases.release(TABLE_LEASE).await;
+                return Err(e);
+            }
         }
     }
     // Journaled once the table is this run's (a run refused as busy leaves no journal).
-    let journal = Journal::start(&run_id, &cfg.job.name, dates, now);
+    let mut journal = Journal::start(&run_id, &cfg.job.name, dates, now);
+    journal.completed = completed;
     if let Err(e) = journal.write(&job.state).await {
         leases.release(TABLE_LEASE).await;
         return Err(e);

@@ -338,6 +338,8 @@ pub struct RunSummary {
     pub journal_error: Option<String>,
     /// A merge's run: its table shows a merge's counts, also when no partition got that far.
     pub merge: bool,
+    /// Swaps a killed run left pending that this run completed first (merges that move keys).
+    pub completed: Vec<crate::journal::CompletedSwap>,
 }
 
 impl RunSummary {

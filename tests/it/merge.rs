@@ -642,8 +642,25 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
         // when a move is pending) completes what was pending: all or nothing.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let batch = if crashed.is_some() && i % 2 == 0 { "nothing" } else { "none" };
+        let undone = c.partitions().await;
         let s = run::run(&merge_job(&c, batch), &RunOptions { wait: true, ..Default::default() }).await.unwrap();
         assert_eq!(s.exit_code, ExitCode::Ok, "crash at {i}: {}", lakeswap::report::table(&s));
+        // The swaps it completed are in its summary (the table changed there).
+        if let Some(crashed) = &crashed {
+            let mut completed: Vec<String> = s.completed.iter().map(|c| c.partition.clone()).collect();
+            completed.sort();
+            let want_completed: Vec<String> = dates
+                .iter()
+                .filter(|date| undone.get(&file(date)) != want.get(&file(date)))
+                .map(|date| format!("event_date={date}"))
+                .collect();
+            assert_eq!(completed, want_completed, "crash at {i}");
+            assert!(s.completed.iter().all(|c| &c.run_id == crashed), "crash at {i}");
+            let shown = lakeswap::report::table(&s);
+            assert_eq!(shown.matches("completed first: ").count(), completed.len(), "{shown}");
+            let json: serde_json::Value = serde_json::from_str(&lakeswap::report::json(&s)).unwrap();
+            assert_eq!(json["completed_moves"].as_array().map_or(0, |a| a.len()), completed.len(), "{json}");
+        }
         let now = c.partitions().await;
         assert!(now == old || now == want, "crash at {i}: the move is all or nothing: {:?}", where_keys_live(&c).await);
         if let Some(crashed) = &crashed {
