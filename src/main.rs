@@ -396,6 +396,8 @@ fn main() -> ProcessExit {
         Ok(code) => ProcessExit::from(code.code() as u8),
         Err(e) => {
             let code = e.exit_code().code();
+            // Refused as a whole: the folders it made for the table are taken back.
+            lakeswap::store::remove_created_folders();
             if json {
                 tracing::error!(target: OUTCOME, record = "run", exit_code = code, error = %chain(&e), "run refused");
             } else {

@@ -293,6 +293,25 @@ fn memory_stores() -> &'static Mutex<HashMap<String, Arc<InMemory>>> {
     STORES.get_or_init(Default::default)
 }
 
+fn created_folders() -> &'static Mutex<Vec<(std::path::PathBuf, std::path::PathBuf)>> {
+    static CREATED: OnceLock<Mutex<Vec<(std::path::PathBuf, std::path::PathBuf)>>> = OnceLock::new();
+    CREATED.get_or_init(Default::default)
+}
+
+/// Removes the local folders this process made for a table or its state location (see
+/// [`local_folder`]) that are still empty: a run refused as a whole leaves nothing behind. A
+/// folder with anything in it stays.
+pub fn remove_created_folders() {
+    let made = std::mem::take(&mut *created_folders().lock().unwrap_or_else(|e| e.into_inner()));
+    for (dir, top) in made.into_iter().rev() {
+        for d in dir.ancestors() {
+            if std::fs::remove_dir(d).is_err() || d == top {
+                break;
+            }
+        }
+    }
+}
+
 /// A local folder as a store: with `create`, made if missing and checked writable with a probe
 /// file; else it must exist.
 fn local_folder(
@@ -303,8 +322,13 @@ fn local_folder(
 ) -> Result<StoreLocation, ConfigError> {
     let invalid = |message: String| ConfigError::Invalid { path: "config".into(), key: key.into(), message };
     if create {
+        // The highest folder this makes, to take back if the run is refused.
+        let top = dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(|t| t.to_path_buf());
         std::fs::create_dir_all(dir)
             .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
+        if let Some(top) = top {
+            created_folders().lock().unwrap_or_else(|e| e.into_inner()).push((dir.to_path_buf(), top));
+        }
         // Writable, found now rather than after every partition was computed.
         let probe = dir.join(probe_name());
         std::fs::OpenOptions::new()

@@ -153,6 +153,32 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
     let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-01", "--dry-run", "-q"], t.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("client"), "{}", text(&o));
+    // A run refused as a whole takes back the folders it made for the table and its state; a
+    // folder with something in it stays.
+    let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-01"], t.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(!t.path().join("lake").exists(), "{}", text(&o));
+    std::fs::create_dir_all(t.path().join("lake/notes")).unwrap();
+    let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-01"], t.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let left: Vec<_> = walkdir(&t.path().join("lake"));
+    assert_eq!(left, ["notes"], "{}", text(&o));
+}
+
+/// The folders under `root`, relative, sorted.
+fn walkdir(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            out.push(e.path().strip_prefix(root).unwrap().to_string_lossy().to_string());
+            if e.path().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 #[test]
