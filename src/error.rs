@@ -307,10 +307,16 @@ pub enum PartitionError {
     #[error(
         "readers of the partition {dir} would also read objects lakeswap did not write: {}. A partition is \
          exactly one object, or readers mix other rows into it; lakeswap never deletes what it did not write. \
-         Move them away, or set `[output] foreign_files = \"remove\"`",
-        objects.join(", ")
+         {}",
+        objects.join(", "),
+        if *remove_set {
+            "Move them away: `foreign_files = \"remove\"` removes only objects inside the partition's own folder, \
+             and nothing through a symbolic link"
+        } else {
+            "Move them away, or set `[output] foreign_files = \"remove\"`"
+        }
     )]
-    Foreign { dir: String, objects: Vec<String> },
+    Foreign { dir: String, objects: Vec<String>, remove_set: bool },
 
     #[error(
         "{path} {}. A merged table is its own history, so nothing is merged into it: put this date's own file \

@@ -60,6 +60,10 @@ pub struct PendingSwap {
     /// copy of it (a restored or copied table, whose e-tags differ) is the partition as seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// A digest of the file to swap in: once its staged copy is gone, the partition holds these
+    /// bytes when the swap was done, and anything else when it was rewritten since (a restore).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged_digest: Option<String>,
 }
 
 /// A swap an interrupted run (`run_id`) left pending, completed by a later run of the table.

@@ -145,6 +145,7 @@ pub(crate) async fn foreign(
     Err(PartitionError::Foreign {
         dir: job.output.display(&job.output.child(&[dir])),
         objects: commit::foreign_names(&job.output, dir, &found),
+        remove_set: remove,
     })
 }
 
@@ -244,6 +245,9 @@ async fn commit_together(
     let mut reports = Vec::new();
     // Stage every file.
     let mut staged: Vec<(Outcome, PartitionFile, Staged, Vec<object_store::path::Path>)> = Vec::new();
+    // A digest of each file to swap in: the pending record tells a swap done from a partition
+    // rewritten since (a restore) by it.
+    let mut digests = std::collections::HashMap::new();
     let mut failure: Option<String> = None;
     for o in outcomes {
         let date = o.plan.date;
@@ -259,6 +263,7 @@ async fn commit_together(
                     leases.check(&o.plan.dir)?;
                     let foreign = foreign(job, &o.plan.dir).await?;
                     let bytes = f.body.load().await?;
+                    digests.insert(o.plan.dir.clone(), commit::digest(&bytes));
                     // The stored file was read as the merge's state: lakeswap's own (see `holds_its_date`).
                     let s =
                         commit::stage(out, state, run_id, &o.plan.dir, &bytes, &f.schema, f.rows, &o.plan.seen, false)
@@ -322,6 +327,7 @@ async fn commit_together(
         .map(|(o, f, _, _)| PendingSwap {
             dir: o.plan.dir.clone(),
             digest: f.seen_digest.clone(),
+            staged_digest: digests.get(&o.plan.dir).cloned(),
             e_tag: o.plan.seen.meta.as_ref().and_then(|m| m.e_tag.clone()),
             version: o.plan.seen.meta.as_ref().and_then(|m| m.version.clone()),
             existed: o.plan.seen.meta.is_some(),
@@ -449,11 +455,21 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                     let foreign = commit::foreign_objects(&job.output, &o.plan.dir).await?;
                     if !foreign.is_empty() {
                         let names = commit::foreign_names(&job.output, &o.plan.dir, &foreign);
+                        let removable = foreign.iter().all(|p| commit::removable(&job.output, &o.plan.dir, p));
+                        let advice = match (job.config.output.foreign_files == ForeignFiles::Remove, removable) {
+                            (_, false) => {
+                                "Move them away: `foreign_files = \"remove\"` removes only objects inside the \
+                                 partition's own folder, and nothing through a symbolic link"
+                            }
+                            (true, true) => "A run of the date removes them (`foreign_files = \"remove\"`)",
+                            (false, true) => {
+                                "Move them away, or set `[output] foreign_files = \"remove\"` and run the date again"
+                            }
+                        };
                         return Err(PartitionError::Differs {
                             path: job.output.display(&path),
                             why: format!(
-                                "readers of it would also read objects lakeswap did not write: {}. Move them away, \
-                                 or set `[output] foreign_files = \"remove\"` and run the date again",
+                                "readers of it would also read objects lakeswap did not write: {}. {advice}",
                                 names.join(", ")
                             ),
                         });
@@ -525,8 +541,8 @@ pub(crate) enum PendingState {
     Ready { staged: object_store::path::Path, seen: Seen, bytes: bytes::Bytes },
     /// Swapped already; its staged copy is left when the record was not updated.
     Done { staged_left: Option<object_store::path::Path> },
-    /// The partition changed since, or its staged copy is gone while it is as seen: never
-    /// to be completed.
+    /// The partition changed since (before its swap, or after it: a restore), or its staged
+    /// copy is gone while it is as seen: never to be completed.
     Stale { staged: object_store::path::Path },
 }
 
@@ -566,9 +582,23 @@ pub(crate) async fn pending_state(job: &Job, run_id: &str, p: &PendingSwap) -> R
                 _ => PendingState::Stale { staged },
             }
         }
-        // Swapped already (a swap consumes its staged file) — or gone with the swap undone.
-        (None, false) => PendingState::Done { staged_left: None },
-        (None, true) => PendingState::Stale { staged },
+        (None, _) => match &p.staged_digest {
+            // Its staged copy gone: swapped, when the partition holds the file swapped in; else
+            // rewritten or removed since (a table restored from a backup), or the copy lost.
+            Some(d) => {
+                let committed = match &now {
+                    Some(_) => commit::get(out, &target).await.map_err(usage)?,
+                    None => None,
+                };
+                match committed {
+                    Some(c) if commit::digest(&c) == *d => PendingState::Done { staged_left: None },
+                    _ => PendingState::Stale { staged },
+                }
+            }
+            // Recorded without one (an older lakeswap): swapped when the partition changed.
+            None if as_seen => PendingState::Stale { staged },
+            None => PendingState::Done { staged_left: None },
+        },
     })
 }
 
@@ -637,7 +667,7 @@ pub async fn roll_forward(job: &Job, run_id: &str) -> Result<Vec<journal::Comple
                 twice.iter().take(5).map(|m| format!("{} under {} and {}", m.key, m.from, m.to)).collect();
             return Err(crate::Error::Unfinished(format!(
                 "run {} died between the swaps of a move, and a partition of it changed since (not by a \
-                 lakeswap run of this table), so the move cannot be completed: {} key(s) it moved are now \
+                 lakeswap run of this table), so the move cannot be completed: {} key(s) it moved may now be \
                  under two dates ({}{}). Nothing of this run was done. Merge the batch that moved them again \
                  (a key's newer version moves it off the older date), or restore those partitions; the move \
                  is recorded as abandoned, so the next run goes ahead",

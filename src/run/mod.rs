@@ -161,7 +161,8 @@ impl Job {
                         format!(
                             "`{out}` keeps lakeswap's run state inside the table ({out}/{old}/), as lakeswap \
                              0.1.0 wrote it; it now lives beside the table, at `{state}` (`[output] state_url`), \
-                             so that readers see the table only. Move it there once, with no run going: \
+                             so that readers see the table only. Move it there once, with no run going (making that \
+                             folder first where it is missing): \
                              {out}/_lakeswap/* to {state}/, {out}/_staging/ to {state}/staging/, \
                              {out}/_quarantine/ to {state}/quarantine/ (each when present); then run again"
                         ),
@@ -400,11 +401,16 @@ async fn verdict(
     // The run's own check of the folder: objects lakeswap did not write fail the date, unless
     // `foreign_files = "remove"` may remove them.
     let foreign = match self::commit::foreign(job, &p.dir).await {
-        Err(crate::error::PartitionError::Foreign { objects, .. }) => {
+        Err(crate::error::PartitionError::Foreign { objects, remove_set, .. }) => {
             return Some(format!(
-                "would fail: objects lakeswap did not write are in its folder: {} (move them away, or set \
-                 `foreign_files = \"remove\"`)",
-                objects.join(", ")
+                "would fail: objects lakeswap did not write are in its folder: {} ({})",
+                objects.join(", "),
+                if remove_set {
+                    "move them away: `foreign_files = \"remove\"` removes only objects inside the partition's own \
+                     folder, and nothing through a symbolic link"
+                } else {
+                    "move them away, or set `foreign_files = \"remove\"`"
+                }
             ))
         }
         Err(e) => return Some(format!("would fail: {e}")),

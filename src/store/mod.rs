@@ -323,7 +323,8 @@ fn local_folder(
     let invalid = |message: String| ConfigError::Invalid { path: "config".into(), key: key.into(), message };
     if create {
         // The highest folder this makes, to take back if the run is refused.
-        let top = dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(|t| t.to_path_buf());
+        let top =
+            dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(|t| t.to_path_buf());
         std::fs::create_dir_all(dir)
             .map_err(|e| invalid(format!("cannot create the folder {}: {e}", dir.display())))?;
         if let Some(top) = top {

@@ -273,6 +273,13 @@ async fn a_second_spelling_of_a_partition_folder_is_refused(kind: crate::common:
     let o = run(&[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("lakeswap removes nothing outside the partition's folder"), "{}", text(&o));
+    // Its advice is not to set what is set, in the run, the plan and verify.
+    let moved = "Move them away: `foreign_files = \"remove\"` removes only objects inside the partition's own folder";
+    assert!(text(&o).contains(moved) && !text(&o).contains("or set `[output]"), "{}", text(&o));
+    let plan = text(&run(&["--dry-run"]));
+    assert!(plan.contains(&moved.to_lowercase()[..20]) && !plan.contains("or set `foreign_files"), "{plan}");
+    let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], dir.path());
+    assert!(text(&o).contains(moved) && !text(&o).contains("or set `[output]"), "{}", text(&o));
     let mut want = committed.clone();
     want.extend(left_alone.iter().map(|at| (at.to_string(), file("2026-11-03"))));
     let listed = b.partitions().await;

@@ -116,7 +116,9 @@ fn a_table_with_its_state_inside_is_refused_until_moved() {
         assert!(err.contains("output.url") && err.contains("_lakeswap/* to") && err.contains("_lakeswap/out"), "{err}");
     }
     assert_eq!(lake.snapshot(), before, "nothing in the table was touched");
-    // Moved as told.
+    // Moved as told (the state folder made first: the refused runs made none).
+    assert!(!lake.state().exists());
+    std::fs::create_dir_all(lake.state()).unwrap();
     for e in std::fs::read_dir(lake.output().join("_lakeswap")).unwrap().flatten() {
         std::fs::rename(e.path(), lake.state().join(e.file_name())).unwrap();
     }
