@@ -298,8 +298,8 @@ fn created_folders() -> &'static Mutex<Vec<(std::path::PathBuf, std::path::PathB
     CREATED.get_or_init(Default::default)
 }
 
-/// Removes the local folders this process made for a table or its state location (see
-/// [`local_folder`]) that are still empty: a run refused as a whole leaves nothing behind. A
+/// Removes the local folders this process made for a table or its state location (when it
+/// opened them to write) that are still empty: a run refused as a whole leaves nothing behind. A
 /// folder with anything in it stays.
 pub fn remove_created_folders() {
     let made = std::mem::take(&mut *created_folders().lock().unwrap_or_else(|e| e.into_inner()));
