@@ -50,6 +50,23 @@ fn racing_processes_end_in_the_expected_bytes() {
     assert!(lake.state().join("leases").read_dir().map_or(true, |mut d| d.next().is_none()));
 }
 
+/// A run of 2026-11-01 with a 300 ms lease, held at its first staging write until the gate
+/// lets it on: its task, the gate, the lease's time-to-live.
+async fn held_at_staging(
+    lake: &Lake,
+) -> (tokio::task::JoinHandle<lakeswap::RunSummary>, Arc<tokio::sync::Semaphore>, Duration) {
+    let mut slow = Job::load(&lake.config()).unwrap();
+    let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
+    let (gate, arrived) = faulty.gate("staging/");
+    let ttl = Duration::from_millis(300);
+    let holder = tokio::spawn(async move {
+        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
+        run::run(&slow, &o).await.unwrap()
+    });
+    arrived.notified().await;
+    (holder, gate, ttl)
+}
+
 /// A run whose lease lapsed while it wrote (taken over by another run, which committed) finds
 /// the partition changed at its swap: it lost its lease — exit 4, which a scheduler retries —
 /// not a failure of its own (exit 1); nothing is overwritten.
@@ -57,17 +74,7 @@ fn racing_processes_end_in_the_expected_bytes() {
 async fn a_run_that_lost_its_lease_while_writing_exits_as_leased() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(93, 1, 100), 1);
-    let mut slow = Job::load(&lake.config()).unwrap();
-    let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
-    let (gate, arrived) = faulty.gate("staging/");
-    let slow = Arc::new(slow);
-    let ttl = Duration::from_millis(300);
-    let s2 = slow.clone();
-    let holder = tokio::spawn(async move {
-        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
-        run::run(&s2, &o).await.unwrap()
-    });
-    arrived.notified().await;
+    let (holder, gate, ttl) = held_at_staging(&lake).await;
     // Its lease gone (as if it had expired), another run takes the date and commits it.
     std::fs::remove_file(lake.state().join("leases/event_date=2026-11-01.json")).unwrap();
     let other = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
@@ -85,17 +92,7 @@ async fn a_run_that_lost_its_lease_while_writing_exits_as_leased() {
 async fn a_live_holder_renews_its_lease_and_keeps_others_out() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(92, 1, 100), 1);
-    let mut slow = Job::load(&lake.config()).unwrap();
-    let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
-    let (gate, arrived) = faulty.gate("staging/");
-    let slow = Arc::new(slow);
-    let ttl = Duration::from_millis(300);
-    let s2 = slow.clone();
-    let holder = tokio::spawn(async move {
-        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
-        run::run(&s2, &o).await.unwrap()
-    });
-    arrived.notified().await;
+    let (holder, gate, ttl) = held_at_staging(&lake).await;
     // Held at the gate for several lease lifetimes: renewals keep the lease.
     for _ in 0..3 {
         tokio::time::sleep(ttl).await;

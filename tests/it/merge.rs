@@ -580,19 +580,25 @@ macro_rules! move_suite {
 move_suite!(local, Kind::Local);
 move_suite!(s3, Kind::S3, ignore = "needs the S3 server that scripts/test starts (not requested)");
 
-/// A crash at any store call of a merge that moves keys: every partition is old or new, the
-/// move is all-or-nothing once the next run of the table has completed what was pending, and a
-/// re-run converges.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
+/// Three dates, then a batch that moves `a` from 11-01 to 11-02 and `b` from 11-02 to 11-03:
+/// three partitions in one move set; 11-01 only loses keys (it is swapped last).
+fn two_moves() -> (Vec<Order>, Vec<Order>) {
     let first = vec![
         order("a", 1, "2026-11-01", "USD", 1, "placed"),
         order("b", 1, "2026-11-02", "USD", 2, "placed"),
         order("c", 1, "2026-11-03", "USD", 3, "placed"),
     ];
-    // a moves 11-01 -> 11-02, b moves 11-02 -> 11-03: three partitions in one move set.
     let second =
         vec![order("a", 2, "2026-11-02", "USD", 4, "shipped"), order("b", 2, "2026-11-03", "USD", 5, "shipped")];
+    (first, second)
+}
+
+/// A crash at any store call of a merge that moves keys: every partition is old or new, the
+/// move is all-or-nothing once the next run of the table has completed what was pending, and a
+/// re-run converges.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
+    let (first, second) = two_moves();
     async fn seed(c: &Backend, first: &[Order], second: &[Order]) {
         put_batch(c, "b1", first).await;
         put_batch(c, "b2", second).await;
@@ -724,14 +730,7 @@ async fn a_crash_between_the_swaps_of_a_move_is_completed_by_the_next_run() {
 /// going on as if the table were whole; merging the batch again puts each key under one date.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_move_over_a_copied_or_changed_partition() {
-    let first = vec![
-        order("a", 1, "2026-11-01", "USD", 1, "placed"),
-        order("b", 1, "2026-11-02", "USD", 2, "placed"),
-        order("c", 1, "2026-11-03", "USD", 3, "placed"),
-    ];
-    // a moves 11-01 -> 11-02, b moves 11-02 -> 11-03; 11-01 only loses keys (swapped last).
-    let second =
-        vec![order("a", 2, "2026-11-02", "USD", 4, "shipped"), order("b", 2, "2026-11-03", "USD", 5, "shipped")];
+    let (first, second) = two_moves();
     let file = |date: &str| format!("event_date={date}/part-00000.parquet");
     let seeded = || async {
         let c = Backend::new(Kind::Memory);
