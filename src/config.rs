@@ -708,7 +708,8 @@ impl JobConfig {
                     format!("`{}` is not a table name (letters, digits, _)", t.name),
                 ));
             }
-            if tables.contains(&t.name.as_str()) {
+            // Unquoted names are one name whatever their case, to the engine as to the query.
+            if tables.iter().any(|n| n.eq_ignore_ascii_case(&t.name)) {
                 return Err(bad(&format!("{key}.name"), format!("`{}` names two tables", t.name)));
             }
             tables.push(&t.name);

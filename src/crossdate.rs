@@ -123,10 +123,11 @@ pub async fn guards(
 /// fail).
 ///
 /// Keys of different types give different bytes for what may be one key (`1001` as int32
-/// and as int64, or as int64 and as text), so such partitions cannot be compared: the dates
-/// whose key types differ from those of most dates (of the earliest date, on a tie) fail,
-/// and the rest are checked among themselves. A guard typed otherwise than most dates fails
-/// every computed date: none of them can be checked against it.
+/// and as int64, or as int64 and as text), so such partitions cannot be compared: when the
+/// dates (computed or guards) do not all have one set of key types, every computed date
+/// fails, naming the types, before any is written. A date typed like most dates (the
+/// earliest, on a tie) is named against the earliest date typed otherwise; any other date
+/// against the most common types.
 pub async fn check(
     cx: &Context<'_>,
     done: &mut [(Outcome, Hashes, KeyTypes)],
@@ -157,25 +158,22 @@ pub async fn check(
     }
     let mut failed: Vec<(usize, PartitionError)> = Vec::new();
     if groups.len() > 1 {
-        let (count, first) =
+        // No computed date can be shown free of the keys of a date typed otherwise: each
+        // fails, named against the most common types if its own differ, else against the
+        // earliest date typed otherwise.
+        let (_, first) =
             groups.values().copied().max_by_key(|&(n, first)| (n, std::cmp::Reverse(first))).unwrap_or((0, 0));
         let main = types(first).clone();
-        let date = plan(first).date;
-        let guard_apart = ok.iter().find(|&&i| i >= n && types(i).differs(&main).is_some()).copied();
+        let apart = ok.iter().copied().find(|&i| types(i).differs(&main).is_some()).unwrap_or(first);
         for &i in ok.iter().filter(|&&i| i < n) {
-            let error = match guard_apart {
-                // Here against the guard typed apart, or against the main types.
-                Some(g) => types(i)
-                    .differs(types(g))
-                    .map(|(column, here, there)| (column, here, there, plan(g).date, groups[types(g)].0)),
-                None => None,
-            }
-            .or_else(|| types(i).differs(&main).map(|(column, here, there)| (column, here, there, date, count)));
-            if let Some((column, here, there, date, count)) = error {
-                failed.push((i, PartitionError::KeyTypesDiffer { column, here, there, date, others: count - 1 }));
+            let other = if types(i).differs(&main).is_some() { first } else { apart };
+            if let Some((column, here, there)) = types(i).differs(types(other)) {
+                let others = groups[types(other)].0 - 1;
+                failed
+                    .push((i, PartitionError::KeyTypesDiffer { column, here, there, date: plan(other).date, others }));
             }
         }
-        ok.retain(|&i| types(i).differs(&main).is_none() && !failed.iter().any(|(f, _)| *f == i));
+        ok.clear();
     }
     if ok.iter().filter(|&&i| i < n).count() > 0 && ok.len() >= 2 {
         // Candidates: the hashes each partition shares with another.

@@ -241,13 +241,24 @@ impl datafusion::sql::sqlparser::ast::Visitor for Samples {
 pub const NULL_HINT: &str = ". A column read from text whose every value is empty has no type of its own (Null): \
                              declare its type in [input.schema]";
 
+/// Arrow's "Cannot cast timezone to different timezone", said of what it means here.
+fn skipped_time(zone: Option<&str>) -> String {
+    format!(
+        "a wall-clock time (a timestamp without a zone) is taken as an instant in {}, and one of its values is \
+         a time the clocks there skip (the hour jumped over when summer time starts): it names no instant. \
+         Compare wall-clock times with wall-clock times, or correct the value",
+        zone.unwrap_or("the job's zone")
+    )
+}
+
 /// The engine's reason, with the line and column it points at when it has them.
 fn reason(e: &DataFusionError, _sql: &str) -> String {
-    // An analyzer rule's refusal: its own message, not the rule's name.
-    let e = match e {
-        DataFusionError::Context(rule, inner) if rule.starts_with("lakeswap_") => inner.as_ref(),
-        other => other,
-    };
+    // A rule's refusal (an analyzer's, an optimizer's: "type_coercion", "Optimizer rule
+    // 'simplify_expressions' failed"): the reason, not the rule's name.
+    let mut e = e;
+    while let DataFusionError::Context(_, inner) = e {
+        e = inner.as_ref();
+    }
     let mut msg = e.to_string();
     for prefix in ["SQL error: ", "Error during planning: ", "Schema error: ", "sql parser error: "] {
         if let Some(rest) = msg.strip_prefix(prefix) {
@@ -263,6 +274,9 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
                  around it, letters in a number column), declare its type in [input.schema]"
             );
         }
+    }
+    if msg.contains("Cannot cast timezone to different timezone") {
+        msg = skipped_time(None);
     }
     // `s['f']`, `m['k']`, `l[1]`: the engine is built without its nested-type functions.
     if msg.contains("GetFieldAccess not supported") {
@@ -453,7 +467,7 @@ fn non_deterministic(plan: &LogicalPlan) -> Option<String> {
                     Expr::AggregateFunction(f) => (f.func.name().to_string(), f.func.signature().volatility),
                     _ => return Ok(TreeNodeRecursion::Continue),
                 };
-                if volatility != Volatility::Immutable {
+                if volatility != Volatility::Immutable || name == "version" {
                     found = Some(name);
                     return Ok(TreeNodeRecursion::Stop);
                 }
@@ -485,12 +499,20 @@ pub async fn plan(
     // Planned through to execution (over no rows), so the analyzer's refusals come now.
     df.clone().create_physical_plan().await.map_err(|e| reason(&e, &query.sql))?;
     if let Some(f) = non_deterministic(&plan) {
+        if f == "version" {
+            return Err("`version()` names the engine's build: a re-run by another build of lakeswap would \
+                        write other bytes. Leave it out; each file's lineage records the lakeswap that wrote it"
+                .into());
+        }
         return Err(format!(
             "`{f}` gives another result on every run; a re-run must give the same bytes. Compute the value \
              in the input, or use a lookup table"
         ));
     }
     let schema = output_schema(&ctx, &df).map_err(|e| reason(&e, &query.sql))?;
+    if schema.fields().is_empty() {
+        return Err("the query outputs no columns (`SELECT FROM …`); name at least one".into());
+    }
     let mut seen = std::collections::HashSet::new();
     // Names compared as case-insensitive readers (DuckDB, Spark, Hive) compare them: to them,
     // `Event_Date` beside the path's `event_date` is one column, and one of the two is lost.
@@ -1032,6 +1054,9 @@ fn failure(e: DataFusionError, query: &Query) -> PartitionError {
                     reason(&e, &query.sql)
                 ),
             }
+        }
+        DataFusionError::ArrowError(inner, _) if matches!(inner.as_ref(), arrow::error::ArrowError::CastError(m) if m.contains("Cannot cast timezone to different timezone")) => {
+            PartitionError::Query { message: skipped_time(query.zone.as_deref()) }
         }
         _ => PartitionError::Query { message: reason(&e, &query.sql) },
     }

@@ -202,8 +202,9 @@ async fn every_key_under_two_dates_fails_both_partitions() {
 
 /// Risk: one key typed differently under two dates (an int32 id beside an int64 one, or an
 /// integer id inferred from one date's CSV beside text ids in another's) gives two sets of key
-/// bytes, so the key is counted under both dates with exit 0. The dates whose key types differ
-/// from the rest fail, naming the types; declaring the type finds the key under two dates.
+/// bytes, so the key is counted under both dates with exit 0 — or, were only the odd date to
+/// fail, the others would commit a key that is also under it. Every date fails, naming the
+/// types, and nothing is written; declaring the type finds the key under two dates.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_typed_differently_under_two_dates_is_not_missed() {
     use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
@@ -234,18 +235,22 @@ async fn a_key_typed_differently_under_two_dates_is_not_missed() {
     let s = run_range(&config(&lake, "csv", ""), "2026-11-01", "2026-11-03").await;
     assert_eq!(s.exit_code, ExitCode::DataContract);
     let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
-    assert_eq!(actions, [Action::Created, Action::Failed, Action::Created]);
+    assert_eq!(actions, [Action::Failed, Action::Failed, Action::Failed]);
     let err = s.partitions[1].error.clone().unwrap();
     assert!(
         err.contains("key column `id` is utf8 under this date but Int64 under 2026-11-01 and 1 other date")
             && err.contains("id = \"utf8\""),
         "{err}"
     );
-    assert!(!lake.partition_file("2026-11-02").exists());
+    for p in [0, 2] {
+        let err = s.partitions[p].error.clone().unwrap();
+        assert!(err.contains("key column `id` is Int64 under this date but utf8 under 2026-11-02:"), "{err}");
+    }
+    assert!(["2026-11-01", "2026-11-02", "2026-11-03"].iter().all(|d| !lake.partition_file(d).exists()));
     // Declared text, every date reads it alike: the key under two dates fails both.
     let s = run_range(&config(&lake, "csv", "schema = { id = \"utf8\" }"), "2026-11-01", "2026-11-03").await;
     let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
-    assert_eq!(actions, [Action::Failed, Action::Failed, Action::Replaced]);
+    assert_eq!(actions, [Action::Failed, Action::Failed, Action::Created]);
     assert!(s.partitions[0].error.clone().unwrap().contains("key 1001"), "{:?}", s.partitions[0].error);
 
     // Parquet: int32 ids on the 1st, int64 on the 2nd (a tie: the earlier date's types are kept).
@@ -261,12 +266,27 @@ async fn a_key_typed_differently_under_two_dates_is_not_missed() {
     write("2026-11-02", Arc::new(Int64Array::from(vec![1001])));
     let s = run_range(&config(&lake, "parquet", ""), "2026-11-01", "2026-11-02").await;
     let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
-    assert_eq!(actions, [Action::Created, Action::Failed]);
+    assert_eq!(actions, [Action::Failed, Action::Failed]);
     let err = s.partitions[1].error.clone().unwrap();
     assert!(
         err.contains("is Int64 under this date but Int32 under 2026-11-01:") && err.contains("id = \"int64\""),
         "{err}"
     );
+    let err = s.partitions[0].error.clone().unwrap();
+    assert!(err.contains("is Int32 under this date but Int64 under 2026-11-02:"), "{err}");
+    // A guard typed otherwise (2026-11-02 run alone, then the range with 11-02 unchanged):
+    // the computed date fails too.
+    write("2026-11-03", Arc::new(Int32Array::from(vec![3001])));
+    let schema_free = config(&lake, "parquet", "");
+    assert_eq!(run_range(&schema_free, "2026-11-02", "2026-11-02").await.exit_code, ExitCode::Ok);
+    let s = run_with(&schema_free, "2026-11-02", "2026-11-03", |o| o.skip_unchanged = true).await;
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Skipped, Action::Failed], "{s:?}");
+    assert!(s.partitions[1]
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("Int32 under this date but Int64 under 2026-11-02")));
+    assert!(!lake.partition_file("2026-11-03").exists());
     let s = run_range(&config(&lake, "parquet", "schema = { id = \"int64\" }"), "2026-11-01", "2026-11-02").await;
     assert!(
         s.partitions.iter().all(|p| p.error.as_deref().is_some_and(|e| e.contains("seen under two dates"))),

@@ -458,6 +458,35 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     }
 }
 
+/// Risk: a zone-less column compared with an instant, one of its values in the hour New York's
+/// clocks skip: the engine says only "Cannot cast timezone to different timezone". The date
+/// fails saying what the value is, and nothing is written.
+#[test]
+fn a_wall_clock_value_the_clocks_skip_fails_its_date_saying_why() {
+    use arrow::array::{ArrayRef, Int64Array, TimestampMicrosecondArray};
+    use chrono::DateTime;
+    let identity = "[identity]\nkey = [\"id\"]\nimmutable = true\n\n[partition]\nfrom_timestamp = \"ts\"";
+    let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros();
+    let lake = Lake::new();
+    std::fs::create_dir_all(lake.input()).unwrap();
+    let ts = TimestampMicrosecondArray::from(vec![at("2026-03-08T16:00:00Z"); 2]).with_timezone("UTC");
+    // Wall-clock 01:30 (EST) and 02:30, which does not exist on 2026-03-08 in New York.
+    let wall = TimestampMicrosecondArray::from(vec![at("2026-03-08T01:30:00Z"), at("2026-03-08T02:30:00Z")]);
+    let ids: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+    let batch = RecordBatch::try_from_iter([
+        ("id", ids),
+        ("ts", Arc::new(ts) as ArrayRef),
+        ("wall", Arc::new(wall) as ArrayRef),
+    ])
+    .unwrap();
+    write_parquet(&lake.input().join("a.parquet"), &batch);
+    let sql = "SELECT count(*) AS n FROM events WHERE ts > wall";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-03-08");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("clocks there skip") && text(&out).contains("America/New_York"), "{}", text(&out));
+    assert!(!lake.partition_file("2026-03-08").exists());
+}
+
 /// Risks: a zone-less timestamp the query makes at run time from an epoch or from text with an
 /// offset taken as wall-clock time in the job's zone (shifted by the zone's offset); a time
 /// in seconds written as a bare integer (Parquet has no unit of seconds); a decimal(38) result
