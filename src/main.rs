@@ -21,7 +21,7 @@ use lakeswap::{dates, generate, report, run, Error, ExitCode, Job, RunOptions};
 version of each key, computes a table per date and swaps each date's partition in atomically. \
 Running a date again replaces it byte for byte; it never appends.\n\n\
 Exit codes: 0 every partition committed or unchanged, 1 some partitions failed (the others \
-committed), 2 usage or config error (nothing done), 3 data contract violation (conflicts, bad \
+committed) or a store error stopped the run as a whole, 2 usage or config error (nothing done), 3 data contract violation (conflicts, bad \
 rows), 4 a partition is leased by another live run, 130 / 143 stopped by SIGINT / SIGTERM (the \
 partitions in flight finished or were left as they were; the others are reported `stopped`; a \
 second signal exits at once).\n\n\
@@ -63,7 +63,11 @@ fn config_vars(before: &[(String, String)], after: &VarArgs) -> Result<Vars, Err
 #[derive(Subcommand)]
 enum Command {
     /// Compute and atomically replace the partitions of a date range.
-    #[command(after_help = "Examples:\n  \
+    #[command(after_help = "Exit codes: 0 every partition committed or unchanged, 1 some partitions failed \
+(the others committed) or a store error stopped the run, 2 usage or config error (nothing done), 3 a \
+data contract violation (conflicts, bad rows, a key under two dates), 4 a partition leased by another \
+live run, 130 / 143 stopped by SIGINT / SIGTERM.\n\n\
+Examples:\n  \
 lakeswap run --config config/example.toml --from 2026-11-01 --to 2026-11-07\n  \
 lakeswap run --config revenue.toml --date yesterday          # daily, from cron\n  \
 lakeswap run --config revenue.toml --from today-7 --to yesterday --summary-json out.json\n  \
@@ -76,7 +80,8 @@ lakeswap run --config config/orders_current.toml                 # merge: every 
     )]
     Generate(GenerateArgs),
     /// Show recent runs and, per partition, committed / failed / missing with rows and lineage.
-    #[command(after_help = "Examples:\n  lakeswap status --config revenue.toml\n  \
+    #[command(after_help = "Exit code 0, or 2 on a usage or config error; 1 when the table's store cannot be \
+read.\n\nExamples:\n  lakeswap status --config revenue.toml\n  \
 lakeswap status --config revenue.toml --from 2026-11-01 --to 2026-11-30   # missing days show too")]
     Status(RangeArgs),
     /// Recompute the partitions of --date or --from/--to (required) in memory and report any
@@ -89,6 +94,7 @@ Example:\n  lakeswap verify --config revenue.toml --from 2026-11-01 --to 2026-11
     /// Remove what crashed runs left behind: stale staging and expired leases.
     #[command(after_help = "A live run's staging and leases are never touched. Every run also cleans up\n\
 the partitions it works on, so gc is only needed for dates that are not run again.\n\n\
+Exit code 0, or 2 on a usage or config error; 1 when the store fails.\n\n\
 Examples:\n  lakeswap gc --config revenue.toml\n  \
 lakeswap gc --config revenue.toml --quarantine-older-than 30d")]
     Gc(GcArgs),
@@ -127,10 +133,10 @@ struct RunArgs {
     /// Print nothing on stdout (the result table); logs and errors still go to stderr.
     #[arg(long, short)]
     quiet: bool,
-    /// First date of the range (inclusive).
+    /// First date of the range (inclusive): YYYY-MM-DD, today, yesterday or today-N.
     #[arg(long, requires = "to")]
     from: Option<String>,
-    /// Last date of the range (inclusive).
+    /// Last date of the range (inclusive), written as --from.
     #[arg(long, requires = "from")]
     to: Option<String>,
     /// Partitions processed at once [default: the number of cores, at most 8]. Cores left over (a range
@@ -169,7 +175,7 @@ struct RunArgs {
     #[arg(long, value_name = "SIZE", env = "LAKESWAP_MEMORY_LIMIT")]
     memory_limit: Option<String>,
     /// Where partitions larger than --memory-limit spill (a local folder with room for about
-    /// the partition's input, uncompressed) [default: the system's temporary folder]. Each run
+    /// half the date's rows, uncompressed) [default: the system's temporary folder]. Each run
     /// spills into its own `lakeswap-<run id>/` folder, removed when it ends; `gc` removes a
     /// killed run's.
     #[arg(long, value_name = "DIR", env = "LAKESWAP_SPILL_DIR")]
@@ -192,10 +198,10 @@ struct RangeArgs {
     /// One date (YYYY-MM-DD, today, yesterday, today-N).
     #[arg(long, conflicts_with_all = ["from", "to"])]
     date: Option<String>,
-    /// First date of the range (inclusive).
+    /// First date of the range (inclusive): YYYY-MM-DD, today, yesterday or today-N.
     #[arg(long, requires = "to")]
     from: Option<String>,
-    /// Last date of the range (inclusive).
+    /// Last date of the range (inclusive), written as --from.
     #[arg(long, requires = "from")]
     to: Option<String>,
     /// Print JSON instead of text.

@@ -118,7 +118,11 @@ fn partitions(s: &RunSummary) -> String {
         if quarantine {
             r.push(count(|c| c.quarantined_rows));
         }
-        r.push(p.output_rows.to_string());
+        // A failed partition wrote nothing: its committed file, if any, is as it was.
+        r.push(match p.action {
+            Action::Failed => "-".to_string(),
+            _ => p.output_rows.to_string(),
+        });
         r.push(format!("{:.2}s", p.seconds));
         rows.push(r);
     }

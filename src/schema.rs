@@ -7,6 +7,11 @@
 //! anything is done (exit 2), naming the difference, unless it says `--schema-change rebuild`:
 //! then its range must cover every committed partition, the record is replaced, and every
 //! partition is rewritten. `status` shows partitions still written under an older schema.
+//!
+//! A merge table's record also names the identity its rows were merged by (key columns and
+//! version column, [`IDENTITY_KEY`]): a run under another identity is refused (exit 2), as its
+//! key would find no stored row (each key held twice) and its version would be compared with
+//! tombstones kept by another column.
 
 use std::sync::Arc;
 
@@ -32,6 +37,37 @@ pub enum SchemaChange {
 
 fn record_path(state: &StoreLocation) -> object_store::path::Path {
     state.child(&["table-schema"])
+}
+
+/// The schema record's metadata key naming a merge table's identity.
+pub const IDENTITY_KEY: &str = "lakeswap.identity";
+
+/// A merge job's identity as recorded: its key columns and version column.
+pub fn identity_text(identity: &crate::config::IdentitySection) -> String {
+    serde_json::json!({ "key": identity.key, "version": identity.version }).to_string()
+}
+
+/// The recorded schema, with its metadata; `None` without a record.
+async fn read_record(state: &StoreLocation) -> Result<Option<Schema>> {
+    let path = record_path(state);
+    match state.store.get(&path).await {
+        Ok(r) => {
+            let bytes = r.bytes().await.map_err(|e| Error::store("cannot read", state.display(&path), e))?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| Error::Internal {
+                what: "the table's schema record",
+                message: format!("{} is damaged: {e}", state.display(&path)),
+            })?;
+            Ok(Some(reader.schema().as_ref().clone()))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(Error::store("cannot read", state.display(&path), e)),
+    }
+}
+
+/// The identity a merge table's record names (`None`: no record, or one written before
+/// identities were recorded).
+pub async fn recorded_identity(state: &StoreLocation) -> Result<Option<String>> {
+    Ok(read_record(state).await?.and_then(|s| s.metadata().get(IDENTITY_KEY).cloned()))
 }
 
 /// The differences between the table's schema and a run's, in words (names and types; a
@@ -102,18 +138,9 @@ pub async fn table_schema(out: &StoreLocation, state: &StoreLocation, column: &s
     if committed.is_empty() {
         return Ok(None);
     }
-    let path = record_path(state);
-    match state.store.get(&path).await {
-        Ok(r) => {
-            let bytes = r.bytes().await.map_err(|e| Error::store("cannot read", state.display(&path), e))?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| Error::Internal {
-                what: "the table's schema record",
-                message: format!("{} is damaged: {e}", state.display(&path)),
-            })?;
-            return Ok(Some(reader.schema().clone()));
-        }
-        Err(object_store::Error::NotFound { .. }) => {}
-        Err(e) => return Err(Error::store("cannot read", state.display(&path), e)),
+    // The columns alone: the record's metadata is not the partitions'.
+    if let Some(schema) = read_record(state).await? {
+        return Ok(Some(Arc::new(Schema::new(schema.fields().clone()))));
     }
     for date in committed.into_iter().rev() {
         let target = commit::target_path(out, &commit::partition_dir(column, date));
@@ -125,9 +152,11 @@ pub async fn table_schema(out: &StoreLocation, state: &StoreLocation, column: &s
     Ok(None)
 }
 
-/// Records `schema` as the table's.
-pub async fn record(state: &StoreLocation, schema: &SchemaRef) -> Result<()> {
+/// Records `schema` as the table's, and a merge table's `identity` ([`identity_text`]).
+pub async fn record(state: &StoreLocation, schema: &SchemaRef, identity: Option<String>) -> Result<()> {
     let path = record_path(state);
+    let metadata = identity.map(|i| (IDENTITY_KEY.to_string(), i)).into_iter().collect();
+    let schema = &Arc::new(Schema::new_with_metadata(schema.fields().clone(), metadata));
     let mut buf = Vec::new();
     let internal = |e: parquet::errors::ParquetError| Error::Internal {
         what: "the table's schema record",

@@ -275,6 +275,8 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
             );
         }
     }
+    // The engine's setting is not the user's to change here.
+    msg = msg.replace(" or disable the datafusion.sql_parser.enable_ident_normalization configuration", "");
     if msg.contains("Cannot cast timezone to different timezone") {
         msg = skipped_time(None);
     }

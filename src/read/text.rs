@@ -531,7 +531,7 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
     let mut rec = csv::ByteRecord::new();
     let err_at = |row: Option<u64>, line: Option<u64>, message: String| TextError { row, line, column: None, message };
     let csv_err = |e: csv::Error, row: u64| {
-        let line = e.position().map(|p| p.line());
+        let line = e.position().map(|p| Lines::default().at(bytes, p.byte()));
         let message = match e.kind() {
             csv::ErrorKind::Io(io) => format!("cannot read CSV: {io}"),
             _ => format!("malformed CSV: {e}"),
@@ -557,7 +557,8 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
         Vec::new()
     };
     // Where the last record read starts: an unclosed quote runs to the end of the text.
-    let mut last = rec.position().map(|p| (p.byte(), p.line(), None));
+    let mut counted = Lines::default();
+    let mut last = rec.position().map(|p| (p.byte(), counted.at(bytes, p.byte()), None));
     let mut names = names;
     let mut width = names.len();
     let mut builders: Vec<StringBuilder> = Vec::new();
@@ -565,8 +566,8 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
     let mut lines = Vec::new();
     let mut row = 0u64;
     while rdr.read_byte_record(&mut rec).map_err(|e| csv_err(e, row))? {
-        let line = rec.position().map_or(0, |p| p.line());
-        last = rec.position().map(|p| (p.byte(), p.line(), Some(row)));
+        let line = rec.position().map_or(0, |p| counted.at(bytes, p.byte()));
+        last = rec.position().map(|p| (p.byte(), line, Some(row)));
         if !header && row == 0 && names.is_empty() {
             width = rec.len();
             names = (1..=width).map(|i| format!("column_{i}")).collect();
@@ -631,6 +632,33 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
         batches.push(builders.iter_mut().map(|b| b.finish()).collect());
     }
     Ok(TextRows { names, batches, lines })
+}
+
+/// The line (1-based) of a record from the byte where the CSV reader says it starts, counted
+/// over the text: the reader's own count is one short after a CRLF (a record following
+/// `\r\n` starts at its `\n`, before the reader counts it). Positions asked for in ascending
+/// order are counted from the last one.
+#[derive(Default)]
+struct Lines {
+    /// Bytes counted, and the newlines among them.
+    upto: usize,
+    newlines: u64,
+}
+
+impl Lines {
+    fn at(&mut self, bytes: &[u8], start: u64) -> u64 {
+        // The record's first byte: past the end of the line before it.
+        let mut at = (start as usize).min(bytes.len());
+        while bytes.get(at).is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            at += 1;
+        }
+        if at < self.upto {
+            *self = Lines::default();
+        }
+        self.newlines += bytes[self.upto..at].iter().filter(|&&b| b == b'\n').count() as u64;
+        self.upto = at;
+        self.newlines + 1
+    }
 }
 
 /// How CSV text uses quotes, read as the CSV reader reads them: a `"` opens a quoted field only
@@ -974,6 +1002,11 @@ mod tests {
         let t = read_csv(b"b,a\n1,\"x\ny\"\n2,z\n", true, b',').ok().unwrap();
         assert_eq!(t.names, ["b", "a"]);
         assert_eq!(t.lines, [2, 4], "a quoted newline moves the next row's line");
+        // CRLF, a blank line, and an error's line.
+        let t = read_csv(b"b,a\r\n1,\"x\r\ny\"\r\n\r\n2,z\r\n3,w", true, b',').ok().unwrap();
+        assert_eq!(t.lines, [2, 5, 6]);
+        let e = read_csv(b"a,b\r\n1,2\r\n3\r\n", true, b',').err().unwrap();
+        assert_eq!((e.row, e.line), (Some(1), Some(3)));
         let e = read_csv(b"a,b\n1,2\n3\n", true, b',').err().unwrap();
         assert_eq!((e.row, e.line), (Some(1), Some(3)));
         assert!(read_csv(b"a,a\n1,2\n", true, b',').err().unwrap().message.contains("twice"));

@@ -52,7 +52,8 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
     // A table without a schema record (new, or rebuilt) gets one before its first swap.
     if let Some(schema) = &new_table_schema {
         if outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|f| !f.skip)) {
-            if let Err(e) = crate::schema::record(&job.state, schema).await {
+            let identity = job.kind.reads_stored_state().then(|| crate::schema::identity_text(&job.config.identity));
+            if let Err(e) = crate::schema::record(&job.state, schema, identity).await {
                 let m = e.to_string();
                 for o in &mut outcomes {
                     if o.result.is_ok() {

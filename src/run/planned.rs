@@ -67,6 +67,32 @@ impl Planned {
                 plan.output_schema = Some(t.clone());
             }
         }
+        // A merge table keeps the identity it was merged by; one recorded before identities
+        // were adopts this run's, its first to commit.
+        let mut identity_unrecorded = false;
+        if let (Some(_), true) = (&table, job.kind.reads_stored_state()) {
+            let want = schema::identity_text(&cfg.identity);
+            match schema::recorded_identity(&job.state).await? {
+                Some(have) if have != want => {
+                    let said = |text: &str| {
+                        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+                        format!("key {} with version {}", v["key"], v["version"])
+                    };
+                    return Err(Error::Usage(format!(
+                        "the table {} was merged by {}; this config says {}. A merge table's rows are found by \
+                         their key and ordered by their version: under another key each would be held twice, under \
+                         another version older rows could win over newer ones and deletes. Nothing was done. Keep \
+                         the table's [identity], or write a new table (another [output] url) and merge every batch \
+                         into it",
+                        job.output.url,
+                        said(&have),
+                        said(&want)
+                    )));
+                }
+                Some(_) => {}
+                None => identity_unrecorded = true,
+            }
+        }
         let output_schema = plan.output_schema.clone();
         let (new_table_schema, rebuild) = match (&table, &output_schema) {
             (Some(t), Some(o)) if !schema::differences(t, o).is_empty() => {
@@ -134,6 +160,7 @@ impl Planned {
                 (Some(o.clone()), true)
             }
             (None, Some(o)) => (Some(o.clone()), false),
+            (Some(t), _) if identity_unrecorded => (Some(t.clone()), false),
             _ => (None, false),
         };
         tracing::info!(%run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = super::elapsed(started), "planned");

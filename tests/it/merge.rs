@@ -47,6 +47,50 @@ async fn merge(b: &Backend, batch: &str, dates: Option<(&str, &str)>) -> lakeswa
     run::run(&merge_job(b, batch), &opts).await.unwrap()
 }
 
+/// Risk: a merge table's `[identity]` edited between batches: under another key each stored
+/// row is found by no key and held twice (one entity under two dates); under another version
+/// older rows win. The table records the identity it was merged by; another is refused (exit 2)
+/// with nothing done. A table whose record predates identities adopts its next run's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_under_another_identity_is_refused() {
+    let b = Backend::new(Kind::Local);
+    seed_a_and_b(&b).await;
+    let before = b.partitions().await;
+    put_batch(&b, "b2", &[order("a", 2, "2026-11-02", "USD", 7, "placed")]).await;
+    let job_keyed = |identity: &str| {
+        let text = format!(
+            "[job]\nname = \"orders_current\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n\
+             [identity]\n{identity}\n\n[output]\nurl = \"{}\"\n",
+            b.url("b2"),
+            b.url("out")
+        );
+        Job::from_config(JobConfig::parse(&text, "merge.toml").unwrap(), "merge.toml").unwrap()
+    };
+    let refused = |e: lakeswap::Error| {
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        assert!(e.to_string().contains("was merged by key [\"order_id\"] with version \"source_version\""), "{e}");
+    };
+    for identity in [
+        "key = [\"customer_id\"]\nversion = \"source_version\"",
+        "key = [\"order_id\", \"currency\"]\nversion = \"source_version\"",
+    ] {
+        refused(run::run(&job_keyed(identity), &RunOptions::default()).await.expect_err(identity));
+    }
+    assert_eq!(b.partitions().await, before, "nothing done");
+    // A record without an identity (an older table): the next run's is taken, then kept.
+    b.delete(STATE, "table-schema").await;
+    let other = job_keyed("key = [\"customer_id\"]\nversion = \"source_version\"");
+    put_batch(&b, "b3", &[order("c", 1, "2026-11-01", "USD", 9, "placed")]).await;
+    assert_eq!(merge(&b, "b3", None).await.exit_code, ExitCode::Ok);
+    refused(run::run(&other, &RunOptions::default()).await.expect_err("refused"));
+    // The table's own identity merges; the key moves to 2026-11-02 and is under one date.
+    let s = merge(&b, "b2", None).await;
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let keys: Vec<String> =
+        b.partitions().await.values().flat_map(|f| state(f)).map(|(k, ..)| k).filter(|k| k == "a").collect();
+    assert_eq!(keys, ["a"]);
+}
+
 /// The rows of a merged partition: order id -> (version, status, cents).
 fn state(bytes: &[u8]) -> Vec<(String, i64, String, i128)> {
     use arrow::array::AsArray;
