@@ -242,14 +242,10 @@ pub const NULL_HINT: &str = ". A column read from text whose every value is empt
                              declare its type in [input.schema]";
 
 /// Arrow's "Cannot cast timezone to different timezone", said of what it means here.
-fn skipped_time(zone: Option<&str>) -> String {
-    format!(
-        "a wall-clock time (a timestamp without a zone) is taken as an instant in {}, and one of its values is \
-         a time the clocks there skip (the hour jumped over when summer time starts): it names no instant. \
-         Compare wall-clock times with wall-clock times, or correct the value",
-        zone.unwrap_or("the job's zone")
-    )
-}
+const SKIPPED_TIME: &str = "a wall-clock time (a timestamp without a zone) is taken as an instant in a time zone \
+     (the job's, or one the query casts to), and one of its values is a time the clocks there skip or repeat (when \
+     summer time starts or ends): it names no one instant. Compare wall-clock times with wall-clock times, or \
+     correct the value";
 
 /// The engine's reason, with the line and column it points at when it has them.
 fn reason(e: &DataFusionError, _sql: &str) -> String {
@@ -278,7 +274,7 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
     // The engine's setting is not the user's to change here.
     msg = msg.replace(" or disable the datafusion.sql_parser.enable_ident_normalization configuration", "");
     if msg.contains("Cannot cast timezone to different timezone") {
-        msg = skipped_time(None);
+        msg = SKIPPED_TIME.to_string();
     }
     // `s['f']`, `m['k']`, `l[1]`: the engine is built without its nested-type functions.
     if msg.contains("GetFieldAccess not supported") {
@@ -1058,7 +1054,7 @@ fn failure(e: DataFusionError, query: &Query) -> PartitionError {
             }
         }
         DataFusionError::ArrowError(inner, _) if matches!(inner.as_ref(), arrow::error::ArrowError::CastError(m) if m.contains("Cannot cast timezone to different timezone")) => {
-            PartitionError::Query { message: skipped_time(query.zone.as_deref()) }
+            PartitionError::Query { message: SKIPPED_TIME.to_string() }
         }
         _ => PartitionError::Query { message: reason(&e, &query.sql) },
     }

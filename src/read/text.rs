@@ -636,7 +636,7 @@ pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, T
 
 /// The line (1-based) of a record from the byte where the CSV reader says it starts, counted
 /// over the text: the reader's own count is one short after a CRLF (a record following
-/// `\r\n` starts at its `\n`, before the reader counts it). Positions asked for in ascending
+/// `\r\n` starts at its `\n`, before the reader counts it), and it counts no lone `\r`. Positions asked for in ascending
 /// order are counted from the last one.
 #[derive(Default)]
 struct Lines {
@@ -655,7 +655,13 @@ impl Lines {
         if at < self.upto {
             *self = Lines::default();
         }
-        self.newlines += bytes[self.upto..at].iter().filter(|&&b| b == b'\n').count() as u64;
+        // A line ends at `\n`, or at a `\r` not followed by one (the reader takes both).
+        let span = &bytes[self.upto..at];
+        self.newlines += span
+            .iter()
+            .enumerate()
+            .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && bytes.get(self.upto + i + 1) != Some(&b'\n')))
+            .count() as u64;
         self.upto = at;
         self.newlines + 1
     }
@@ -1007,6 +1013,9 @@ mod tests {
         assert_eq!(t.lines, [2, 5, 6]);
         let e = read_csv(b"a,b\r\n1,2\r\n3\r\n", true, b',').err().unwrap();
         assert_eq!((e.row, e.line), (Some(1), Some(3)));
+        // Lines ended by a lone CR.
+        let t = read_csv(b"a,b\r1,2\r\r3,4\r", true, b',').ok().unwrap();
+        assert_eq!(t.lines, [2, 4]);
         let e = read_csv(b"a,b\n1,2\n3\n", true, b',').err().unwrap();
         assert_eq!((e.row, e.line), (Some(1), Some(3)));
         assert!(read_csv(b"a,a\n1,2\n", true, b',').err().unwrap().message.contains("twice"));

@@ -44,14 +44,19 @@ pub struct Committed {
 
 /// Commits every computed partition (see the module documentation).
 pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed) -> Committed {
-    let Held { run_id, started, new_table_schema, leases, renewer, mut journal, mut reports, .. } = held;
+    let Held { run_id, started, new_table_schema, identity_adopted, leases, renewer, mut journal, mut reports, .. } =
+        held;
     let Some(leases) = leases else {
         return Committed { run_id, started, journal, reports, _renewer: renewer };
     };
     let Computed { mut outcomes, moves } = computed;
     // A table without a schema record (new, or rebuilt) gets one before its first swap.
     if let Some(schema) = &new_table_schema {
-        if outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|f| !f.skip)) {
+        let record = match identity_adopted {
+            true => !outcomes.is_empty() && outcomes.iter().all(|o| o.result.is_ok()),
+            false => outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|f| !f.skip)),
+        };
+        if record {
             let identity = job.kind.reads_stored_state().then(|| crate::schema::identity_text(&job.config.identity));
             if let Err(e) = crate::schema::record(&job.state, schema, identity).await {
                 let m = e.to_string();

@@ -29,6 +29,8 @@ pub struct Held {
     pub plan: Arc<Plan>,
     pub flat: Option<Arc<FlatInput>>,
     pub new_table_schema: Option<arrow::datatypes::SchemaRef>,
+    /// The record is written only to add the identity of a table recorded without one.
+    pub identity_adopted: bool,
     pub rebuild: bool,
     pub now: chrono::DateTime<chrono::Utc>,
     /// `None` when verifying: nothing is written, no lease taken.
@@ -60,7 +62,7 @@ impl Held {
 /// Takes the run's leases (see the module documentation).
 pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held> {
     let cfg = &job.config;
-    let Planned { run_id, started, now, mut plan, flat, new_table_schema, rebuild } = planned;
+    let Planned { run_id, started, now, mut plan, flat, new_table_schema, identity_adopted, rebuild } = planned;
     let dates = plan.partitions.iter().map(|p| p.date).collect();
     let leases = Arc::new(Leases::new(job.state.clone(), &run_id, opts.lease_ttl, opts.wait));
     // Renewing from the first lease on: taking the others may wait (--wait) longer than a TTL.
@@ -164,6 +166,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         plan: Arc::new(plan),
         flat,
         new_table_schema,
+        identity_adopted,
         rebuild,
         now,
         leases: Some(leases),
@@ -176,7 +179,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
 
 /// Holds nothing, writes nothing: for `verify`.
 pub async fn unleased(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held> {
-    let Planned { run_id, started, now, mut plan, flat, new_table_schema, rebuild } = planned;
+    let Planned { run_id, started, now, mut plan, flat, new_table_schema, identity_adopted, rebuild } = planned;
     for p in &mut plan.partitions {
         p.seen.meta = commit::head(&job.output, &commit::target_path(&job.output, &p.dir))
             .await
@@ -192,6 +195,7 @@ pub async fn unleased(job: &Job, opts: &RunOptions, planned: Planned) -> Result<
         plan: Arc::new(plan),
         flat,
         new_table_schema,
+        identity_adopted,
         rebuild,
         now,
         leases: None,

@@ -26,6 +26,9 @@ pub struct Planned {
     /// The schema to record as the table's before the first swap: a new table's, or a rebuilt
     /// one's.
     pub new_table_schema: Option<SchemaRef>,
+    /// `new_table_schema` is the table's own, recorded again to add this run's identity (a
+    /// merge table recorded without one): only by a run whose every partition succeeds.
+    pub identity_adopted: bool,
     /// The table is rebuilt under a new schema (`--schema-change rebuild`).
     pub rebuild: bool,
 }
@@ -68,7 +71,8 @@ impl Planned {
             }
         }
         // A merge table keeps the identity it was merged by; one recorded before identities
-        // were adopts this run's, its first to commit.
+        // were adopts that of its next run whose every partition succeeds (a date failing on
+        // stored tombstones of another key says the run's identity is not the table's).
         let mut identity_unrecorded = false;
         if let (Some(_), true) = (&table, job.kind.reads_stored_state()) {
             let want = schema::identity_text(&cfg.identity);
@@ -164,7 +168,8 @@ impl Planned {
             _ => (None, false),
         };
         tracing::info!(%run_id, partitions = plan.partitions.len(), objects = plan.objects.len(), seconds = super::elapsed(started), "planned");
-        Ok(Planned { run_id, started, now, plan, flat, new_table_schema, rebuild })
+        let identity_adopted = identity_unrecorded && table.is_some() && !rebuild;
+        Ok(Planned { run_id, started, now, plan, flat, new_table_schema, identity_adopted, rebuild })
     }
 }
 

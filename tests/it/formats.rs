@@ -483,7 +483,7 @@ fn a_wall_clock_value_the_clocks_skip_fails_its_date_saying_why() {
     let sql = "SELECT count(*) AS n FROM events WHERE ts > wall";
     let out = job(&lake, "parquet", "", identity, sql, "2026-03-08");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(text(&out).contains("clocks there skip") && text(&out).contains("America/New_York"), "{}", text(&out));
+    assert!(text(&out).contains("clocks there skip or repeat"), "{}", text(&out));
     assert!(!lake.partition_file("2026-03-08").exists());
 }
 

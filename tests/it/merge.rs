@@ -50,18 +50,19 @@ async fn merge(b: &Backend, batch: &str, dates: Option<(&str, &str)>) -> lakeswa
 /// Risk: a merge table's `[identity]` edited between batches: under another key each stored
 /// row is found by no key and held twice (one entity under two dates); under another version
 /// older rows win. The table records the identity it was merged by; another is refused (exit 2)
-/// with nothing done. A table whose record predates identities adopts its next run's.
+/// with nothing done. A table whose record predates identities adopts that of its next run
+/// whose every partition succeeds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_merge_under_another_identity_is_refused() {
     let b = Backend::new(Kind::Local);
     seed_a_and_b(&b).await;
     let before = b.partitions().await;
     put_batch(&b, "b2", &[order("a", 2, "2026-11-02", "USD", 7, "placed")]).await;
-    let job_keyed = |identity: &str| {
+    let job_keyed = |batch: &str, identity: &str| {
         let text = format!(
             "[job]\nname = \"orders_current\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n\
              [identity]\n{identity}\n\n[output]\nurl = \"{}\"\n",
-            b.url("b2"),
+            b.url(batch),
             b.url("out")
         );
         Job::from_config(JobConfig::parse(&text, "merge.toml").unwrap(), "merge.toml").unwrap()
@@ -74,15 +75,21 @@ async fn a_merge_under_another_identity_is_refused() {
         "key = [\"customer_id\"]\nversion = \"source_version\"",
         "key = [\"order_id\", \"currency\"]\nversion = \"source_version\"",
     ] {
-        refused(run::run(&job_keyed(identity), &RunOptions::default()).await.expect_err(identity));
+        refused(run::run(&job_keyed("b2", identity), &RunOptions::default()).await.expect_err(identity));
     }
     assert_eq!(b.partitions().await, before, "nothing done");
-    // A record without an identity (an older table): the next run's is taken, then kept.
+    // A record without an identity (an older table). A run under another key fails its date
+    // (the stored tombstones are keyed by `order_id`) and records nothing; the next run whose
+    // every partition succeeds records its identity, which is then kept.
+    put_batch(&b, "bd", &[order("b", 2, "2026-11-01", "USD", 5, "deleted")]).await;
+    assert_eq!(merge(&b, "bd", None).await.exit_code, ExitCode::Ok);
     b.delete(STATE, "table-schema").await;
-    let other = job_keyed("key = [\"customer_id\"]\nversion = \"source_version\"");
     put_batch(&b, "b3", &[order("c", 1, "2026-11-01", "USD", 9, "placed")]).await;
+    let other = |batch: &str| job_keyed(batch, "key = [\"customer_id\"]\nversion = \"source_version\"");
+    let s = run::run(&other("b3"), &RunOptions::default()).await.unwrap();
+    assert_ne!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
     assert_eq!(merge(&b, "b3", None).await.exit_code, ExitCode::Ok);
-    refused(run::run(&other, &RunOptions::default()).await.expect_err("refused"));
+    refused(run::run(&other("b3"), &RunOptions::default()).await.expect_err("refused"));
     // The table's own identity merges; the key moves to 2026-11-02 and is under one date.
     let s = merge(&b, "b2", None).await;
     assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
