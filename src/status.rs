@@ -363,6 +363,12 @@ pub fn render(status: &Status, recent: usize) -> String {
         match (&p.error, p.state) {
             (Some(e), "failed") => {
                 let _ = writeln!(s, "              {e}");
+                if p.committed {
+                    let _ = writeln!(
+                        s,
+                        "              readers still see the file an earlier run committed (its rows are on the line above)"
+                    );
+                }
             }
             (Some(e), _) if p.last_run.as_ref().is_some_and(|(_, a)| *a == Action::Failed) => {
                 let _ = writeln!(s, "              the last run of this date failed: {e}");

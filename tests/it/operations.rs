@@ -308,6 +308,7 @@ fn status_shows_committed_failed_and_missing_days() {
     assert!(line("2026-11-01").contains("committed") && line("2026-11-01").contains("█"), "{out}");
     assert!(line("2026-11-03").contains("failed"), "{out}");
     assert!(out.contains("conflicting key"), "the failure is shown: {out}");
+    assert!(out.contains("readers still see the file an earlier run committed"), "{out}");
     assert!(line("2026-11-05").contains("missing") && line("2026-11-05").contains("····"), "{out}");
     let o = cli(&["status", "--config", c, "--json"], lake.dir.path());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
