@@ -64,12 +64,6 @@ async fn read_record(state: &StoreLocation) -> Result<Option<Schema>> {
     }
 }
 
-/// The identity a merge table's record names (`None`: no record, or one written before
-/// identities were recorded).
-pub async fn recorded_identity(state: &StoreLocation) -> Result<Option<String>> {
-    Ok(read_record(state).await?.and_then(|s| s.metadata().get(IDENTITY_KEY).cloned()))
-}
-
 /// The differences between the table's schema and a run's, in words (names and types; a
 /// column's nullability is not part of it). Empty when they agree.
 pub fn differences(table: &Schema, run: &Schema) -> Vec<String> {
@@ -134,22 +128,33 @@ pub async fn committed_dates(out: &StoreLocation, column: &str) -> Result<Vec<Na
 /// (the table folder emptied by hand, a first run that died before its first swap): an empty
 /// table holds no schema to keep.
 pub async fn table_schema(out: &StoreLocation, state: &StoreLocation, column: &str) -> Result<Option<SchemaRef>> {
+    Ok(table_record(out, state, column).await?.0)
+}
+
+/// [`table_schema`], and the identity a merge table's record names (`None`: no record, or one
+/// written before identities were recorded), from one read of the record.
+pub async fn table_record(
+    out: &StoreLocation,
+    state: &StoreLocation,
+    column: &str,
+) -> Result<(Option<SchemaRef>, Option<String>)> {
     let committed = committed_dates(out, column).await?;
     if committed.is_empty() {
-        return Ok(None);
+        return Ok((None, None));
     }
     // The columns alone: the record's metadata is not the partitions'.
     if let Some(schema) = read_record(state).await? {
-        return Ok(Some(Arc::new(Schema::new(schema.fields().clone()))));
+        let identity = schema.metadata().get(IDENTITY_KEY).cloned();
+        return Ok((Some(Arc::new(Schema::new(schema.fields().clone()))), identity));
     }
     for date in committed.into_iter().rev() {
         let target = commit::target_path(out, &commit::partition_dir(column, date));
         let footer = commit::committed_footer(out, &target).await.map_err(|e| Error::Usage(e.to_string()))?;
         if let Some(Some(md)) = footer {
-            return Ok(of_footer(&md).map(Arc::new));
+            return Ok((of_footer(&md).map(Arc::new), None));
         }
     }
-    Ok(None)
+    Ok((None, None))
 }
 
 /// Records `schema` as the table's, and a merge table's `identity` ([`identity_text`]).

@@ -1053,9 +1053,6 @@ fn failure(e: DataFusionError, query: &Query) -> PartitionError {
                 ),
             }
         }
-        DataFusionError::ArrowError(inner, _) if matches!(inner.as_ref(), arrow::error::ArrowError::CastError(m) if m.contains("Cannot cast timezone to different timezone")) => {
-            PartitionError::Query { message: SKIPPED_TIME.to_string() }
-        }
         _ => PartitionError::Query { message: reason(&e, &query.sql) },
     }
 }

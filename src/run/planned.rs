@@ -59,7 +59,7 @@ impl Planned {
             plan.add_partitions(cfg, &read.dates());
             flat = Some(Arc::new(read));
         }
-        let table = schema::table_schema(&job.output, &job.state, &cfg.partition.column).await?;
+        let (table, recorded_identity) = schema::table_record(&job.output, &job.state, &cfg.partition.column).await?;
         plan::type_empty_columns(&mut plan, cfg, &job.input, table.as_ref(), job.kind.reads_stored_state())?;
         // A merge stores rows by column name: the same columns in another order (the first
         // object's header order) keep the table's order.
@@ -76,7 +76,7 @@ impl Planned {
         let mut identity_unrecorded = false;
         if let (Some(_), true) = (&table, job.kind.reads_stored_state()) {
             let want = schema::identity_text(&cfg.identity);
-            match schema::recorded_identity(&job.state).await? {
+            match recorded_identity {
                 Some(have) if have != want => {
                     let said = |text: &str| {
                         let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
