@@ -236,7 +236,8 @@ fn suggest(column: &str, here: &str, there: &str) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum PartitionError {
     #[error(
-        "{total} conflicting key(s): one key and version (one key, in an immutable job) with two different payloads; first {}: {}. \
+        "{total} conflicting key(s): the same key and version (without a version column, the same key) with two different \
+         payloads; first {}: {}. \
          Fix the source, or set `[prepare] on_conflict = \"quarantine\"` to set them aside",
         keys.len(), list(keys)
     )]

@@ -53,6 +53,9 @@ pub struct GcReport {
     /// Objects in the table or its state location that lakeswap did not write (full URLs):
     /// listed, left alone.
     pub not_mine: Vec<String>,
+    /// Everything removed (or, with [`GcOptions::dry_run`], that would be), full URLs and
+    /// local paths, sorted.
+    pub removed: Vec<String>,
 }
 
 /// What `gc` may remove beyond debris.
@@ -64,6 +67,8 @@ pub struct GcOptions {
     /// The local folder runs spill to (`--spill-dir`): folders of killed runs of this table
     /// in it are removed.
     pub spill_dir: Option<std::path::PathBuf>,
+    /// Remove nothing: report what would be removed.
+    pub dry_run: bool,
 }
 
 /// A run id as [`crate::journal::new_run_id`] makes them: `20261129T115652.471Z-afcf82`.
@@ -168,6 +173,31 @@ async fn delete(at: &StoreLocation, path: &object_store::path::Path) -> Result<(
     }
 }
 
+/// Removes an object for `gc` (with `dry`, only lists it) and lists it in `removed`.
+async fn remove(
+    at: &StoreLocation,
+    path: &object_store::path::Path,
+    dry: bool,
+    removed: &mut Vec<String>,
+) -> Result<()> {
+    if !dry {
+        delete(at, path).await?;
+    }
+    removed.push(at.display(path));
+    Ok(())
+}
+
+/// Removes a local file or folder for `gc` (with `dry`, only lists it); whether it is (or would
+/// be) gone.
+fn remove_local(path: &std::path::Path, dry: bool, removed: &mut Vec<String>) -> bool {
+    let gone =
+        dry || if path.is_dir() { std::fs::remove_dir_all(path).is_ok() } else { std::fs::remove_file(path).is_ok() };
+    if gone {
+        removed.push(path.display().to_string());
+    }
+    gone
+}
+
 /// Whether staging of `run` for `dir` is stale: the partition's lease is not a live lease of
 /// that run. An unreadable lease store keeps it (never delete what may be live).
 async fn stale(state: &StoreLocation, run: &str, dir: &str) -> bool {
@@ -263,6 +293,7 @@ fn local_temp_files(at: &StoreLocation, parts: &[&str]) -> Vec<(std::path::PathB
 /// Cleans the whole table and its state location: see the module documentation.
 pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: &GcOptions) -> Result<GcReport> {
     let mut report = GcReport::default();
+    let dry = opts.dry_run;
     let now = Utc::now();
     let old = |m: &ObjectMeta| (now - m.last_modified).to_std().unwrap_or_default() > lease::TEMP_FILE_AGE;
     // The table holds partition files only (and, for a moment, a run's probe).
@@ -277,7 +308,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             Entry::NotMine => report.not_mine.push(out.display(&m.location)),
             Entry::Probe if m.size > 0 => report.not_mine.push(out.display(&m.location)),
             Entry::Probe if old(&m) => {
-                delete(out, &m.location).await?;
+                remove(out, &m.location, dry, &mut report.removed).await?;
                 report.temp_files_removed += 1;
             }
             _ => {}
@@ -292,7 +323,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             Entry::Kept => {}
             Entry::Quarantined => {
                 if opts.quarantine_older_than.is_some_and(|age| now - m.last_modified > age) {
-                    delete(state, &m.location).await?;
+                    remove(state, &m.location, dry, &mut report.removed).await?;
                     report.quarantine_removed += 1;
                 }
             }
@@ -307,19 +338,19 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
                     _ => false,
                 };
                 if expired {
-                    delete(state, &m.location).await?;
+                    remove(state, &m.location, dry, &mut report.removed).await?;
                     report.expired_leases += 1;
                 }
             }
             Entry::AsideLease => {
-                delete(state, &m.location).await?;
+                remove(state, &m.location, dry, &mut report.removed).await?;
                 report.expired_leases += 1;
             }
             Entry::Sidecar(dir) => sidecars.entry(dir).or_default().push(m),
             Entry::Probe if m.size > 0 => report.not_mine.push(state.display(&m.location)),
             Entry::Probe => {
                 if old(&m) {
-                    delete(state, &m.location).await?;
+                    remove(state, &m.location, dry, &mut report.removed).await?;
                     report.temp_files_removed += 1;
                 }
             }
@@ -329,7 +360,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
     // Spill folders of this table's runs whose process is gone (a run removes its own).
     if let Some(dir) = &opts.spill_dir {
         for (run, path) in crate::spill::abandoned(dir, &state.url) {
-            if is_run_id(&run) && std::fs::remove_dir_all(&path).is_ok() {
+            if is_run_id(&run) && remove_local(&path, dry, &mut report.removed) {
                 report.spill_removed += 1;
             }
         }
@@ -340,7 +371,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             continue;
         }
         for m in files {
-            delete(state, &m.location).await?;
+            remove(state, &m.location, dry, &mut report.removed).await?;
         }
         report.staging_removed += 1;
     }
@@ -360,7 +391,7 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
         }
         for m in objects {
             if old(&m) && !named.contains(&state.relative(&m.location)) {
-                delete(state, &m.location).await?;
+                remove(state, &m.location, dry, &mut report.removed).await?;
                 report.sidecars_removed += 1;
             }
         }
@@ -371,13 +402,16 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             let ours = temp_base(&rel).is_some_and(|base| classify(base, column) != Entry::NotMine);
             if !ours {
                 report.not_mine.push(format!("{}/{rel}", at.url));
-            } else if age > lease::TEMP_FILE_AGE && std::fs::remove_file(&path).is_ok() {
+            } else if age > lease::TEMP_FILE_AGE && remove_local(&path, dry, &mut report.removed) {
                 report.temp_files_removed += 1;
             }
         }
     }
-    state.tidy(&state.child(&["staging"]));
+    if !dry {
+        state.tidy(&state.child(&["staging"]));
+    }
     report.not_mine.sort();
+    report.removed.sort();
     Ok(report)
 }
 

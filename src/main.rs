@@ -244,6 +244,10 @@ struct GcArgs {
     /// left there are removed [default: the system's temporary folder].
     #[arg(long, value_name = "DIR", env = "LAKESWAP_SPILL_DIR")]
     spill_dir: Option<PathBuf>,
+    /// Remove nothing: list every object, file and folder gc would remove, and what it
+    /// leaves alone. Reads only, so read-only credentials do.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -339,6 +343,13 @@ const OUTCOME: &str = "lakeswap::outcome";
 fn main() -> ProcessExit {
     #[cfg(not(target_os = "linux"))]
     tune_allocator();
+    // A write past the file-size limit (`ulimit -f`) fails as an error the run reports (a spill
+    // file, the summary), rather than killing the process without a word.
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to "ignore" before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -347,7 +358,7 @@ fn main() -> ProcessExit {
             if e.use_stderr() {
                 let text = e.render().to_string();
                 let why = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
-                for path in summary_paths(std::env::args_os()) {
+                for path in summary_paths(std::env::args_os()).into_iter().filter(|p| is_summary_or_absent(p)) {
                     let _ = std::fs::write(path, report::refused_json(lakeswap::ExitCode::Usage, why, 0.0));
                 }
             }
@@ -430,6 +441,19 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The paths of `--summary-json` in a command line clap refused (given twice, each).
+/// Whether `path` may be written as a run summary: no file there, an empty one, or a summary
+/// (a JSON object with `exit_code`): never the config, an input object or another file.
+fn is_summary_or_absent(path: &std::path::Path) -> bool {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            bytes.is_empty()
+                || serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .is_ok_and(|v| v.as_object().is_some_and(|o| o.contains_key("exit_code")))
+        }
+        Err(_) => true,
+    }
+}
+
 fn summary_paths(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut args = args.skip(1);
@@ -532,6 +556,7 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
     // The file says `running` until the run ends: a reader never takes an older attempt's
     // summary (one killed with SIGKILL) for this one's.
     if let Some(path) = &a.summary_json {
+        check_summary_path(path, &a, vars)?;
         std::fs::write(path, report::running_json(None))
             .map_err(|e| usage(format!("--summary-json {}: cannot write it: {e}", path.display())))?;
     }
@@ -547,6 +572,30 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
         std::fs::write(path, text).map_err(|source| Error::Io { path: path.display().to_string(), source })?;
     }
     result.map(|s| s.map_or(ExitCode::Ok, |s| s.exit_code))
+}
+
+/// Refuses a `--summary-json` path whose file would be lost, or would be read as data: an
+/// existing file that is not a run summary (the config itself, an input object), or a path
+/// inside the job's table, state, input or a lookup table.
+fn check_summary_path(path: &std::path::Path, a: &RunArgs, vars: &[(String, String)]) -> Result<(), Error> {
+    let refuse = |why: String| usage(format!("--summary-json {}: {why}. Nothing was done", path.display()));
+    if !is_summary_or_absent(path) {
+        return Err(refuse(
+            "the file exists and is not a run summary; lakeswap overwrites only its own summaries (and empty \
+             files): remove it, or choose another path"
+                .into(),
+        ));
+    }
+    // A config that does not load is the run's own error, reported in the summary.
+    let Ok(job) = config_vars(vars, &a.vars).and_then(|vars| Job::load_read_only(&a.config, &vars)) else {
+        return Ok(());
+    };
+    if let Some((what, url)) = run::local_place_holding(&job, path) {
+        return Err(refuse(format!(
+            "it lies inside the {what} {url}, where it would be read as data (or fail the partition it sits in);              choose a path outside it"
+        )));
+    }
+    Ok(())
 }
 
 /// A run, or its plan with `--dry-run` (`None`).
@@ -829,28 +878,37 @@ async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error>
             None => None,
         },
         spill_dir: Some(a.spill_dir.clone().unwrap_or_else(std::env::temp_dir)),
+        dry_run: a.dry_run,
     };
-    job.check_layout(true).await?;
+    // A dry run claims no state: it writes nothing.
+    job.check_layout(!a.dry_run).await?;
     let r = lakeswap::gc::gc(&job.output, &job.state, &job.config.partition.column, &opts).await?;
+    let removed = if a.dry_run { "would remove" } else { "removed" };
     println!(
-        "removed {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs or unfinished moves",
+        "{removed} {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs or unfinished moves",
         r.expired_leases, r.staging_removed, r.staging_kept
     );
     if r.temp_files_removed > 0 {
-        println!("removed {} temporary file(s) of interrupted writes", r.temp_files_removed);
+        println!("{removed} {} temporary file(s) of interrupted writes", r.temp_files_removed);
     }
     if r.quarantine_removed > 0 {
         println!(
-            "removed {} quarantined file(s) older than {}",
+            "{removed} {} quarantined file(s) older than {}",
             r.quarantine_removed,
             a.quarantine_older_than.as_deref().unwrap_or("")
         );
     }
     if r.spill_removed > 0 {
-        println!("removed {} spill folder(s) of runs that were killed", r.spill_removed);
+        println!("{removed} {} spill folder(s) of runs that were killed", r.spill_removed);
     }
     if r.sidecars_removed > 0 {
-        println!("removed {} tombstone / key-index object(s) no partition names", r.sidecars_removed);
+        println!("{removed} {} tombstone / key-index object(s) no partition names", r.sidecars_removed);
+    }
+    if a.dry_run && !r.removed.is_empty() {
+        println!("would remove ({}):", r.removed.len());
+        for p in &r.removed {
+            println!("  {p}");
+        }
     }
     if !r.not_mine.is_empty() {
         println!("not mine, left alone ({}):", r.not_mine.len());

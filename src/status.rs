@@ -271,8 +271,10 @@ pub fn render(status: &Status, recent: usize) -> String {
             dirs.join(", ")
         );
     }
-    let max_rows =
-        parts.iter().filter_map(|p| p.lineage.as_ref().map(|l| l.counts.input_rows)).max().unwrap_or(0).max(1);
+    // A merged partition holds the rows of every batch that touched it, not one input's: its
+    // bar shows the rows it holds, and it has no input rows or input fingerprint of its own.
+    let bar_rows = |l: &Lineage| if status.recomputable { l.counts.input_rows } else { l.output_rows };
+    let max_rows = parts.iter().filter_map(|p| p.lineage.as_ref().map(bar_rows)).max().unwrap_or(0).max(1);
     let _ = writeln!(s, "\npartitions:");
     let _ = writeln!(
         s,
@@ -281,7 +283,7 @@ pub fn render(status: &Status, recent: usize) -> String {
     );
     for p in parts {
         let (input, rows, lin) = match &p.lineage {
-            Some(l) => (
+            Some(l) if status.recomputable => (
                 l.counts.input_rows.to_string(),
                 l.output_rows.to_string(),
                 format!(
@@ -290,9 +292,14 @@ pub fn render(status: &Status, recent: usize) -> String {
                     l.input_fingerprint.chars().take(8).collect::<String>()
                 ),
             ),
+            Some(l) => (
+                "-".into(),
+                l.output_rows.to_string(),
+                format!("{}/-", l.config_fingerprint.chars().take(8).collect::<String>()),
+            ),
             None => ("-".into(), "-".into(), "-".into()),
         };
-        let width = p.lineage.as_ref().map_or(0, |l| (l.counts.input_rows * 20).div_ceil(max_rows) as usize);
+        let width = p.lineage.as_ref().map_or(0, |l| (bar_rows(l) * 20).div_ceil(max_rows) as usize);
         let bar: String = match p.state {
             "missing" => "·".repeat(20),
             _ => "█".repeat(width.min(20)),

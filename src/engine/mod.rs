@@ -917,7 +917,8 @@ async fn execute_with(
     memory: Option<&Memory>,
     split_min_rows: usize,
 ) -> Result<RecordBatch, PartitionError> {
-    let fail = |e: DataFusionError| failure(e, query);
+    let spill_dir = memory.map(|m| m.spill_dir.display().to_string());
+    let fail = |e: DataFusionError| failure(e, query, spill_dir.as_deref());
     let ctx = match memory {
         Some(m) => {
             let spill = spills_exactly(query, &rows.events, lookups).await.map_err(fail)?;
@@ -1031,8 +1032,24 @@ async fn spills_exactly(query: &Query, events: &SchemaRef, lookups: &[Lookup]) -
     Ok(exact)
 }
 
-/// The engine's error as the date's.
-fn failure(e: DataFusionError, query: &Query) -> PartitionError {
+/// The engine's error as the date's. An input or output error is the engine's spill files
+/// failing (a full disk): the date's rows are not at fault (exit 1, not 3).
+fn failure(e: DataFusionError, query: &Query, spill_dir: Option<&str>) -> PartitionError {
+    let spill = |message: String| PartitionError::Spill {
+        path: spill_dir.unwrap_or("the spill folder (--spill-dir)").to_string(),
+        message,
+    };
+    let io = match e.find_root() {
+        DataFusionError::IoError(io) => Some(io.to_string()),
+        DataFusionError::ArrowError(inner, _) => match inner.as_ref() {
+            arrow::error::ArrowError::IoError(_, io) => Some(io.to_string()),
+            _ => None,
+        },
+        _ => None,
+    };
+    if let Some(message) = io {
+        return spill(message);
+    }
     match e.find_root() {
         DataFusionError::External(inner) if inner.downcast_ref::<PartitionError>().is_some() => {
             PartitionError::Other(inner.to_string())
@@ -1730,6 +1747,25 @@ mod tests {
         let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema()).unwrap();
         w.write(batch).unwrap();
         w.into_inner().unwrap()
+    }
+
+    /// A full disk under the engine's spill files failed the date with exit 3, "the query
+    /// failed on this date's rows": the rows are not at fault, and a retry elsewhere may pass.
+    #[test]
+    fn an_input_or_output_error_of_the_engine_is_a_spill_failure() {
+        let full = || std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device");
+        let q = query("SELECT 1 AS x");
+        for e in [
+            DataFusionError::ArrowError(Box::new(arrow::error::ArrowError::IoError("IO error".into(), full())), None),
+            DataFusionError::Context("spilling".into(), Box::new(DataFusionError::IoError(full()))),
+        ] {
+            let f = failure(e, &q, Some("/spill/lakeswap-run"));
+            assert_eq!(f.exit_code(), crate::ExitCode::PartialFailure, "{f}");
+            let m = f.to_string();
+            assert!(m.contains("spilling to /spill/lakeswap-run failed") && m.contains("free disk space"), "{m}");
+        }
+        let cast = DataFusionError::ArrowError(Box::new(arrow::error::ArrowError::CastError("bad".into())), None);
+        assert_eq!(failure(cast, &q, None).exit_code(), crate::ExitCode::DataContract);
     }
 
     /// A `UNION`'s branches were read at once and their rows passed on as they came: a float

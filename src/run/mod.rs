@@ -35,7 +35,7 @@ mod planned;
 
 pub use crate::stop::Stop;
 pub use observe::{Event, Observer, Silent};
-pub use planned::Planned;
+pub use planned::{local_place_holding, Planned};
 
 /// A job: its validated config, its kind and its two stores.
 #[derive(Debug, Clone)]

@@ -198,8 +198,11 @@ async fn empty_batch(job: &Job, opts: &RunOptions) -> Result<()> {
     )))
 }
 
-fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
-    let resolved = crate::read::list::physical(spill_dir);
+/// The job's local place (its table, run state, input or a lookup table) that `path` lies
+/// inside, if any: what it is and its URL. Under the input, a folder or file named `_…` or `.…`
+/// is not read as data, and not inside it.
+pub fn local_place_holding(job: &Job, path: &std::path::Path) -> Option<(String, String)> {
+    let resolved = crate::read::list::physical(path);
     let lookups: Vec<(String, crate::store::StoreLocation)> = match &job.config.aggregate {
         Some(a) => a
             .tables
@@ -216,21 +219,26 @@ fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
     for (what, location) in places {
         if let Some(root) = location.protocol.local_root() {
             let root = crate::read::list::physical(root);
-            // Under the input, a folder named `_…` or `.…` is not read as data.
             let hidden = what == "input"
                 && resolved
                     .strip_prefix(&root)
                     .is_ok_and(|rel| !crate::read::list::is_data_name(&rel.to_string_lossy()));
             if resolved.starts_with(&root) && !hidden {
-                return Err(Error::Usage(format!(
-                    "the spill folder {} lies inside the {what} {}: a run's spill files would be read as its data. \
-                     Nothing was done. Choose a --spill-dir outside it (without one, the system's temp folder: \
-                     TMPDIR)",
-                    spill_dir.display(),
-                    location.url
-                )));
+                return Some((what, location.url.clone()));
             }
         }
+    }
+    None
+}
+
+fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
+    let resolved = crate::read::list::physical(spill_dir);
+    if let Some((what, url)) = local_place_holding(job, spill_dir) {
+        return Err(Error::Usage(format!(
+            "the spill folder {} lies inside the {what} {url}: a run's spill files would be read as its data. \
+             Nothing was done. Choose a --spill-dir outside it (without one, the system's temp folder: TMPDIR)",
+            spill_dir.display(),
+        )));
     }
     // The folder, or the nearest of its parents that exists (the rest is created when a
     // date spills).

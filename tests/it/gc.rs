@@ -35,9 +35,22 @@ fn gc_removes_stale_staging_and_expired_leases_only() {
     // Staging of a run that lost its lease to another live run.
     put(&state.join("staging/20260101T000000.000Z-0000aa/event_date=2026-11-02/part-00000.parquet"), b"debris");
 
+    // `--dry-run` lists what gc would remove, and removes nothing.
+    let o = cli(&["gc", "--config", lake.config().to_str().unwrap(), "--dry-run"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("would remove 1 expired lease(s) and 3 stale staged file(s); kept 1"), "{}", text(&o));
+    assert!(text(&o).contains("would remove (4):"), "{}", text(&o));
+    assert!(
+        text(&o).contains("staging/20260101T000000.000Z-0000aa/event_date=2026-11-02/part-00000.parquet"),
+        "{}",
+        text(&o)
+    );
+    assert!(state.join("leases/event_date=2026-11-03.json").exists());
+    assert!(state.join("staging/20260101T000000.000Z-dddddd/event_date=2026-11-04/part-00000.parquet").exists());
     let o = cli(&["gc", "--config", lake.config().to_str().unwrap()], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("removed 1 expired lease(s) and 3 stale staged file(s); kept 1"), "{}", text(&o));
+    assert!(!text(&o).contains("would"), "{}", text(&o));
     assert!(state.join("leases/event_date=2026-11-02.json").exists());
     assert!(state.join("staging/20260101T000000.000Z-aaaaaa/event_date=2026-11-02/part-00000.parquet").exists());
     assert!(!state.join("leases/event_date=2026-11-03.json").exists());
@@ -162,7 +175,18 @@ async fn gc_touches_only_what_lakeswap_wrote(kind: crate::common::backends::Kind
         }
     }
     let job = b.job();
+    // A dry run removes nothing, and reports exactly what the real one then removes.
+    let before = (b.objects("out").await, b.objects(STATE).await);
+    let dry = lakeswap::gc::GcOptions { dry_run: true, ..Default::default() };
+    let would = lakeswap::gc::gc(&job.output, &job.state, "event_date", &dry).await.unwrap();
+    assert_eq!((b.objects("out").await, b.objects(STATE).await), before, "a dry run removed something");
+    assert!(probes.iter().all(|(p, ..)| p.exists()), "a dry run removed a probe");
     let r = lakeswap::gc::gc(&job.output, &job.state, "event_date", &Default::default()).await.unwrap();
+    assert_eq!(would, r, "the dry run's report differs from what was removed");
+    assert!(
+        r.removed.iter().any(|p| p.contains(&format!("staging/{run}/event_date=2026-11-05/part-00000.parquet"))),
+        "{r:?}"
+    );
     for (p, removed, foreign) in &probes {
         assert_eq!(p.exists(), !removed, "{}: {r:?}", p.display());
         let name = p.file_name().unwrap().to_string_lossy().to_string();

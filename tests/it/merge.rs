@@ -142,6 +142,11 @@ async fn a_merged_partition_copied_from_another_date_is_not_merged_into() {
     assert_eq!(states, ["committed", "misplaced"]);
     let shown = lakeswap::status::render(&status, 5);
     assert!(shown.contains("lineage is 2026-11-01's") && shown.contains("its own history"), "{shown}");
+    // A merged partition holds every batch's rows: no input rows or input fingerprint of its own.
+    let line = shown.lines().find(|l| l.trim_start().starts_with("2026-11-01")).unwrap();
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!((cols[2], cols[3]), ("-", "1"), "{shown}");
+    assert!(cols[5].ends_with("/-"), "{shown}");
     put_batch(&b, "b2", &[order("c", 1, "2026-11-02", "USD", 7, "placed")]).await;
     let s = merge(&b, "b2", None).await;
     assert_eq!(actions(&s), [Action::Failed], "{}", lakeswap::report::table(&s));

@@ -140,6 +140,35 @@ fn a_summary_is_written_on_every_exit() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--summary-json"), "{}", stderr(&o));
     assert_eq!(lake.snapshot(), before);
+    // A summary path that would destroy a file, or be read as data, is refused and not written:
+    // the config itself (also when the command line is refused), another file, a path inside
+    // the table or the input.
+    let config = std::fs::read(lake.config()).unwrap();
+    let notes = lake.dir.path().join("notes.txt");
+    std::fs::write(&notes, "mine").unwrap();
+    let in_table = lake.output().join("event_date=2026-11-01/summary.json");
+    let in_input = lake.input().join("summary.json");
+    let c = lake.config().to_str().unwrap().to_string();
+    for (path, extra, why) in [
+        (c.as_str(), "--quiet", "is not a run summary"),
+        (c.as_str(), "--concurrency=abc", ""),
+        (notes.to_str().unwrap(), "--quiet", "is not a run summary"),
+        (in_table.to_str().unwrap(), "--quiet", "inside the table"),
+        (in_input.to_str().unwrap(), "--quiet", "inside the input"),
+    ] {
+        let o = run(&lake, &lake.config(), &["--date", "2026-11-02", extra, "--summary-json", path]);
+        assert_eq!(o.status.code(), Some(2), "{path}: {}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{path}: {}", stderr(&o));
+        assert_eq!(std::fs::read(lake.config()).unwrap(), config, "{path}: the config was overwritten");
+        assert_eq!(std::fs::read(&notes).unwrap(), b"mine", "{path}");
+        assert!(!in_table.exists() && !in_input.exists(), "{path}");
+        assert_eq!(lake.snapshot(), before, "{path}");
+    }
+    // An empty file (made for the run to fill) is written.
+    std::fs::write(&notes, "").unwrap();
+    let o = run(&lake, &lake.config(), &["--date", "2026-11-02", "--summary-json", notes.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(read_json(&notes)["exit_code"], 0);
 }
 
 #[test]

@@ -318,6 +318,38 @@ fn a_full_spill_disk_fails_the_partition_and_keeps_what_is_committed() {
     assert_eq!(spill_folders(&spill).len(), 0, "the failed run removed its spill");
 }
 
+/// Spill files past the file-size limit (`ulimit -f`): the process was killed by SIGXFSZ
+/// without a word, its summary left saying `running`. The write fails instead, and so does
+/// the partition, saying why (exit 1); what is committed stays.
+#[test]
+fn a_file_size_limit_fails_the_partition_and_keeps_what_is_committed() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(19, 1, 40_000), 2);
+    let cfg = lake.config();
+    let base = ["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"];
+    assert!(cli(&base, lake.dir.path()).status.success());
+    let before = lake.snapshot();
+    let spill = lake.dir.path().join("spill");
+    let summary_at = lake.dir.path().join("summary.json");
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", spill.to_str().unwrap()]);
+    args.extend_from_slice(&["--summary-json", summary_at.to_str().unwrap()]);
+    // 64 blocks of 512 bytes: 32 KiB a file.
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -f 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(args)
+        .current_dir(lake.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("spilling to") && text(&o).contains("File too large"), "{}", text(&o));
+    assert_eq!(summary(&summary_at)["exit_code"], 1);
+    assert!(lake.snapshot() == before);
+    assert_eq!(spill_folders(&spill).len(), 0, "the failed run removed its spill");
+}
+
 #[test]
 fn a_spill_folder_inside_the_table_its_state_its_input_or_a_lookup_is_refused() {
     let lake = Lake::new();
