@@ -6,7 +6,7 @@
 //! naming it and the key. Keys are never substituted, only values; the config's fingerprint
 //! is taken after substitution.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where variables come from: the run's own, then the environment.
 #[derive(Debug, Clone, Default)]
@@ -47,18 +47,33 @@ impl Vars {
         Ok((name.to_string(), value.to_string()))
     }
 
-    /// Substitutes every string value of a TOML table in place. `Err((key, message))`.
+    /// Substitutes every string value of a TOML table in place. `Err((key, message))`. A given
+    /// variable the table does not use is an error too (`--var NAME`): a misspelt name would
+    /// leave the config's default in force, and the run compute what it was not asked to.
     pub fn substitute(&self, table: &mut toml::Table) -> Result<bool, (String, String)> {
         let mut changed = false;
+        let mut used = BTreeSet::new();
         for (k, v) in table.iter_mut() {
-            changed |= self.value(k, v)?;
+            changed |= self.value(k, v, &mut used)?;
+        }
+        if let Some(name) = self.given.keys().find(|n| !used.contains(*n)) {
+            let uses = match used.is_empty() {
+                true => "uses no variables".to_string(),
+                false => format!("uses {}", used.iter().cloned().collect::<Vec<_>>().join(", ")),
+            };
+            return Err((
+                format!("--var {name}"),
+                format!(
+                    "the config has no ${{{name}}}, so this value would change nothing (it {uses}); check the name"
+                ),
+            ));
         }
         Ok(changed)
     }
 
-    fn value(&self, key: &str, v: &mut toml::Value) -> Result<bool, (String, String)> {
+    fn value(&self, key: &str, v: &mut toml::Value, used: &mut BTreeSet<String>) -> Result<bool, (String, String)> {
         match v {
-            toml::Value::String(s) => match self.expand(s) {
+            toml::Value::String(s) => match self.expand_noting(s, used) {
                 Ok(Some(new)) => {
                     *s = new;
                     Ok(true)
@@ -69,14 +84,14 @@ impl Vars {
             toml::Value::Array(items) => {
                 let mut changed = false;
                 for (i, item) in items.iter_mut().enumerate() {
-                    changed |= self.value(&format!("{key}[{i}]"), item)?;
+                    changed |= self.value(&format!("{key}[{i}]"), item, used)?;
                 }
                 Ok(changed)
             }
             toml::Value::Table(t) => {
                 let mut changed = false;
                 for (k, item) in t.iter_mut() {
-                    changed |= self.value(&format!("{key}.{k}"), item)?;
+                    changed |= self.value(&format!("{key}.{k}"), item, used)?;
                 }
                 Ok(changed)
             }
@@ -86,6 +101,11 @@ impl Vars {
 
     /// The string with its variables replaced; `None` when it has none.
     pub fn expand(&self, s: &str) -> Result<Option<String>, String> {
+        self.expand_noting(s, &mut BTreeSet::new())
+    }
+
+    /// [`Vars::expand`], adding the names it reads to `used`.
+    fn expand_noting(&self, s: &str, used: &mut BTreeSet<String>) -> Result<Option<String>, String> {
         if !s.contains("${") {
             return Ok(None);
         }
@@ -117,6 +137,7 @@ impl Vars {
                     "`${{{inner}}}`: `{name}` is not a variable name (a letter or _, then letters, digits and _; a default is written ${{NAME:-default}})"
                 ));
             }
+            used.insert(name.to_string());
             match (self.get(name).filter(|v| default.is_none() || !v.is_empty()), default) {
                 (Some(v), _) => out.push_str(&v),
                 (None, Some(d)) => out.push_str(d),
@@ -168,6 +189,22 @@ mod tests {
         assert!(v.expand("${A:-${B}}").unwrap_err().contains("plain text"));
         assert!(Vars::parse_pair("A").is_err());
         assert_eq!(Vars::parse_pair("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+    }
+
+    #[test]
+    fn a_given_variable_the_config_does_not_use_is_refused() {
+        let mut t: toml::Table = toml::from_str("[aggregate]\nsql = \"x > ${MIN_AMOUNT:-0}\"").unwrap();
+        let given = Vars::only([("MIN_AMOUT".to_string(), "300".to_string())]);
+        let (key, m) = given.substitute(&mut t.clone()).unwrap_err();
+        assert_eq!(key, "--var MIN_AMOUT");
+        assert!(m.contains("no ${MIN_AMOUT}") && m.contains("uses MIN_AMOUNT"), "{m}");
+        let right = Vars::only([("MIN_AMOUNT".to_string(), "300".to_string())]);
+        assert!(right.substitute(&mut t).unwrap());
+        assert_eq!(t["aggregate"]["sql"].as_str(), Some("x > 300"));
+        // A `$${` is no variable.
+        let mut t: toml::Table = toml::from_str("a = \"$${X}\"").unwrap();
+        let (_, m) = Vars::only([("X".to_string(), "1".to_string())]).substitute(&mut t).unwrap_err();
+        assert!(m.contains("uses no variables"), "{m}");
     }
 
     #[test]

@@ -348,6 +348,20 @@ pub fn local_to_utc(ndt: NaiveDateTime, tz: Tz) -> Result<NaiveDateTime, String>
     }
 }
 
+/// An instant as wall-clock time in `tz` (for a `timestamp_ntz` column). An instant in the hour
+/// `tz` repeats when its clocks go back is refused: its wall-clock time is also another
+/// instant's, so two different values would read as one (and an exact duplicate, or one group).
+pub fn utc_to_local(utc: NaiveDateTime, tz: Tz) -> Result<NaiveDateTime, String> {
+    let wall = tz.from_utc_datetime(&utc).naive_local();
+    match tz.from_local_datetime(&wall) {
+        chrono::LocalResult::Ambiguous(..) => Err(format!(
+            "{utc} UTC is {wall} in {tz}, in the hour its clocks repeat: as wall-clock time (timestamp_ntz) it \
+             would read the same as another instant. Declare the column `timestamp` to keep instants"
+        )),
+        _ => Ok(wall),
+    }
+}
+
 /// A timestamp: ISO 8601 (`2026-11-01`, `2026-11-01T02:00`, `… 02:00:00.123`, each optionally
 /// followed by `Z` or an offset `+01:00` / `+0100` / `+01`), or, when `epoch`, an integer in
 /// `unit` since 1970-01-01T00:00Z. Returned in `unit`: an instant (UTC) when `aware`, else
@@ -371,7 +385,8 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
             (v.rem_euclid(scale) * (1_000_000_000 / scale)) as u32,
         )
         .ok_or_else(|| format!("`{s}` is out of range"))?;
-        return to_unit(utc.with_timezone(&tz).naive_local(), unit).ok_or_else(|| format!("`{s}` is out of range"));
+        let wall = utc_to_local(utc.naive_utc(), tz).map_err(|m| format!("`{s}`: {m}"))?;
+        return to_unit(wall, unit).ok_or_else(|| format!("`{s}` is out of range"));
     }
     let bad = || format!("`{s}` is not a timestamp (ISO 8601, e.g. 2026-11-01T02:00:00Z)");
     let (date_part, rest) = match t.find(['T', 't', ' ']) {
@@ -388,6 +403,12 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
         (rest, None)
     };
     let time_part = time_part.trim_end();
+    // chrono reads the digits past the ninth and drops them: `.1234567891` and `.1234567892`
+    // would be one value.
+    let fraction = time_part.split_once('.').map_or("", |(_, f)| f);
+    if fraction.len() > 9 && fraction.bytes().skip(9).any(|b| b != b'0') {
+        return Err(format!("`{s}` has digits finer than a nanosecond, which no timestamp column holds"));
+    }
     let time = if time_part.is_empty() {
         NaiveTime::MIN
     } else {
@@ -404,7 +425,7 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
         (Some(off), true) => wall - chrono::Duration::seconds(off as i64),
         (Some(off), false) => {
             let utc = wall - chrono::Duration::seconds(off as i64);
-            tz.from_utc_datetime(&utc).naive_local()
+            utc_to_local(utc, tz).map_err(|m| format!("`{s}`: {m}"))?
         }
         (None, true) => local_to_utc(wall, tz).map_err(|m| format!("`{s}`: {m}"))?,
         (None, false) => wall,
@@ -969,6 +990,30 @@ mod tests {
         let ntz = |s: &str| parse_timestamp(s, us, false, false, ny).unwrap();
         assert_eq!(ntz("2026-11-01 02:00"), at("2026-11-01 02:00:00"));
         assert_eq!(ntz("2026-11-01T07:00:00Z"), at("2026-11-01 02:00:00"));
+        // Two instants of the hour New York repeats would be one wall-clock value: refused,
+        // written with an offset or as epoch values. Written as wall-clock time, it is one.
+        for (s, epoch) in [
+            ("2026-11-01T01:30:00-04:00", false),
+            ("2026-11-01T01:30:00-05:00", false),
+            ("2026-11-01T05:30:00Z", false),
+            ("1793511000000000", true),
+        ] {
+            let e = parse_timestamp(s, us, false, epoch, ny).unwrap_err();
+            assert!(e.contains("in the hour its clocks repeat") && e.contains("`timestamp`"), "{s}: {e}");
+        }
+        assert_eq!(ntz("2026-11-01 01:30"), at("2026-11-01 01:30:00"));
+        assert_eq!(ntz("2026-11-01T04:59:59Z"), at("2026-11-01 00:59:59"));
+        assert_eq!(ntz("2026-11-01T07:00:00Z"), at("2026-11-01 02:00:00"));
+        // Digits past the ninth are not dropped: two values would be one.
+        let ns = TimeUnit::Nanosecond;
+        for s in ["2026-11-01T12:00:00.1234567891Z", "2026-11-01 12:00:00.0000000001"] {
+            let e = parse_timestamp(s, ns, true, false, ny).unwrap_err();
+            assert!(e.contains("finer than a nanosecond"), "{s}: {e}");
+        }
+        assert_eq!(
+            parse_timestamp("2026-11-01T12:00:00.123456789000Z", ns, true, false, ny),
+            parse_timestamp("2026-11-01T12:00:00.123456789Z", ns, true, false, ny)
+        );
     }
 
     #[test]

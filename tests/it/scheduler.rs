@@ -450,6 +450,16 @@ fn config_values_read_variables() {
         assert!(stderr(&o).contains("--var GOOD: given more than once"), "{}", stderr(&o));
     }
     assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), refunded);
+    // A misspelt name would leave the default in force: refused, nothing done.
+    let o = bin()
+        .current_dir(lake.dir.path())
+        .args(["run", "--config", "vars.toml", "--date", "2026-11-01", "--var", &format!("RAW_ROOT={root}")])
+        .args(["--var", "GOD=placed"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--var GOD") && stderr(&o).contains("uses GOOD, RAW_ROOT"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), refunded);
     // A missing variable: exit 2, naming it and the key.
     let o = bin()
         .current_dir(lake.dir.path())
