@@ -277,6 +277,22 @@ pub fn default_state_url(url: &str) -> Option<String> {
     Some(format!("{head}{parent}_lakeswap/{name}"))
 }
 
+/// The path of a `file://` URL: `file:///abs/path` (three slashes). `file://host/path` names a
+/// host, which a local folder has none of: read as a relative path it would be another folder.
+fn file_url_path(url: &str) -> Result<(), String> {
+    let Some(rest) = url.get(..7).filter(|s| s.eq_ignore_ascii_case("file://")).map(|_| &url[7..]) else {
+        return Ok(());
+    };
+    if rest.starts_with('/') {
+        return Ok(());
+    }
+    let host = rest.split('/').next().unwrap_or_default();
+    Err(format!(
+        "`{url}` names the host `{host}`: a file URL is `file://` and an absolute path, three slashes in all \
+         (`file:///{rest}`), and names no host (not even localhost); or write the path alone"
+    ))
+}
+
 /// The family of a URL's scheme (`s3a` is `s3`, a plain path is `file`).
 pub fn scheme_family(url: &str) -> &'static str {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
@@ -326,15 +342,15 @@ pub fn parse_duration(s: &str) -> Result<chrono::Duration, String> {
         "h" => chrono::Duration::try_hours(n),
         "m" => chrono::Duration::try_minutes(n),
         "s" => chrono::Duration::try_seconds(n),
-        _ => None,
+        _ => return Err(err()),
     };
-    let d = d.ok_or_else(err)?;
+    let d = d.ok_or_else(|| format!("`{s}` is more than 36,500 days: write a shorter duration"))?;
     if d <= chrono::Duration::zero() {
         return Err(format!("`{s}` is no time at all: a duration must be more than zero"));
     }
     // Taken from the clock (`now - d`), which must stay a time.
-    if d > chrono::Duration::days(100 * 366) {
-        return Err(format!("`{s}` is more than 100 years: write a shorter duration"));
+    if d > chrono::Duration::days(36_500) {
+        return Err(format!("`{s}` is more than 36,500 days: write a shorter duration"));
     }
     Ok(d)
 }
@@ -427,6 +443,30 @@ impl JobConfig {
         }
         if self.output.url.trim().is_empty() {
             return Err(bad("output.url", "must not be empty".into()));
+        }
+        // Every location: a file URL names a path, and only an object store takes options.
+        let none = BTreeMap::new();
+        let lookups = self.aggregate.iter().flat_map(|a| a.tables.iter());
+        let places = [
+            ("input.url", self.input.url.as_str(), "input.options", &self.input.options),
+            ("output.url", self.output.url.as_str(), "output.options", &self.output.options),
+        ]
+        .into_iter()
+        .chain(self.output.state_url.iter().map(|u| ("output.state_url", u.as_str(), "", &none)))
+        .chain(lookups.map(|t| ("aggregate.tables.url", t.url.as_str(), "aggregate.tables.options", &t.options)));
+        for (url_key, url, options_key, options) in places {
+            file_url_path(url).map_err(|m| bad(url_key, m))?;
+            if scheme_family(url) == "file" && !options.is_empty() {
+                let names: Vec<&str> = options.keys().map(String::as_str).collect();
+                return Err(bad(
+                    options_key,
+                    format!(
+                        "`{url}` is a local folder, which takes no options ({} would not be used): options are for \
+                         object stores (s3://, az://, gs://). Remove them, or give the store's URL",
+                        names.join(", ")
+                    ),
+                ));
+            }
         }
         if crate::read::list::nested(&self.input.url, &self.output.url) {
             return Err(bad(
@@ -962,7 +1002,11 @@ url = "out"
         assert_eq!(parse_duration("30d").unwrap(), chrono::Duration::days(30));
         assert!(parse_duration("0d").unwrap_err().contains("more than zero"));
         // `now - d` overflowed the clock: a panic at run time.
-        assert!(parse_duration("100000000000d").unwrap_err().contains("100 years"));
+        assert!(parse_duration("100000000000d").unwrap_err().contains("36,500 days"));
+        assert!(parse_duration("999999999999w").unwrap_err().contains("36,500 days"));
+        assert!(parse_duration("36500d").is_ok());
+        assert!(parse_duration("36501d").unwrap_err().contains("36,500 days"));
+        assert!(parse_duration("5215w").unwrap_err().contains("36,500 days"));
         assert!(parse_duration("9223372036854775807s").is_err());
         assert!(parse_duration("30 days").unwrap_err().contains("not a duration"));
     }
@@ -990,6 +1034,34 @@ url = "out"
             assert!(e.contains(key), "{text}\n{e}");
         }
         JobConfig::parse(&csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = \"\\t\""), "t.toml").unwrap();
+    }
+
+    #[test]
+    fn a_file_url_names_a_path_and_a_local_folder_takes_no_options() {
+        for (text, key, says) in [
+            (BASE.replace("url = \"in\"", "url = \"file://tmp/in\""), "input.url", "file:///tmp/in"),
+            (BASE.replace("url = \"out\"", "url = \"FILE://localhost/out\""), "output.url", "names the host `localhost`"),
+            (BASE.replace("url = \"out\"", "url = \"out\"\nstate_url = \"file://st\""), "output.state_url", "file:///st"),
+            (BASE.replace("url = \"in\"", "url = \"in\"\noptions = { foo = \"bar\" }"), "input.options", "foo would not be used"),
+            (
+                BASE.replace("url = \"out\"", "url = \"file:///out\"\noptions = { aws_region = \"x\" }"),
+                "output.options",
+                "local folder",
+            ),
+            (
+                BASE.replace("[output]", "[[aggregate.tables]]\nname = \"fx\"\nurl = \"fx\"\nformat = \"csv\"\noptions = { a = \"b\" }\n[output]"),
+                "aggregate.tables.options",
+                "local folder",
+            ),
+        ] {
+            let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(says), "{text}\n{e}");
+        }
+        for url in ["file:///tmp/in", "/tmp/in", "in"] {
+            JobConfig::parse(&BASE.replace("url = \"in\"", &format!("url = \"{url}\"")), "t.toml").unwrap();
+        }
+        let s3 = BASE.replace("url = \"in\"", "url = \"s3://b/in\"\noptions = { aws_region = \"x\" }");
+        JobConfig::parse(&s3, "t.toml").unwrap();
     }
 
     #[test]

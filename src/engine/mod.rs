@@ -477,6 +477,48 @@ fn non_deterministic(plan: &LogicalPlan) -> Option<String> {
     found
 }
 
+/// The first condition of the plan (a `FILTER (WHERE …)`, a `CASE WHEN …`) that is not true or
+/// false but a number or text: the engine would cast it (any number but 0 true, the text
+/// `'true'` true, other text an error on some date), where the query wrote no such test.
+fn non_boolean_condition(plan: &LogicalPlan) -> Option<String> {
+    use datafusion::logical_expr::ExprSchemable;
+    let mut found = None;
+    let _ = plan.apply_with_subqueries(|node| {
+        let inputs = node.inputs();
+        let Some(first) = inputs.first() else { return Ok(TreeNodeRecursion::Continue) };
+        let mut schema = first.schema().as_ref().clone();
+        for other in &inputs[1..] {
+            schema.merge(other.schema());
+        }
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                let conditions: Vec<&Expr> = match e {
+                    Expr::AggregateFunction(f) => f.params.filter.iter().map(AsRef::as_ref).collect(),
+                    Expr::WindowFunction(w) => w.params.filter.iter().map(AsRef::as_ref).collect(),
+                    Expr::Case(c) if c.expr.is_none() => c.when_then_expr.iter().map(|(w, _)| w.as_ref()).collect(),
+                    _ => Vec::new(),
+                };
+                for c in conditions {
+                    match c.get_type(&schema) {
+                        Ok(DataType::Boolean | DataType::Null) | Err(_) => {}
+                        Ok(t) => {
+                            found = Some(format!(
+                                "the condition `{c}` (of a FILTER (WHERE …), a CASE WHEN or a measure's `where`) is \
+                                 {t}, not true or false: the engine would take any number but 0 (or the text \
+                                 'true') as true. Write the test you mean (`{c} > 0`, `{c} = 'yes'`)"
+                            ));
+                            return Ok(TreeNodeRecursion::Stop);
+                        }
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })?;
+        Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+    });
+    found
+}
+
 /// Plans `query` against the schema of `events` and the lookups: its output schema, its plan
 /// as text (for `--dry-run`) and the columns of `events` it reads; or why it is refused.
 pub async fn plan(
@@ -494,6 +536,9 @@ pub async fn plan(
     parse(&query.sql)?;
     let df = ctx.sql_with_options(&query.sql, options()).await.map_err(|e| reason(&e, &query.sql))?;
     let plan = df.logical_plan().clone();
+    if let Some(why) = non_boolean_condition(&plan) {
+        return Err(why);
+    }
     // Planned through to execution (over no rows), so the analyzer's refusals come now.
     df.clone().create_physical_plan().await.map_err(|e| reason(&e, &query.sql))?;
     if let Some(f) = non_deterministic(&plan) {

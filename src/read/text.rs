@@ -348,20 +348,6 @@ pub fn local_to_utc(ndt: NaiveDateTime, tz: Tz) -> Result<NaiveDateTime, String>
     }
 }
 
-/// An instant as wall-clock time in `tz` (for a `timestamp_ntz` column). An instant in the hour
-/// `tz` repeats when its clocks go back is refused: its wall-clock time is also another
-/// instant's, so two different values would read as one (and an exact duplicate, or one group).
-pub fn utc_to_local(utc: NaiveDateTime, tz: Tz) -> Result<NaiveDateTime, String> {
-    let wall = tz.from_utc_datetime(&utc).naive_local();
-    match tz.from_local_datetime(&wall) {
-        chrono::LocalResult::Ambiguous(..) => Err(format!(
-            "{utc} UTC is {wall} in {tz}, in the hour its clocks repeat: as wall-clock time (timestamp_ntz) it \
-             would read the same as another instant. Declare the column `timestamp` to keep instants"
-        )),
-        _ => Ok(wall),
-    }
-}
-
 /// A timestamp: ISO 8601 (`2026-11-01`, `2026-11-01T02:00`, `… 02:00:00.123`, each optionally
 /// followed by `Z` or an offset `+01:00` / `+0100` / `+01`), or, when `epoch`, an integer in
 /// `unit` since 1970-01-01T00:00Z. Returned in `unit`: an instant (UTC) when `aware`, else
@@ -385,8 +371,7 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
             (v.rem_euclid(scale) * (1_000_000_000 / scale)) as u32,
         )
         .ok_or_else(|| format!("`{s}` is out of range"))?;
-        let wall = utc_to_local(utc.naive_utc(), tz).map_err(|m| format!("`{s}`: {m}"))?;
-        return to_unit(wall, unit).ok_or_else(|| format!("`{s}` is out of range"));
+        return to_unit(utc.with_timezone(&tz).naive_local(), unit).ok_or_else(|| format!("`{s}` is out of range"));
     }
     let bad = || format!("`{s}` is not a timestamp (ISO 8601, e.g. 2026-11-01T02:00:00Z)");
     let (date_part, rest) = match t.find(['T', 't', ' ']) {
@@ -425,7 +410,7 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
         (Some(off), true) => wall - chrono::Duration::seconds(off as i64),
         (Some(off), false) => {
             let utc = wall - chrono::Duration::seconds(off as i64);
-            utc_to_local(utc, tz).map_err(|m| format!("`{s}`: {m}"))?
+            tz.from_utc_datetime(&utc).naive_local()
         }
         (None, true) => local_to_utc(wall, tz).map_err(|m| format!("`{s}`: {m}"))?,
         (None, false) => wall,
@@ -475,7 +460,7 @@ pub fn offset_at(tz: Tz, utc: NaiveDateTime) -> i32 {
 }
 
 /// The type of a text column whose type is not declared, from every one of its values: int64
-/// when each is a plain integer (no leading zeros, which identifiers keep), float64 when each
+/// when each is a plain integer (no leading zeros, which identifiers keep; no sign on 0), float64 when each
 /// is a number, bool when each is true / false, else utf8; a column of nulls only is `Null`.
 pub fn infer(columns: &[&StringArray]) -> DataType {
     let mut all_int = true;
@@ -495,9 +480,12 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
             let v = c.value(i);
             if all_int {
                 let digits = v.strip_prefix('-').unwrap_or(v);
+                // `-0` is 0 spelt otherwise, as `+1` is 1: as integers, ids written apart
+                // would be one key.
                 all_int = !digits.is_empty()
                     && digits.bytes().all(|b| b.is_ascii_digit())
                     && (digits == "0" || !digits.starts_with('0'))
+                    && v != "-0"
                     && v.parse::<i64>().is_ok();
             }
             let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
@@ -990,20 +978,8 @@ mod tests {
         let ntz = |s: &str| parse_timestamp(s, us, false, false, ny).unwrap();
         assert_eq!(ntz("2026-11-01 02:00"), at("2026-11-01 02:00:00"));
         assert_eq!(ntz("2026-11-01T07:00:00Z"), at("2026-11-01 02:00:00"));
-        // Two instants of the hour New York repeats would be one wall-clock value: refused,
-        // written with an offset or as epoch values. Written as wall-clock time, it is one.
-        for (s, epoch) in [
-            ("2026-11-01T01:30:00-04:00", false),
-            ("2026-11-01T01:30:00-05:00", false),
-            ("2026-11-01T05:30:00Z", false),
-            ("1793511000000000", true),
-        ] {
-            let e = parse_timestamp(s, us, false, epoch, ny).unwrap_err();
-            assert!(e.contains("in the hour its clocks repeat") && e.contains("`timestamp`"), "{s}: {e}");
-        }
-        assert_eq!(ntz("2026-11-01 01:30"), at("2026-11-01 01:30:00"));
-        assert_eq!(ntz("2026-11-01T04:59:59Z"), at("2026-11-01 00:59:59"));
-        assert_eq!(ntz("2026-11-01T07:00:00Z"), at("2026-11-01 02:00:00"));
+        // The two instants of the hour New York repeats are one wall-clock time, as declared.
+        assert_eq!(ntz("2026-11-01T01:30:00-04:00"), ntz("2026-11-01T01:30:00-05:00"));
         // Digits past the ninth are not dropped: two values would be one.
         let ns = TimeUnit::Nanosecond;
         for s in ["2026-11-01T12:00:00.1234567891Z", "2026-11-01 12:00:00.0000000001"] {
@@ -1032,6 +1008,8 @@ mod tests {
         let a = |v: &[&str]| StringArray::from(v.to_vec());
         assert_eq!(infer(&[&a(&["1", "-2", "30"])]), DataType::Int64);
         assert_eq!(infer(&[&a(&["007", "8"])]), DataType::Utf8, "leading zeros are kept");
+        assert_eq!(infer(&[&a(&["0", "-0"])]), DataType::Float64, "-0 is no integer id, as +0 is not");
+        assert_eq!(infer(&[&a(&["0", "+0"])]), DataType::Float64);
         assert_eq!(infer(&[&a(&["1", "2.5"])]), DataType::Float64);
         // Past int64, a double would round 18446744073709551610 and …611 to one value.
         assert_eq!(infer(&[&a(&["18446744073709551610", "18446744073709551611"])]), DataType::Utf8);

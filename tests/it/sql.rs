@@ -423,6 +423,14 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("SELECT currency, count(*) AS n, random() AS r FROM events GROUP BY currency", vec!["random", "same bytes"]),
         ("SELECT currency, max(amount) AS m, now() AS t FROM events GROUP BY currency", vec!["now", "same bytes"]),
         ("SELECT currency, uuid() AS u FROM events", vec!["uuid"]),
+        // A condition that is a number or text: the engine would cast it to true or false.
+        ("SELECT count(*) FILTER (WHERE source_version) AS n FROM events", vec!["source_version", "Int64", "not true or false"]),
+        ("SELECT count(*) FILTER (WHERE status) AS n FROM events", vec!["status", "Utf8", "not true or false"]),
+        ("SELECT sum(CASE WHEN amount THEN 1 ELSE 0 END) AS n FROM events", vec!["amount", "not true or false"]),
+        (
+            "SELECT count(*) AS n FROM events WHERE order_id IN (SELECT order_id FROM events e WHERE CASE WHEN e.source_version THEN true END)",
+            vec!["e.source_version", "not true or false"],
+        ),
         ("SELECT event_date, count(*) AS n FROM events GROUP BY event_date", vec!["partition column"]),
         // Case-insensitive readers (DuckDB) would see one column and lose the count.
         ("SELECT count(*) AS \"Event_Date\" FROM events", vec!["partition column", "Event_Date"]),
@@ -544,6 +552,9 @@ measures = [
             vec!["measures[0].where", "followed by more"],
         ),
         (r#"{ name = "x", fn = "count", where = "amount > " }"#, vec!["measures[0].where", "not a SQL boolean"]),
+        // A number or text, not a test: every non-zero version would count.
+        (r#"{ name = "x", fn = "count", where = "source_version" }"#, vec!["aggregate.measures", "not true or false"]),
+        (r#"{ name = "x", fn = "count", where = "status" }"#, vec!["aggregate.measures", "Utf8"]),
     ] {
         let cfg = sql_config(&lake, &format!("measures = [{bad}]"), "");
         let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
