@@ -129,6 +129,18 @@ pub enum MeasureFn {
 }
 
 impl MeasureFn {
+    /// The name the config writes (`fn = "count_distinct"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MeasureFn::Count => "count",
+            MeasureFn::CountDistinct => "count_distinct",
+            MeasureFn::Sum => "sum",
+            MeasureFn::Avg => "avg",
+            MeasureFn::Min => "min",
+            MeasureFn::Max => "max",
+        }
+    }
+
     fn needs_column(self) -> bool {
         !matches!(self, MeasureFn::Count)
     }
@@ -280,16 +292,24 @@ pub fn default_state_url(url: &str) -> Option<String> {
 /// The path of a `file://` URL: `file:///abs/path` (three slashes). `file://host/path` names a
 /// host, which a local folder has none of: read as a relative path it would be another folder.
 fn file_url_path(url: &str) -> Result<(), String> {
-    let Some(rest) = url.get(..7).filter(|s| s.eq_ignore_ascii_case("file://")).map(|_| &url[7..]) else {
+    if !url.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("file:")) {
         return Ok(());
+    }
+    let Some(rest) = url.get(..7).filter(|s| s.eq_ignore_ascii_case("file://")).map(|_| &url[7..]) else {
+        // `file:/abs` would be read as a relative path `file:/abs`.
+        return Err(format!(
+            "`{url}` is no file URL: write `file://` and an absolute path, three slashes in all (`file:///abs/path`), \
+             or the path alone"
+        ));
     };
     if rest.starts_with('/') {
         return Ok(());
     }
-    let host = rest.split('/').next().unwrap_or_default();
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let path = if host.eq_ignore_ascii_case("localhost") { path } else { rest };
     Err(format!(
         "`{url}` names the host `{host}`: a file URL is `file://` and an absolute path, three slashes in all \
-         (`file:///{rest}`), and names no host (not even localhost); or write the path alone"
+         (`file:///{path}`), and names no host (not even localhost); or write the path alone"
     ))
 }
 
@@ -335,7 +355,11 @@ pub fn parse_duration(s: &str) -> Result<chrono::Duration, String> {
     let t = s.trim();
     let err = || format!("`{s}` is not a duration: write e.g. 30d, 12h, 90m (w, d, h, m, s)");
     let (n, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?);
-    let n: i64 = n.parse().map_err(|_| err())?;
+    let n: i64 = match n.parse() {
+        Ok(n) => n,
+        Err(_) if !n.is_empty() => return Err(format!("`{s}` is more than 36,500 days: write a shorter duration")),
+        Err(_) => return Err(err()),
+    };
     let d = match unit {
         "w" => chrono::Duration::try_weeks(n),
         "d" => chrono::Duration::try_days(n),
@@ -795,7 +819,7 @@ impl JobConfig {
             if m.func.needs_column() && m.column.is_none() {
                 return Err(bad(
                     &format!("{key}.column"),
-                    format!("measure `{}` ({:?}) needs a column", m.name, m.func).to_lowercase(),
+                    format!("measure `{}` ({}) needs a column", m.name, m.func.name()),
                 ));
             }
             match &m.filter {
@@ -1009,6 +1033,7 @@ url = "out"
         assert!(parse_duration("5215w").unwrap_err().contains("36,500 days"));
         assert!(parse_duration("9223372036854775807s").is_err());
         assert!(parse_duration("30 days").unwrap_err().contains("not a duration"));
+        assert!(parse_duration("99999999999999999999d").unwrap_err().contains("36,500 days"));
     }
 
     #[test]
@@ -1041,6 +1066,8 @@ url = "out"
         for (text, key, says) in [
             (BASE.replace("url = \"in\"", "url = \"file://tmp/in\""), "input.url", "file:///tmp/in"),
             (BASE.replace("url = \"out\"", "url = \"FILE://localhost/out\""), "output.url", "names the host `localhost`"),
+            (BASE.replace("url = \"out\"", "url = \"file://localhost/tmp/out\""), "output.url", "(`file:///tmp/out`)"),
+            (BASE.replace("url = \"out\"", "url = \"file:/tmp/out\""), "output.url", "is no file URL"),
             (BASE.replace("url = \"out\"", "url = \"out\"\nstate_url = \"file://st\""), "output.state_url", "file:///st"),
             (BASE.replace("url = \"in\"", "url = \"in\"\noptions = { foo = \"bar\" }"), "input.options", "foo would not be used"),
             (
@@ -1076,6 +1103,12 @@ url = "out"
         let text = BASE.replace(r#"fn = "sum", column = "amount","#, r#"fn = "sum","#);
         let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
         assert!(e.contains("aggregate.measures[1].column"), "{e}");
+        let text = BASE.replace(
+            r#"name = "revenue", fn = "sum", column = "amount","#,
+            r#"name = "Buyers", fn = "count_distinct","#,
+        );
+        let e = JobConfig::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("measure `Buyers` (count_distinct) needs a column"), "{e}");
     }
 
     #[test]

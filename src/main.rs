@@ -358,7 +358,9 @@ fn main() -> ProcessExit {
             if e.use_stderr() {
                 let text = e.render().to_string();
                 let why = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
-                for path in summary_paths(std::env::args_os()).into_iter().filter(|p| is_summary_or_absent(p)) {
+                let config = config_path(std::env::args_os());
+                let writable = |p: &PathBuf| summary_refusal(p, config.as_deref(), None).is_none();
+                for path in summary_paths(std::env::args_os()).into_iter().filter(writable) {
                     let _ = std::fs::write(path, report::refused_json(lakeswap::ExitCode::Usage, why, 0.0));
                 }
             }
@@ -441,17 +443,81 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The paths of `--summary-json` in a command line clap refused (given twice, each).
-/// Whether `path` may be written as a run summary: no file there, an empty one, or a summary
-/// (a JSON object with `exit_code`): never the config, an input object or another file.
-fn is_summary_or_absent(path: &std::path::Path) -> bool {
-    match std::fs::read(path) {
-        Ok(bytes) => {
+/// Why `path` may not take a run summary, if it may not. Refused: an existing file that is not
+/// a run summary (the config itself, an input object: lakeswap overwrites only its own
+/// summaries and empty files), a link to nothing, and a path inside the job's table, state,
+/// input or a lookup table (it would be read as data, or fail the partition it sits in). A
+/// device or a pipe (`/dev/stdout`) is written as it is. `config` is the job's config when
+/// known; one that does not load is read for its locations alone.
+fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, vars: Option<&Vars>) -> Option<String> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) && std::fs::metadata(path).is_err() {
+        return Some("it is a link to nothing; name the file itself".into());
+    }
+    if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        let summary = std::fs::read(path).is_ok_and(|bytes| {
             bytes.is_empty()
                 || serde_json::from_slice::<serde_json::Value>(&bytes)
                     .is_ok_and(|v| v.as_object().is_some_and(|o| o.contains_key("exit_code")))
+        });
+        if !summary {
+            return Some(
+                "the file exists and is not a run summary; lakeswap overwrites only its own summaries (and empty \
+                 files): remove it, or choose another path"
+                    .into(),
+            );
         }
-        Err(_) => true,
     }
+    let config = config?;
+    let inside = |what: &str, url: &str| {
+        format!(
+            "it lies inside the {what} {url}, where it would be read as data (or fail the partition it sits in); \
+             choose a path outside it"
+        )
+    };
+    if let Some(job) = vars.and_then(|v| Job::load_read_only(config, v).ok()) {
+        return run::local_place_holding(&job, path).map(|(what, url)| inside(&what, &url));
+    }
+    // A config that does not load (its own error, reported in the summary): its locations as
+    // written, those without variables.
+    let table: toml::Table = std::fs::read_to_string(config).ok()?.parse().ok()?;
+    let at = |section: &str, key: &str| table.get(section)?.get(key)?.as_str().map(str::to_string);
+    let output = at("output", "url");
+    let state = at("output", "state_url").or_else(|| output.as_deref().and_then(lakeswap::config::default_state_url));
+    let lookups = table
+        .get("aggregate")
+        .and_then(|a| a.get("tables"))
+        .and_then(|t| t.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("url")?.as_str().map(|u| ("lookup table", u.to_string())));
+    let places = [("input", at("input", "url")), ("table", output), ("run state", state)]
+        .into_iter()
+        .filter_map(|(what, url)| Some((what, url?)))
+        .chain(lookups);
+    let shown = path.display().to_string();
+    for (what, url) in places {
+        let local = lakeswap::config::scheme_family(&url) == "file" && !url.contains("${");
+        let folder = url.get(7..).filter(|_| url.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("file://")));
+        if local && lakeswap::read::list::nested(folder.unwrap_or(&url), &shown) {
+            return Some(inside(what, &url));
+        }
+    }
+    None
+}
+
+/// The config a command line names (`--config`, `-c`, or `LAKESWAP_CONFIG`), read without
+/// the parser (for a command line it refused).
+fn config_path(args: impl Iterator<Item = std::ffi::OsString>) -> Option<PathBuf> {
+    let mut args = args.skip(1);
+    while let Some(a) = args.next() {
+        if a == "--config" || a == "-c" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(path) = a.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            return Some(PathBuf::from(path));
+        }
+    }
+    std::env::var_os("LAKESWAP_CONFIG").map(PathBuf::from)
 }
 
 fn summary_paths(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<PathBuf> {
@@ -574,28 +640,14 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
     result.map(|s| s.map_or(ExitCode::Ok, |s| s.exit_code))
 }
 
-/// Refuses a `--summary-json` path whose file would be lost, or would be read as data: an
-/// existing file that is not a run summary (the config itself, an input object), or a path
-/// inside the job's table, state, input or a lookup table.
+/// Refuses a `--summary-json` path whose file would be lost, or would be read as data
+/// ([`summary_refusal`]).
 fn check_summary_path(path: &std::path::Path, a: &RunArgs, vars: &[(String, String)]) -> Result<(), Error> {
-    let refuse = |why: String| usage(format!("--summary-json {}: {why}. Nothing was done", path.display()));
-    if !is_summary_or_absent(path) {
-        return Err(refuse(
-            "the file exists and is not a run summary; lakeswap overwrites only its own summaries (and empty \
-             files): remove it, or choose another path"
-                .into(),
-        ));
+    let vars = config_vars(vars, &a.vars).ok();
+    match summary_refusal(path, Some(&a.config), vars.as_ref()) {
+        Some(why) => Err(usage(format!("--summary-json {}: {why}. Nothing was done", path.display()))),
+        None => Ok(()),
     }
-    // A config that does not load is the run's own error, reported in the summary.
-    let Ok(job) = config_vars(vars, &a.vars).and_then(|vars| Job::load_read_only(&a.config, &vars)) else {
-        return Ok(());
-    };
-    if let Some((what, url)) = run::local_place_holding(&job, path) {
-        return Err(refuse(format!(
-            "it lies inside the {what} {url}, where it would be read as data (or fail the partition it sits in);              choose a path outside it"
-        )));
-    }
-    Ok(())
 }
 
 /// A run, or its plan with `--dry-run` (`None`).
@@ -868,7 +920,11 @@ async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
 
 async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
     let vars = &config_vars(vars, &a.vars)?;
-    let job = Job::load_with(&a.config, vars)?;
+    // A dry run writes nothing: no folders made, no probe of whether a run could write.
+    let job = match a.dry_run {
+        true => Job::load_read_only(&a.config, vars)?,
+        false => Job::load_with(&a.config, vars)?,
+    };
     outside_the_process(&job)?;
     let opts = lakeswap::gc::GcOptions {
         quarantine_older_than: match &a.quarantine_older_than {

@@ -326,7 +326,8 @@ pub struct Writer {
     inner: Option<FileWriter<BufWriter<File>>>,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
-    flush_rows: usize,
+    /// Rows gathered before a write.
+    pub flush_rows: usize,
 }
 
 fn io_error(path: &Path, e: impl std::fmt::Display) -> PartitionError {

@@ -502,10 +502,14 @@ fn non_boolean_condition(plan: &LogicalPlan) -> Option<String> {
                     match c.get_type(&schema) {
                         Ok(DataType::Boolean | DataType::Null) | Err(_) => {}
                         Ok(t) => {
+                            let test = match t.is_numeric() {
+                                true => format!("`{c} <> 0`"),
+                                false => format!("`{c} = 'yes'`"),
+                            };
                             found = Some(format!(
                                 "the condition `{c}` (of a FILTER (WHERE …), a CASE WHEN or a measure's `where`) is \
                                  {t}, not true or false: the engine would take any number but 0 (or the text \
-                                 'true') as true. Write the test you mean (`{c} > 0`, `{c} = 'yes'`)"
+                                 'true') as true. Write the test you mean ({test}, say)"
                             ));
                             return Ok(TreeNodeRecursion::Stop);
                         }

@@ -345,8 +345,10 @@ impl Aggregate {
         let wide = spill::spill_schema(&record);
         // Rows gathered per bucket before a write, and per batch of a winners' file (the merge
         // back into input order holds one batch of each): the buffers together stay within an
-        // eighth of the budget (at ~100 bytes a row).
-        let flush_rows = ((limit / 8 / 100) as usize / buckets).clamp(1024, 1 << 16);
+        // eighth of the budget, at the widest rows decoded so far (~100 bytes until the first).
+        let rows_per_flush = |row_bytes: u64| ((limit / 8 / row_bytes.max(1)) as usize / buckets).clamp(64, 1 << 16);
+        let mut row_bytes = 100u64;
+        let mut flush_rows = rows_per_flush(row_bytes);
         let mut writers = (0..buckets)
             .map(|b| spill::Writer::create(dir.join(format!("in-{b:05}.arrow")), wide.clone(), flush_rows))
             .collect::<Result<Vec<_>, _>>()?;
@@ -365,6 +367,13 @@ impl Aggregate {
             let (record, wide, key, tz) = (record.clone(), wide.clone(), key.clone(), decoder.tz);
             let object = object as u32;
             let pieces = std::mem::take(&mut d.pieces);
+            let rows: usize = pieces.iter().map(|p| p.batch.num_rows()).sum();
+            if rows > 0 {
+                let bytes: usize = pieces.iter().map(|p| p.batch.get_array_memory_size()).sum();
+                row_bytes = row_bytes.max((bytes / rows) as u64);
+                flush_rows = rows_per_flush(row_bytes);
+                writers.iter_mut().for_each(|w| w.flush_rows = flush_rows);
+            }
             let scattered = tokio::task::spawn_blocking(move || {
                 let t0 = Instant::now();
                 // Each bucket's rows of the whole object, gathered straight from its pieces.

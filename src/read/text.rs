@@ -272,7 +272,7 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "true" | "1" => Ok(true),
         "false" | "0" => Ok(false),
-        _ => Err(format!("`{s}` is not a boolean (true / false)")),
+        _ => Err(format!("`{s}` is not a boolean (true / false, in any case, or 1 / 0)")),
     }
 }
 
@@ -291,6 +291,9 @@ pub fn parse_decimal(s: &str, precision: u8, scale: i8) -> Result<i128, String> 
         Some(b'+') => (false, &t[1..]),
         _ => (false, t),
     };
+    if !body.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')) {
+        return Err(err("not a number"));
+    }
     let (mantissa, exp) = match body.find(['e', 'E']) {
         Some(i) => (&body[..i], body[i + 1..].parse::<i32>().map_err(|_| err("bad exponent"))?),
         None => (body, 0),
@@ -372,6 +375,12 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
         )
         .ok_or_else(|| format!("`{s}` is out of range"))?;
         return to_unit(utc.with_timezone(&tz).naive_local(), unit).ok_or_else(|| format!("`{s}` is out of range"));
+    }
+    if epoch && t.parse::<f64>().is_ok() {
+        return Err(format!(
+            "`{s}` is not a whole number: epoch values are integers in the column's unit ({unit:?}); declare a \
+             finer unit for fractions of a second"
+        ));
     }
     let bad = || format!("`{s}` is not a timestamp (ISO 8601, e.g. 2026-11-01T02:00:00Z)");
     let (date_part, rest) = match t.find(['T', 't', ' ']) {
@@ -460,7 +469,7 @@ pub fn offset_at(tz: Tz, utc: NaiveDateTime) -> i32 {
 }
 
 /// The type of a text column whose type is not declared, from every one of its values: int64
-/// when each is a plain integer (no leading zeros, which identifiers keep; no sign on 0), float64 when each
+/// when each is a plain integer (no leading zeros, which identifiers keep), float64 when each
 /// is a number, bool when each is true / false, else utf8; a column of nulls only is `Null`.
 pub fn infer(columns: &[&StringArray]) -> DataType {
     let mut all_int = true;
@@ -480,12 +489,9 @@ pub fn infer(columns: &[&StringArray]) -> DataType {
             let v = c.value(i);
             if all_int {
                 let digits = v.strip_prefix('-').unwrap_or(v);
-                // `-0` is 0 spelt otherwise, as `+1` is 1: as integers, ids written apart
-                // would be one key.
                 all_int = !digits.is_empty()
                     && digits.bytes().all(|b| b.is_ascii_digit())
                     && (digits == "0" || !digits.starts_with('0'))
-                    && v != "-0"
                     && v.parse::<i64>().is_ok();
             }
             let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
@@ -901,6 +907,11 @@ mod tests {
     #[test]
     fn decimals_are_exact_or_refused() {
         assert_eq!(parse_decimal("0.7", 12, 2), Ok(70));
+        for s in ["true", "1,000.00", "0x10", "NaN", "1e"] {
+            let e = parse_decimal(s, 12, 2).unwrap_err();
+            assert!(e.contains("not a number") || e.contains("bad exponent"), "{s}: {e}");
+        }
+        assert!(parse_decimal("true", 12, 2).unwrap_err().contains("not a number"));
         assert_eq!(parse_decimal("0.70", 12, 2), Ok(70));
         assert_eq!(parse_decimal("-1.500", 12, 2), Ok(-150));
         assert_eq!(parse_decimal("12", 12, 2), Ok(1200));
@@ -971,6 +982,10 @@ mod tests {
         assert!(parse_timestamp("1700000000", us, true, false, ny).unwrap_err().contains("timestamp(s)"));
         assert_eq!(parse_timestamp("1700000000", TimeUnit::Second, true, true, ny), Ok(1_700_000_000));
         assert!(parse_timestamp("2026-11-01T01:00:00.5Z", TimeUnit::Second, true, false, ny).is_err());
+        for s in ["1793534400.5", "1e12", "1.7935344001235e12"] {
+            let e = parse_timestamp(s, TimeUnit::Second, true, true, ny).unwrap_err();
+            assert!(e.contains("not a whole number"), "{s}: {e}");
+        }
         assert!(parse_timestamp("yesterday", us, true, false, ny).is_err());
         assert!(parse_timestamp("2026-11-01T23:59:60Z", us, true, false, ny).unwrap_err().contains("leap second"));
         assert!(parse_timestamp("2026-11-01 10:15:60.5", us, false, false, ny).unwrap_err().contains("leap second"));
@@ -1008,8 +1023,6 @@ mod tests {
         let a = |v: &[&str]| StringArray::from(v.to_vec());
         assert_eq!(infer(&[&a(&["1", "-2", "30"])]), DataType::Int64);
         assert_eq!(infer(&[&a(&["007", "8"])]), DataType::Utf8, "leading zeros are kept");
-        assert_eq!(infer(&[&a(&["0", "-0"])]), DataType::Float64, "-0 is no integer id, as +0 is not");
-        assert_eq!(infer(&[&a(&["0", "+0"])]), DataType::Float64);
         assert_eq!(infer(&[&a(&["1", "2.5"])]), DataType::Float64);
         // Past int64, a double would round 18446744073709551610 and …611 to one value.
         assert_eq!(infer(&[&a(&["18446744073709551610", "18446744073709551611"])]), DataType::Utf8);

@@ -339,6 +339,11 @@ fn local_folder(
             .open(&probe)
             .map_err(|e| invalid(format!("cannot write in the folder {}: {e}", dir.display())))?;
         let _ = std::fs::remove_file(&probe);
+    } else if dir.is_file() {
+        return Err(invalid(format!(
+            "{} is a file; name the folder that holds the objects (every object under it is read)",
+            dir.display()
+        )));
     } else if !dir.is_dir() {
         return Err(invalid(format!(
             "the folder {} does not exist (a plain path is taken relative to the current directory)",

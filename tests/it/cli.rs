@@ -79,6 +79,16 @@ fn config_errors_name_the_key_and_exit_2() {
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("job.timezone"), "{out}");
 
+    // An input URL naming one object, not the folder holding it.
+    let (code, out) = config_error(|t| {
+        t.replace(
+            "url = \"examples/data/orders\"",
+            "url = \"examples/data/orders/event_date=2026-11-01/part-00000.parquet\"",
+        )
+    });
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("input.url") && out.contains("is a file; name the folder"), "{out}");
+
     // A store inside the process: a command's writes would end with it.
     let (code, out) =
         config_error(|t| t.replace("url = \"lake/revenue_daily\"", "url = \"memory://lake/revenue_daily\""));

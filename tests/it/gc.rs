@@ -35,6 +35,14 @@ fn gc_removes_stale_staging_and_expired_leases_only() {
     // Staging of a run that lost its lease to another live run.
     put(&state.join("staging/20260101T000000.000Z-0000aa/event_date=2026-11-02/part-00000.parquet"), b"debris");
 
+    // A dry run of a table never run makes no folder: it writes nothing.
+    let fresh = lake.dir.path().join("fresh.toml");
+    let config = std::fs::read_to_string(lake.config()).unwrap();
+    let out = lake.output().display().to_string();
+    std::fs::write(&fresh, config.replace(&out, &format!("{out}-fresh"))).unwrap();
+    let o = cli(&["gc", "--config", fresh.to_str().unwrap(), "--dry-run"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!std::path::Path::new(&format!("{out}-fresh")).exists(), "a dry run made the table's folder");
     // `--dry-run` lists what gc would remove, and removes nothing.
     let o = cli(&["gc", "--config", lake.config().to_str().unwrap(), "--dry-run"], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

@@ -164,6 +164,28 @@ fn a_summary_is_written_on_every_exit() {
         assert!(!in_table.exists() && !in_input.exists(), "{path}");
         assert_eq!(lake.snapshot(), before, "{path}");
     }
+    // … also when the command line is refused, or the config does not load (an unset
+    // variable): the locations are read from its text. A link to nothing is refused.
+    let unset = lake.dir.path().join("unset.toml");
+    std::fs::write(
+        &unset,
+        std::fs::read_to_string(lake.config())
+            .unwrap()
+            .replace("[job]", "[job]\n# ${NOT_SET}\ndescription = \"${NOT_SET}\""),
+    )
+    .unwrap();
+    let dangling = lake.dir.path().join("dangling.json");
+    std::os::unix::fs::symlink(&in_table, &dangling).unwrap();
+    for (cfg, extra, path) in [
+        (c.as_str(), "--concurrency=abc", in_table.to_str().unwrap()),
+        (unset.to_str().unwrap(), "--quiet", in_input.to_str().unwrap()),
+        (c.as_str(), "--quiet", dangling.to_str().unwrap()),
+    ] {
+        let o = cli(&["run", "--config", cfg, "--date", "2026-11-02", extra, "--summary-json", path], lake.dir.path());
+        assert_eq!(o.status.code(), Some(2), "{path}: {}", stderr(&o));
+        assert!(!in_table.exists() && !in_input.exists(), "{path}: {}", stderr(&o));
+        assert_eq!(lake.snapshot(), before, "{path}");
+    }
     // An empty file (made for the run to fill) is written.
     std::fs::write(&notes, "").unwrap();
     let o = run(&lake, &lake.config(), &["--date", "2026-11-02", "--summary-json", notes.to_str().unwrap()]);
