@@ -368,9 +368,9 @@ impl Aggregate {
             let object = object as u32;
             let pieces = std::mem::take(&mut d.pieces);
             let rows: usize = pieces.iter().map(|p| p.batch.num_rows()).sum();
-            if rows > 0 {
-                let bytes: usize = pieces.iter().map(|p| p.batch.get_array_memory_size()).sum();
-                row_bytes = row_bytes.max((bytes / rows) as u64);
+            let bytes: usize = pieces.iter().map(|p| p.batch.get_array_memory_size()).sum();
+            if let Some(width) = bytes.checked_div(rows) {
+                row_bytes = row_bytes.max(width as u64);
                 flush_rows = rows_per_flush(row_bytes);
                 writers.iter_mut().for_each(|w| w.flush_rows = flush_rows);
             }
