@@ -299,19 +299,25 @@ impl Drop for Tiny {
     }
 }
 
+/// A lake whose 2026-11-01 is committed, and the arguments that run it again spilled under
+/// 1 MiB into `spill`; the table as committed.
+fn committed_then_spilled(lake: &Lake, spill: &Path) -> (Vec<String>, std::collections::BTreeMap<String, Vec<u8>>) {
+    lake.write_hive(&random_orders(19, 1, 40_000), 2);
+    let cfg = lake.config().to_str().unwrap().to_string();
+    let base = ["run", "--config", &cfg, "--date", "2026-11-01"];
+    assert!(cli(&base, lake.dir.path()).status.success());
+    let mut args: Vec<String> = base.iter().map(|a| a.to_string()).collect();
+    args.extend(["--memory-limit", "1MiB", "--spill-dir", spill.to_str().unwrap()].map(String::from));
+    (args, lake.snapshot())
+}
+
 #[test]
 fn a_full_spill_disk_fails_the_partition_and_keeps_what_is_committed() {
     let lake = Lake::new();
-    lake.write_hive(&random_orders(19, 1, 40_000), 2);
-    let cfg = lake.config();
-    let base = ["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"];
-    assert!(cli(&base, lake.dir.path()).status.success());
-    let before = lake.snapshot();
     let spill = lake.dir.path().join("tiny");
+    let (args, before) = committed_then_spilled(&lake, &spill);
     let _tiny = Tiny::mount(&spill, "256k");
-    let mut args = base.to_vec();
-    args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", spill.to_str().unwrap()]);
-    let o = cli(&args, lake.dir.path());
+    let o = cli(&args.iter().map(String::as_str).collect::<Vec<_>>(), lake.dir.path());
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("spilling to") && text(&o).contains("--spill-dir"), "{}", text(&o));
     assert!(lake.snapshot() == before);
@@ -324,16 +330,10 @@ fn a_full_spill_disk_fails_the_partition_and_keeps_what_is_committed() {
 #[test]
 fn a_file_size_limit_fails_the_partition_and_keeps_what_is_committed() {
     let lake = Lake::new();
-    lake.write_hive(&random_orders(19, 1, 40_000), 2);
-    let cfg = lake.config();
-    let base = ["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"];
-    assert!(cli(&base, lake.dir.path()).status.success());
-    let before = lake.snapshot();
     let spill = lake.dir.path().join("spill");
+    let (mut args, before) = committed_then_spilled(&lake, &spill);
     let summary_at = lake.dir.path().join("summary.json");
-    let mut args = base.to_vec();
-    args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", spill.to_str().unwrap()]);
-    args.extend_from_slice(&["--summary-json", summary_at.to_str().unwrap()]);
+    args.extend(["--summary-json".to_string(), summary_at.to_str().unwrap().to_string()]);
     // 64 blocks of 512 bytes: 32 KiB a file.
     let o = std::process::Command::new("sh")
         .arg("-c")
