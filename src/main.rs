@@ -358,8 +358,11 @@ fn main() -> ProcessExit {
             if e.use_stderr() {
                 let text = e.render().to_string();
                 let why = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
-                let config = config_path(std::env::args_os());
-                let writable = |p: &PathBuf| summary_refusal(p, config.as_deref(), None).is_none();
+                let configs = config_paths(std::env::args_os());
+                let writable = |p: &PathBuf| {
+                    summary_refusal(p, None, None).is_none()
+                        && configs.iter().all(|c| summary_refusal(p, Some(c), None).is_none())
+                };
                 for path in summary_paths(std::env::args_os()).into_iter().filter(writable) {
                     let _ = std::fs::write(path, report::refused_json(lakeswap::ExitCode::Usage, why, 0.0));
                 }
@@ -443,6 +446,11 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The paths of `--summary-json` in a command line clap refused (given twice, each).
+/// Whether `path` is a regular file or nothing (not a device, a pipe or a folder).
+fn is_file_or_absent(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).map_or(true, |m| m.is_file())
+}
+
 /// Why `path` may not take a run summary, if it may not. Refused: an existing file that is not
 /// a run summary (the config itself, an input object: lakeswap overwrites only its own
 /// summaries and empty files), a link to nothing, and a path inside the job's table, state,
@@ -453,11 +461,18 @@ fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, var
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) && std::fs::metadata(path).is_err() {
         return Some("it is a link to nothing; name the file itself".into());
     }
+    if std::fs::metadata(path).is_ok_and(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(&m) > 1) {
+        return Some(
+            "it is a hard link: the file has another name too (a run journal, say); name a file of its own".into(),
+        );
+    }
     if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        // A run journal has an `exit_code` too, and its `host`.
         let summary = std::fs::read(path).is_ok_and(|bytes| {
             bytes.is_empty()
-                || serde_json::from_slice::<serde_json::Value>(&bytes)
-                    .is_ok_and(|v| v.as_object().is_some_and(|o| o.contains_key("exit_code")))
+                || serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| {
+                    v.as_object().is_some_and(|o| o.contains_key("exit_code") && !o.contains_key("host"))
+                })
         });
         if !summary {
             return Some(
@@ -480,7 +495,10 @@ fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, var
     // A config that does not load (its own error, reported in the summary): its locations as
     // written, those without variables.
     let table: toml::Table = std::fs::read_to_string(config).ok()?.parse().ok()?;
-    let at = |section: &str, key: &str| table.get(section)?.get(key)?.as_str().map(str::to_string);
+    let environment = Vars::environment();
+    let vars = vars.unwrap_or(&environment);
+    let expand = |u: &str| vars.expand(u).ok().map(|e| e.unwrap_or_else(|| u.to_string()));
+    let at = |section: &str, key: &str| expand(table.get(section)?.get(key)?.as_str()?);
     let output = at("output", "url");
     let state = at("output", "state_url").or_else(|| output.as_deref().and_then(lakeswap::config::default_state_url));
     let lookups = table
@@ -489,7 +507,7 @@ fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, var
         .and_then(|t| t.as_array())
         .into_iter()
         .flatten()
-        .filter_map(|t| t.get("url")?.as_str().map(|u| ("lookup table", u.to_string())));
+        .filter_map(|t| Some(("lookup table", expand(t.get("url")?.as_str()?)?)));
     let places = [("input", at("input", "url")), ("table", output), ("run state", state)]
         .into_iter()
         .filter_map(|(what, url)| Some((what, url?)))
@@ -505,19 +523,20 @@ fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, var
     None
 }
 
-/// The config a command line names (`--config`, `-c`, or `LAKESWAP_CONFIG`), read without
-/// the parser (for a command line it refused).
-fn config_path(args: impl Iterator<Item = std::ffi::OsString>) -> Option<PathBuf> {
+/// The configs a command line names (`--config X`, `--config=X`, `-c X`, `-cX`, `-c=X`, each
+/// time it does, and `LAKESWAP_CONFIG`), read without the parser (for a command line it refused).
+fn config_paths(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::env::var_os("LAKESWAP_CONFIG").map(PathBuf::from).into_iter().collect();
     let mut args = args.skip(1);
     while let Some(a) = args.next() {
         if a == "--config" || a == "-c" {
-            return args.next().map(PathBuf::from);
-        }
-        if let Some(path) = a.to_str().and_then(|a| a.strip_prefix("--config=")) {
-            return Some(PathBuf::from(path));
+            found.extend(args.next().map(PathBuf::from));
+        } else if let Some(path) = a.to_str().and_then(|a| a.strip_prefix("--config=").or_else(|| a.strip_prefix("-c")))
+        {
+            found.push(PathBuf::from(path.strip_prefix('=').unwrap_or(path)));
         }
     }
-    std::env::var_os("LAKESWAP_CONFIG").map(PathBuf::from)
+    found
 }
 
 fn summary_paths(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<PathBuf> {
@@ -623,8 +642,12 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
     // summary (one killed with SIGKILL) for this one's.
     if let Some(path) = &a.summary_json {
         check_summary_path(path, &a, vars)?;
-        std::fs::write(path, report::running_json(None))
-            .map_err(|e| usage(format!("--summary-json {}: cannot write it: {e}", path.display())))?;
+        // A pipe or a device (`/dev/stdout`) gets the final summary alone: one JSON document,
+        // and no second open that would wait for a reader gone after the first.
+        if is_file_or_absent(path) {
+            std::fs::write(path, report::running_json(None))
+                .map_err(|e| usage(format!("--summary-json {}: cannot write it: {e}", path.display())))?;
+        }
     }
     let summary_json = a.summary_json.clone();
     let started = std::time::Instant::now();
@@ -858,7 +881,7 @@ impl run::Observer for Progress {
     fn event(&self, e: &run::Event<'_>) {
         match e {
             run::Event::Planned { run_id, partitions } => {
-                if let Some(path) = &self.summary_json {
+                if let Some(path) = self.summary_json.as_ref().filter(|p| is_file_or_absent(p)) {
                     // Written once already at start: a failure now is not the run's to fail.
                     let _ = std::fs::write(path, report::running_json(Some(run_id)));
                 }

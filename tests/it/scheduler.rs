@@ -176,16 +176,31 @@ fn a_summary_is_written_on_every_exit() {
     .unwrap();
     let dangling = lake.dir.path().join("dangling.json");
     std::os::unix::fs::symlink(&in_table, &dangling).unwrap();
+    let c_joined = format!("-c{c}");
     for (cfg, extra, path) in [
         (c.as_str(), "--concurrency=abc", in_table.to_str().unwrap()),
+        (c_joined.as_str(), "--concurrency=abc", in_table.to_str().unwrap()),
         (unset.to_str().unwrap(), "--quiet", in_input.to_str().unwrap()),
         (c.as_str(), "--quiet", dangling.to_str().unwrap()),
     ] {
-        let o = cli(&["run", "--config", cfg, "--date", "2026-11-02", extra, "--summary-json", path], lake.dir.path());
+        let config: &[&str] = if cfg.starts_with("-c") { &[cfg] } else { &["--config", cfg] };
+        let o = cli(
+            &[&["run"], config, &["--date", "2026-11-02", extra, "--summary-json", path]].concat(),
+            lake.dir.path(),
+        );
         assert_eq!(o.status.code(), Some(2), "{path}: {}", stderr(&o));
         assert!(!in_table.exists() && !in_input.exists(), "{path}: {}", stderr(&o));
         assert_eq!(lake.snapshot(), before, "{path}");
     }
+    // A hard link (to a run journal, which has an `exit_code` too) is refused.
+    let journal = std::fs::read_dir(lake.state().join("runs")).unwrap().next().unwrap().unwrap().path();
+    let kept = std::fs::read(&journal).unwrap();
+    let linked = lake.dir.path().join("linked.json");
+    std::fs::hard_link(&journal, &linked).unwrap();
+    let o = run(&lake, &lake.config(), &["--date", "2026-11-02", "--summary-json", linked.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("hard link"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&journal).unwrap(), kept);
     // An empty file (made for the run to fill) is written.
     std::fs::write(&notes, "").unwrap();
     let o = run(&lake, &lake.config(), &["--date", "2026-11-02", "--summary-json", notes.to_str().unwrap()]);
