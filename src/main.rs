@@ -445,7 +445,6 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// The paths of `--summary-json` in a command line clap refused (given twice, each).
 /// Whether `path` is a regular file or nothing (not a device, a pipe or a folder).
 fn is_file_or_absent(path: &std::path::Path) -> bool {
     std::fs::metadata(path).map_or(true, |m| m.is_file())
@@ -458,15 +457,18 @@ fn is_file_or_absent(path: &std::path::Path) -> bool {
 /// device or a pipe (`/dev/stdout`) is written as it is. `config` is the job's config when
 /// known; one that does not load is read for its locations alone.
 fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, vars: Option<&Vars>) -> Option<String> {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) && std::fs::metadata(path).is_err() {
+    // Followed through a symbolic link: `Err` for nothing there, or a link to nothing.
+    let meta = std::fs::metadata(path);
+    if meta.is_err() && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
         return Some("it is a link to nothing; name the file itself".into());
     }
-    if std::fs::metadata(path).is_ok_and(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(&m) > 1) {
+    let file = meta.as_ref().is_ok_and(|m| m.is_file());
+    if file && meta.as_ref().is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(m) > 1) {
         return Some(
             "it is a hard link: the file has another name too (a run journal, say); name a file of its own".into(),
         );
     }
-    if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+    if file {
         // A run journal has an `exit_code` too, and its `host`.
         let summary = std::fs::read(path).is_ok_and(|bytes| {
             bytes.is_empty()
@@ -493,7 +495,7 @@ fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, var
         return run::local_place_holding(&job, path).map(|(what, url)| inside(&what, &url));
     }
     // A config that does not load (its own error, reported in the summary): its locations as
-    // written, those without variables.
+    // written, with the variables that are set (one that is not leaves its location unknown).
     let table: toml::Table = std::fs::read_to_string(config).ok()?.parse().ok()?;
     let environment = Vars::environment();
     let vars = vars.unwrap_or(&environment);
@@ -514,7 +516,7 @@ fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, var
         .chain(lookups);
     let shown = path.display().to_string();
     for (what, url) in places {
-        let local = lakeswap::config::scheme_family(&url) == "file" && !url.contains("${");
+        let local = lakeswap::config::scheme_family(&url) == "file";
         let folder = url.get(7..).filter(|_| url.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("file://")));
         if local && lakeswap::read::list::nested(folder.unwrap_or(&url), &shown) {
             return Some(inside(what, &url));
@@ -539,6 +541,7 @@ fn config_paths(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<PathBuf> 
     found
 }
 
+/// The paths of `--summary-json` in a command line clap refused (given twice, each).
 fn summary_paths(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut args = args.skip(1);

@@ -376,10 +376,10 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
         .ok_or_else(|| format!("`{s}` is out of range"))?;
         return to_unit(utc.with_timezone(&tz).naive_local(), unit).ok_or_else(|| format!("`{s}` is out of range"));
     }
-    if epoch && t.parse::<f64>().is_ok() {
+    if epoch && t.parse::<f64>().is_ok_and(f64::is_finite) {
         return Err(format!(
-            "`{s}` is not a whole number: epoch values are integers in the column's unit ({unit:?}); declare a \
-             finer unit for fractions of a second"
+            "`{s}` is not a whole number in digits alone: epoch values are integers written out in the column's \
+             unit ({unit:?}), without a fraction or an exponent; declare a finer unit for fractions of a second"
         ));
     }
     let bad = || format!("`{s}` is not a timestamp (ISO 8601, e.g. 2026-11-01T02:00:00Z)");
