@@ -18,6 +18,7 @@ use std::fs::File;
 use std::hash::BuildHasher;
 use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array, UInt64Array};
@@ -27,6 +28,7 @@ use arrow::ipc::writer::{FileWriter, IpcWriteOptions};
 use arrow::row::{RowConverter, SortField};
 
 use crate::error::PartitionError;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// A spill folder's name starts so; the run id follows.
 pub const PREFIX: &str = "lakeswap-";
@@ -127,7 +129,7 @@ pub struct Area {
     root: PathBuf,
     table: String,
     limit: u64,
-    permits: tokio::sync::Semaphore,
+    permits: Arc<tokio::sync::Semaphore>,
     units: u64,
     /// Bytes kept in memory between partitions: see [`Area::may_hold`].
     held: std::sync::atomic::AtomicU64,
@@ -142,7 +144,7 @@ impl Area {
             root: spill_dir.join(format!("{PREFIX}{run_id}")),
             table,
             limit,
-            permits: tokio::sync::Semaphore::new(units as usize),
+            permits: Arc::new(tokio::sync::Semaphore::new(units as usize)),
             units,
             held: std::sync::atomic::AtomicU64::new(0),
             made: std::sync::Mutex::new(None),
@@ -155,16 +157,28 @@ impl Area {
     }
 
     /// Waits until `bytes` of the budget (at most all of it) are free, and holds them.
-    pub async fn reserve(&self, bytes: u64) -> tokio::sync::SemaphorePermit<'_> {
+    pub async fn reserve(&self, bytes: u64) -> OwnedSemaphorePermit {
         let want = bytes.div_ceil(UNIT).clamp(1, self.units) as u32;
-        self.permits.acquire_many(want).await.expect("the budget is never closed")
+        self.permits.clone().acquire_many_owned(want).await.expect("the budget is never closed")
+    }
+
+    /// A meter for a date read in memory that holds `held` of the budget, and whose objects
+    /// hold `stored` bytes.
+    pub fn meter(&self, held: OwnedSemaphorePermit, stored: u64) -> Meter {
+        Meter {
+            permits: self.permits.clone(),
+            units: self.units,
+            limit: self.limit,
+            stored,
+            state: std::sync::Mutex::new(Metered { held: Some(held), decoded: 0, stored: 0, widest: 0 }),
+            over: AtomicBool::new(false),
+        }
     }
 
     /// Whether `bytes` more may stay in memory until the run ends (a partition's key hashes,
     /// its computed file): yes while everything so kept stays within an eighth of the budget.
     /// Counted when the answer is yes.
     pub fn may_hold(&self, bytes: u64) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
         if self.held.fetch_add(bytes, Relaxed) + bytes <= self.limit / 8 {
             return true;
         }
@@ -207,6 +221,95 @@ impl Drop for Area {
             let _ = std::fs::remove_dir_all(&self.root);
             LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|r| *r != self.root);
         }
+    }
+}
+
+/// Memory a date read in memory takes per byte its rows decode to: the rows, and as much again
+/// for what preparing, querying and encoding them hold at once (the reference data set peaks
+/// near 9× its Parquet files, which decode to about 4.3×).
+const FOOTPRINT: u64 = 2;
+
+/// Counts what a date's objects decode to while it is read in memory, so that a date whose
+/// objects decode far larger than their estimate ([`estimate`]) is not read past the budget.
+/// The date's reservation grows with what it decodes while the budget has room; when it has
+/// none, the meter is over and the caller gives back what it holds before it waits for more
+/// (no partition waits holding a part of the budget, so none waits on another forever).
+pub struct Meter {
+    permits: Arc<tokio::sync::Semaphore>,
+    units: u64,
+    limit: u64,
+    /// The stored bytes of the date's objects.
+    stored: u64,
+    state: std::sync::Mutex<Metered>,
+    over: AtomicBool,
+}
+
+struct Metered {
+    held: Option<OwnedSemaphorePermit>,
+    /// Bytes decoded so far, and the share of the objects' stored bytes they stand for.
+    decoded: u64,
+    stored: u64,
+    /// The widest rows counted so far, in bytes.
+    widest: u64,
+}
+
+impl Meter {
+    /// Counts `decoded` bytes more, standing for `stored` bytes of the objects (`rows` rows);
+    /// false once the date is over its budget (then for every later call too).
+    pub fn add(&self, decoded: u64, stored: u64, rows: u64) -> bool {
+        if self.over.load(Relaxed) {
+            return false;
+        }
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.decoded += decoded;
+        s.stored += stored;
+        s.widest = s.widest.max(decoded / rows.max(1));
+        let need = (s.decoded * FOOTPRINT).div_ceil(UNIT);
+        let have = s.held.as_ref().map_or(0, |h| h.num_permits() as u64);
+        if need <= have {
+            return true;
+        }
+        // A quarter more than needed now: fewer, larger steps.
+        let more = ((need + need / 4).min(self.units) - have) as u32;
+        let grown = match need > self.units {
+            true => None,
+            false => self.permits.clone().try_acquire_many_owned(more).ok(),
+        };
+        match (grown, s.held.as_mut()) {
+            (Some(p), Some(h)) => {
+                h.merge(p);
+                true
+            }
+            _ => {
+                self.over.store(true, Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Rows to decode at a time: a part of at most a sixty-fourth of the budget at the widest
+    /// rows counted so far (1 KiB until the first), between 1,024 and a chunk.
+    pub fn batch_rows(&self) -> usize {
+        let widest = self.state.lock().unwrap_or_else(|e| e.into_inner()).widest;
+        let width = if widest == 0 { 1024 } else { widest };
+        ((self.limit / 64 / width) as usize).clamp(1 << 10, crate::read::CHUNK_ROWS)
+    }
+
+    /// Whether the date went over its budget.
+    pub fn is_over(&self) -> bool {
+        self.over.load(Relaxed)
+    }
+
+    /// What the date is estimated to take in all, from what its objects decoded to so far.
+    pub fn estimate(&self) -> u64 {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let per_stored = (s.decoded * FOOTPRINT) as f64 / s.stored.max(1) as f64;
+        ((per_stored * self.stored as f64) as u64).max(s.decoded * FOOTPRINT)
+    }
+
+    /// The part of the budget the date holds (given back by the caller when it is spilled).
+    pub fn held(&self) -> Option<OwnedSemaphorePermit> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).held.take()
     }
 }
 
@@ -493,6 +596,11 @@ pub fn estimate(format: crate::read::Format, objects: &[object_store::ObjectMeta
             m.size * factor
         })
         .sum()
+}
+
+/// The stored bytes of `objects`.
+pub fn total_size(objects: &[object_store::ObjectMeta]) -> u64 {
+    objects.iter().map(|m| m.size).sum()
 }
 
 /// The most buckets of one partition (open files while scattering; a bucket then holds more

@@ -14,6 +14,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
 use futures::StreamExt;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Body, Computed, Context, Kind, Outcome, PartitionFile, Planned};
 use crate::commit;
@@ -201,17 +202,11 @@ impl Aggregate {
             None => spill::estimate(cx.plan.decoder.format, &p.inputs),
         };
         // Larger partitions wait for room in the budget: fewer run at once.
-        let _held = cx.spill.reserve(estimate).await;
-        let spilled = cx.flat.is_none() && estimate > cx.spill.limit();
-        let cleaned = match spilled {
-            true => {
-                let cleaned = self.spilled(cx, p, estimate).await;
-                if cleaned.is_err() {
-                    cx.spill.remove(&p.dir);
-                }
-                cleaned?
-            }
-            false => self.in_memory(cx, p).await?,
+        let held = cx.spill.reserve(estimate).await;
+        let (cleaned, spilled, _held) = match (cx.flat, estimate > cx.spill.limit()) {
+            (Some(_), _) => (self.in_memory(cx, p, None).await?, false, held),
+            (None, true) => (self.spilled_or_removed(cx, p, estimate).await?, true, held),
+            (None, false) => self.metered(cx, p, held).await?,
         };
         let Cleaned { source, record, stats, hashes, quarantined, spilled_bytes, read_s, prepare_s } = cleaned;
         let key_types = KeyTypes::of(&record, &cx.job.config.identity.key);
@@ -274,11 +269,65 @@ impl Aggregate {
         Ok((file, hashes, key_types))
     }
 
-    /// Reads and prepares a date in memory; `events` is a view of the kept rows of the
-    /// prepared table's chunks.
-    async fn in_memory(&self, cx: &Context<'_>, p: &PartitionPlan) -> Result<Cleaned, PartitionError> {
+    /// Reads a date in memory, counting what it decodes to: a date that decodes past what it
+    /// holds of the budget, when the budget has no room for more, is read again once it has
+    /// room for what it was found to take (and a quarter more); one that would take more than
+    /// the whole budget, or outgrows its room again, is spilled after all. Then whether it was
+    /// spilled, and what it holds of the budget.
+    async fn metered(
+        &self,
+        cx: &Context<'_>,
+        p: &PartitionPlan,
+        held: OwnedSemaphorePermit,
+    ) -> Result<(Cleaned, bool, OwnedSemaphorePermit), PartitionError> {
+        let stored = spill::total_size(&p.inputs);
+        let mut held = held;
+        for _ in 0..2 {
+            let meter = Arc::new(cx.spill.meter(held, stored));
+            let read = self.in_memory(cx, p, Some(meter.clone())).await;
+            if !meter.is_over() {
+                return Ok((read?, false, meter.held().expect("a meter holds its reservation until taken")));
+            }
+            drop(read);
+            let estimate = meter.estimate();
+            // Given back before waiting for more, so that no two partitions wait holding parts
+            // of the budget.
+            drop(meter.held());
+            held = cx.spill.reserve(estimate + estimate / 4).await;
+            if estimate > cx.spill.limit() {
+                tracing::debug!(date = %p.date, estimate, "decodes past the memory budget: spilled");
+                return Ok((self.spilled_or_removed(cx, p, estimate).await?, true, held));
+            }
+            tracing::debug!(date = %p.date, estimate, "decodes past its estimate: read again");
+        }
+        let estimate = cx.spill.limit() + 1;
+        Ok((self.spilled_or_removed(cx, p, estimate).await?, true, held))
+    }
+
+    /// [`Aggregate::spilled`], its spill files removed when it fails.
+    async fn spilled_or_removed(
+        &self,
+        cx: &Context<'_>,
+        p: &PartitionPlan,
+        estimate: u64,
+    ) -> Result<Cleaned, PartitionError> {
+        let cleaned = self.spilled(cx, p, estimate).await;
+        if cleaned.is_err() {
+            cx.spill.remove(&p.dir);
+        }
+        cleaned
+    }
+
+    /// Reads and prepares a date in memory, its rows counted by `meter` when there is one;
+    /// `events` is a view of the kept rows of the prepared table's chunks.
+    async fn in_memory(
+        &self,
+        cx: &Context<'_>,
+        p: &PartitionPlan,
+        meter: Option<Arc<spill::Meter>>,
+    ) -> Result<Cleaned, PartitionError> {
         let started = Instant::now();
-        let table = cx.table(p).await?;
+        let table = cx.table_within(p, meter).await?;
         let read_s = started.elapsed().as_secs_f64();
         if table.num_rows() == 0 && !cx.opts.allow_empty {
             return Err(PartitionError::MissingInput { date: p.date });
@@ -354,9 +403,18 @@ impl Aggregate {
             .collect::<Result<Vec<_>, _>>()?;
         let mut seq = 0u64;
         let mut rows_in = 0u64;
-        // Objects are decoded a part at a time, the next part while one is scattered.
-        let parts =
-            read::decoded_parts(input.clone(), decoder.clone(), p.inputs.clone(), vec![date], Some(date), 1 << 16);
+        // Objects are decoded a part at a time, the next part while one is scattered: a part of
+        // at most a sixty-fourth of the budget at the widest rows so far (1 KiB until the first).
+        let rows_per_part = |row_bytes: u64| ((limit / 64 / row_bytes.max(1)) as usize).clamp(1 << 10, 1 << 16);
+        let part_rows = Arc::new(std::sync::atomic::AtomicUsize::new(rows_per_part(1 << 10)));
+        let parts = read::decoded_parts(
+            input.clone(),
+            decoder.clone(),
+            p.inputs.clone(),
+            vec![date],
+            Some(date),
+            part_rows.clone(),
+        );
         let mut stream = std::pin::pin!(parts);
         let mut next = stream.next().await;
         while let Some((object, d)) = next {
@@ -373,6 +431,7 @@ impl Aggregate {
                 row_bytes = row_bytes.max(width as u64);
                 flush_rows = rows_per_flush(row_bytes);
                 writers.iter_mut().for_each(|w| w.flush_rows = flush_rows);
+                part_rows.store(rows_per_part(row_bytes), std::sync::atomic::Ordering::Relaxed);
             }
             let scattered = tokio::task::spawn_blocking(move || {
                 let t0 = Instant::now();

@@ -118,10 +118,22 @@ impl Context<'_> {
     /// The rows of one partition date: a Hive folder's objects, or the date's share of a flat
     /// input. A date without rows has the run's reference record schema.
     pub async fn table(&self, p: &PartitionPlan) -> Result<Table, PartitionError> {
+        self.table_within(p, None).await
+    }
+
+    /// [`Context::table`], its rows counted by `meter` as they are read (not a flat input's,
+    /// read before).
+    pub async fn table_within(
+        &self,
+        p: &PartitionPlan,
+        meter: Option<Arc<crate::spill::Meter>>,
+    ) -> Result<Table, PartitionError> {
         let plan = self.plan;
         let table = match self.flat {
             Some(f) => f.table(p.date, &p.inputs, &plan.decoder)?,
-            None => read::read_date(&self.job.input, &plan.decoder, &p.inputs, p.date, Some(p.date)).await?,
+            None => {
+                read::read_date_within(&self.job.input, &plan.decoder, &p.inputs, p.date, Some(p.date), meter).await?
+            }
         };
         match (&plan.record_schema, table.num_rows()) {
             (Some(schema), 0) => Ok(Table::empty(schema.clone())),

@@ -167,6 +167,8 @@ struct Rows {
     first_row: u64,
     lines: Option<Arc<[u64]>>,
     bad: Vec<(usize, String, String)>,
+    /// The share of the object's stored bytes these rows stand for (their share of its rows).
+    stored: u64,
 }
 
 fn at(object: &str, row: Option<u64>, line: Option<u64>, column: Option<&str>) -> Location {
@@ -227,7 +229,7 @@ impl Decoder {
                 Ok(Arc::new(Schema::new(fields.collect::<Vec<_>>())))
             }
             Format::Csv | Format::Ndjson => {
-                let rows = self.all_rows(object, bytes.clone(), &[], None)?;
+                let rows = self.all_rows(object, bytes.clone(), &[], None, None)?;
                 Ok(rows.first().map_or_else(|| Arc::new(Schema::empty()), |r| r.batch.schema()))
             }
         }
@@ -243,18 +245,32 @@ impl Decoder {
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
     ) -> Result<Decoded, InputError> {
+        self.decode_within(object, bytes, wanted, path_date, None)
+    }
+
+    /// [`Decoder::decode`], what the rows decode to counted by `meter` when there is one:
+    /// decoding stops once it is over its budget.
+    pub fn decode_within(
+        &self,
+        object: &str,
+        bytes: Bytes,
+        wanted: &[NaiveDate],
+        path_date: Option<NaiveDate>,
+        meter: Option<&crate::spill::Meter>,
+    ) -> Result<Decoded, InputError> {
         // Every row group decoded before any is split by date: a corrupt row group fails the
         // object before a bad value in an earlier one.
         let object: Arc<str> = Arc::from(object);
+        let rows = self.all_rows(&object, bytes, wanted, path_date, meter)?;
         let mut out = Decoded::default();
-        for r in self.all_rows(&object, bytes, wanted, path_date)? {
+        for r in rows {
             self.split_by_date(&object, r, wanted, path_date, &mut out)?;
         }
         Ok(out)
     }
 
-    /// [`Decoder::decode`], a part at a time: a Parquet object is decoded `batch_rows` rows (at
-    /// most a row group) at a time and each part handed to `f` before the next is decoded; a
+    /// [`Decoder::decode`], a part at a time: a Parquet object is decoded `batch_rows()` rows (at
+    /// most a row group; asked again at each row group) at a time and each part handed to `f` before the next is decoded; a
     /// text object is one part per batch of its rows. The parts come in the object's row order.
     /// Which of an object's errors comes first can differ from [`Decoder::decode`] (a bad value
     /// found before a corrupt row group): a caller that must name the same error decodes the
@@ -265,7 +281,7 @@ impl Decoder {
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-        batch_rows: usize,
+        batch_rows: &dyn Fn() -> usize,
         f: &mut dyn FnMut(Decoded) -> Result<(), InputError>,
     ) -> Result<(), InputError> {
         let object: Arc<str> = Arc::from(object);
@@ -287,9 +303,10 @@ impl Decoder {
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-        batch_rows: usize,
+        batch_rows: &dyn Fn() -> usize,
         f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
     ) -> Result<(), InputError> {
+        let stored = bytes.len() as u128;
         let rows = match self.format {
             Format::Parquet => return self.parquet_rows(object, bytes, wanted, path_date, batch_rows, f),
             Format::Csv | Format::Ndjson => {
@@ -306,26 +323,41 @@ impl Decoder {
                         format!("not {:?} text: {what}", self.format),
                     ));
                 }
-                match self.format {
+                let mut rows = match self.format {
                     Format::Csv => self.csv_rows(object, &bytes)?,
                     _ => self.ndjson_rows(object, &bytes)?,
+                };
+                let all = rows.iter().map(|r| r.batch.num_rows() as u128).sum::<u128>().max(1);
+                for r in &mut rows {
+                    r.stored = (stored * r.batch.num_rows() as u128 / all) as u64;
                 }
+                rows
             }
         };
         rows.into_iter().try_for_each(f)
     }
 
     /// Every row of an object, whole row groups at a time, once the object is known to hold
-    /// the columns the config uses.
+    /// the columns the config uses. With a `meter`, a row group is decoded a part at a time and
+    /// each part counted; decoding stops once the meter is over its budget.
     fn all_rows(
         &self,
         object: &str,
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
+        meter: Option<&crate::spill::Meter>,
     ) -> Result<Vec<Rows>, InputError> {
         let mut rows = Vec::new();
-        self.rows(object, bytes, wanted, path_date, usize::MAX, &mut |r| {
+        let batch_rows = || meter.map_or(usize::MAX, |m| m.batch_rows());
+        self.rows(object, bytes, wanted, path_date, &batch_rows, &mut |r| {
+            if let Some(m) = meter {
+                // With its row numbers (and lines), as a piece keeps them.
+                let origin = r.batch.num_rows() as u64 * if r.lines.is_some() { 16 } else { 8 };
+                if !m.add(r.batch.get_array_memory_size() as u64 + origin, r.stored, r.batch.num_rows() as u64) {
+                    return Err(InputError::unreadable(Location::object(object), "over the memory budget"));
+                }
+            }
             rows.push(r);
             Ok(())
         })?;
@@ -428,11 +460,13 @@ impl Decoder {
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-        batch_rows: usize,
+        batch_rows: &dyn Fn() -> usize,
         f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
     ) -> Result<(), InputError> {
         let meta = parquet_meta(object, &bytes)?;
         let md = meta.metadata().clone();
+        let (size, file_rows) = (bytes.len() as u128, md.file_metadata().num_rows().max(1) as u128);
+        let share = |rows: u64| (size * rows as u128 / file_rows) as u64;
         // Row groups that may hold a wanted date, by the date column's statistics.
         let ranges = match path_date {
             None => row_group_dates(&md, meta.schema(), &self.date_source, self.tz),
@@ -449,7 +483,7 @@ impl Decoder {
             if !skip && n > 0 {
                 let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), meta.clone())
                     .with_row_groups(vec![i])
-                    .with_batch_size((n as usize).min(batch_rows.max(1)))
+                    .with_batch_size((n as usize).min(batch_rows().max(1)))
                     .build()
                     .map_err(|e| {
                         InputError::bad(Location::object(object), format!("cannot decode row group {i}: {e}"))
@@ -464,7 +498,7 @@ impl Decoder {
                     })?;
                     let len = b.num_rows() as u64;
                     let (batch, bad) = self.convert(b, &|_| None);
-                    f(Rows { batch, first_row: row, lines: None, bad })?;
+                    f(Rows { batch, first_row: row, lines: None, bad, stored: share(len) })?;
                     row += len;
                 }
             }
@@ -496,7 +530,7 @@ impl Decoder {
                 .map_err(|e| InputError::bad(Location::object(object), e.to_string()))?;
             let (batch, bad) = self.convert(batch, &|c| inferred.get(c).cloned());
             let slice: Arc<[u64]> = lines[row as usize..row as usize + n].into();
-            out.push(Rows { batch, first_row: row, lines: Some(slice), bad });
+            out.push(Rows { batch, first_row: row, lines: Some(slice), bad, stored: 0 });
             row += n as u64;
         }
         Ok(out)
@@ -605,7 +639,7 @@ impl Decoder {
             let (batch, bad) = self.convert(b, &number_type);
             let batch = unify::mark_numbers_as_text(batch, &|c| number_type(c) == Some(DataType::Utf8));
             let slice: Option<Arc<[u64]>> = lines.get(row as usize..row as usize + n).map(Into::into);
-            out.push(Rows { batch, first_row: row, lines: slice, bad });
+            out.push(Rows { batch, first_row: row, lines: slice, bad, stored: 0 });
             row += n as u64;
         }
         Ok(out)

@@ -325,10 +325,11 @@ pub async fn read_objects(
     dates: &[NaiveDate],
     path_date: Option<NaiveDate>,
 ) -> Vec<Result<Decoded, InputError>> {
-    decoded(input, decoder, objects, dates, path_date, 4).collect().await
+    decoded(input, decoder, objects, dates, path_date, 4, None).collect().await
 }
 
-/// Fetches and decodes objects, `ahead` at a time, yielding them in the objects' order.
+/// Fetches and decodes objects, `ahead` at a time, yielding them in the objects' order; each
+/// counted by `meter`, when there is one ([`Decoder::decode_within`]).
 pub fn decoded<'a>(
     input: &'a StoreLocation,
     decoder: &'a Decoder,
@@ -336,12 +337,14 @@ pub fn decoded<'a>(
     dates: &[NaiveDate],
     path_date: Option<NaiveDate>,
     ahead: usize,
+    meter: Option<Arc<crate::spill::Meter>>,
 ) -> impl futures::Stream<Item = Result<Decoded, InputError>> + 'a {
     let wanted: Arc<[NaiveDate]> = Arc::from(dates);
     futures::stream::iter(objects.iter().cloned())
         .map(move |m| {
             let decoder = decoder.clone();
             let wanted = wanted.clone();
+            let meter = meter.clone();
             async move {
                 let name = input.display(&m.location);
                 let unreadable =
@@ -349,16 +352,19 @@ pub fn decoded<'a>(
                 let bytes =
                     input.store.get(&m.location).await.map_err(unreadable)?.bytes().await.map_err(unreadable)?;
                 let task = name.clone();
-                tokio::task::spawn_blocking(move || decoder.decode(&task, bytes, &wanted, path_date))
-                    .await
-                    .map_err(|e| InputError::unreadable(Location::object(name), format!("decoding task failed: {e}")))?
+                tokio::task::spawn_blocking(move || {
+                    decoder.decode_within(&task, bytes, &wanted, path_date, meter.as_deref())
+                })
+                .await
+                .map_err(|e| InputError::unreadable(Location::object(name), format!("decoding task failed: {e}")))?
             }
         })
         .buffered(ahead.max(1))
 }
 
 /// Fetches and decodes objects a part at a time ([`Decoder::decode_parts`]), in the objects'
-/// order: each part, or an object's error, with the index of its object. The next object is
+/// order: each part, or an object's error, with the index of its object. A part is at most
+/// `batch_rows` rows, as it is when its row group starts (the consumer may change it). The next object is
 /// fetched while one is decoded, and a part is decoded while the consumer works on the last
 /// one; memory holds about two objects' stored bytes and a few parts, whatever the objects'
 /// size. A decoder that dies ends the stream with an error, never silently.
@@ -368,7 +374,7 @@ pub fn decoded_parts(
     objects: Vec<ObjectMeta>,
     dates: Vec<NaiveDate>,
     path_date: Option<NaiveDate>,
-    batch_rows: usize,
+    batch_rows: Arc<std::sync::atomic::AtomicUsize>,
 ) -> impl futures::Stream<Item = (usize, Result<Decoded, InputError>)> {
     type Item = (usize, Result<Decoded, InputError>);
     let (tx, rx) = tokio::sync::mpsc::channel::<Item>(1);
@@ -398,11 +404,12 @@ pub fn decoded_parts(
                     return;
                 }
             };
-            let (sender, decoder, dates) = (tx.clone(), decoder.clone(), dates.clone());
+            let (sender, decoder, dates, batch_rows) = (tx.clone(), decoder.clone(), dates.clone(), batch_rows.clone());
             let task = name.clone();
             let done = tokio::task::spawn_blocking(move || {
                 let mut gone = false;
-                let r = decoder.decode_parts(&task, bytes, &dates, path_date, batch_rows, &mut |part| {
+                let rows = || batch_rows.load(std::sync::atomic::Ordering::Relaxed);
+                let r = decoder.decode_parts(&task, bytes, &dates, path_date, &rows, &mut |part| {
                     // The consumer has stopped: no need to decode the rest.
                     gone = sender.blocking_send((k, Ok(part))).is_err();
                     if gone {
@@ -456,8 +463,22 @@ pub async fn read_date(
     date: NaiveDate,
     path_date: Option<NaiveDate>,
 ) -> Result<Table, PartitionError> {
+    read_date_within(input, decoder, objects, date, path_date, None).await
+}
+
+/// [`read_date`], its rows counted by `meter` as they are decoded. When the meter goes over
+/// its budget, reading stops with an error: the caller asks the meter first.
+pub async fn read_date_within(
+    input: &StoreLocation,
+    decoder: &Decoder,
+    objects: &[ObjectMeta],
+    date: NaiveDate,
+    path_date: Option<NaiveDate>,
+    meter: Option<Arc<crate::spill::Meter>>,
+) -> Result<Table, PartitionError> {
     let mut pieces = Vec::new();
-    for r in read_objects(input, decoder, objects, &[date], path_date).await {
+    let read: Vec<_> = decoded(input, decoder, objects, &[date], path_date, 4, meter).collect().await;
+    for r in read {
         let mut d = r?;
         if let Some(e) = d.bad.remove(&date) {
             return Err(e.into());

@@ -601,3 +601,120 @@ fn a_large_bad_object_fails_with_the_in_memory_error_when_spilled() {
     assert!(errors[0].contains("70000") || errors[0].contains("70,000"), "the in-memory error: {}", errors[0]);
     assert_eq!(errors[0], errors[1], "the spilled path names another error");
 }
+
+/// Three dates of 150,000 rows whose `note` is one of ten 1,000-byte values: dictionary-encoded,
+/// their files are small (a few MiB) and decode to ~150 MiB each, far past what the stored size
+/// suggests.
+fn far_past_their_size(lake: &Lake) -> PathBuf {
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("order_id", DataType::Utf8, false),
+        Field::new("source_version", DataType::Int64, false),
+        Field::new("currency", DataType::Utf8, false),
+        Field::new("amount", DataType::Int64, false),
+        Field::new("note", DataType::Utf8, false),
+    ]));
+    let notes: Vec<String> = (0..10u8).map(|i| char::from(b'A' + i).to_string().repeat(1000)).collect();
+    let n = 150_000usize;
+    for day in 1..=3 {
+        let ids: StringArray = (0..n).map(|i| Some(format!("o{day}-{}", i * 7 % n))).collect();
+        let versions = Int64Array::from_iter_values((0..n).map(|i| (i % 3) as i64));
+        let currency: StringArray = (0..n).map(|i| Some(["EUR", "USD", "GBP"][i * day % 3])).collect();
+        let amount = Int64Array::from_iter_values((0..n).map(|i| (i * 31 % 1000) as i64));
+        let note: StringArray = (0..n).map(|i| Some(notes[(i * day) % 10].as_str())).collect();
+        let columns: Vec<ArrayRef> =
+            vec![Arc::new(ids), Arc::new(versions), Arc::new(currency), Arc::new(amount), Arc::new(note)];
+        let b = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        let path = lake.input().join(format!("event_date=2026-11-0{day}/part-0.parquet"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema.clone(), None).unwrap();
+        w.write(&b).unwrap();
+        w.close().unwrap();
+        // Estimated at 9× its size, it fits a 64 MiB budget.
+        assert!(std::fs::metadata(&path).unwrap().len() * 9 < 64 << 20, "the file is far smaller than its rows");
+    }
+    let sql = r#"
+[aggregate]
+sql = """
+SELECT currency, count(*) AS orders, sum(amount) AS revenue, count(DISTINCT note) AS notes,
+       sum(length(note)) AS note_bytes
+FROM events GROUP BY currency
+"""
+"#;
+    config(lake, "wide.toml", "key = [\"order_id\"]\nversion = \"source_version\"", sql)
+}
+
+/// Runs `cfg` under `limit` with the debug log: output, summary, and the largest peak the
+/// process reported (MiB).
+fn run_logged(lake: &Lake, cfg: &Path, limit: &str, extra: &[&str]) -> (std::process::Output, serde_json::Value, u64) {
+    let spill = lake.dir.path().join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let s = lake.dir.path().join("summary.json");
+    let mut args = vec!["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-03"];
+    args.extend_from_slice(&["--memory-limit", limit, "--spill-dir", spill.to_str().unwrap()]);
+    args.extend_from_slice(&["--summary-json", s.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(&args)
+        .env("LAKESWAP_LOG", "lakeswap=debug")
+        .current_dir(lake.dir.path())
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&o.stderr).into_owned();
+    let peak = log
+        .split("peak_mib=")
+        .skip(1)
+        .filter_map(|t| t.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 0, "spill left behind: {}", text(&o));
+    (o, summary(&s), peak)
+}
+
+/// A date whose Parquet decodes far larger than its stored size suggests is counted as it is
+/// read: past the budget it is spilled (not read past it), with the bytes of a run in memory.
+#[test]
+fn a_date_that_decodes_far_past_its_estimate_is_spilled_not_read_past_the_budget() {
+    let lake = Lake::new();
+    let cfg = far_past_their_size(&lake);
+    let (mem, mem_sum, mem_peak) = run_logged(&lake, &cfg, "8GiB", &[]);
+    assert!(mem.status.success(), "{}", text(&mem));
+    assert_eq!(spilled(&mem_sum), [0, 0, 0]);
+    let mem_files = lake.snapshot();
+    assert_eq!(mem_files.len(), 3);
+    let _ = std::fs::remove_dir_all(lake.output());
+    let _ = std::fs::remove_dir_all(lake.state());
+    let (sp, sp_sum, sp_peak) = run_logged(&lake, &cfg, "64MiB", &[]);
+    assert!(sp.status.success(), "{}", text(&sp));
+    let log = text(&sp);
+    assert!(log.contains("decodes past the memory budget: spilled"), "{log}");
+    assert!(spilled(&sp_sum).iter().all(|&b| b > 0), "every partition spilled: {sp_sum}");
+    assert!(mem_files == lake.snapshot(), "the spilled partitions differ from the in-memory ones");
+    // In memory a date takes hundreds of MiB; under the budget the process stays near it (the
+    // process takes ~75 MiB before it reads a row: the engine, the runtime, the mapped binary).
+    assert!(mem_peak > 300, "the dates are large in memory: {mem_peak} MiB");
+    assert!(sp_peak < 200, "the peak under a 64 MiB budget was {sp_peak} MiB");
+}
+
+/// Three such dates at once under a budget that holds one of them: each grows its share as it
+/// decodes; one that finds no room gives back what it holds and is read again once there is
+/// room for it. None is spilled, none waits forever, and the files are those of a run with room
+/// for all.
+#[test]
+fn dates_that_outgrow_their_estimates_share_the_budget_without_spilling() {
+    let lake = Lake::new();
+    let cfg = far_past_their_size(&lake);
+    let (mem, _, _) = run_logged(&lake, &cfg, "8GiB", &["--concurrency", "3"]);
+    assert!(mem.status.success(), "{}", text(&mem));
+    let mem_files = lake.snapshot();
+    let _ = std::fs::remove_dir_all(lake.output());
+    let _ = std::fs::remove_dir_all(lake.state());
+    let (o, sum, _) = run_logged(&lake, &cfg, "500MiB", &["--concurrency", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(spilled(&sum), [0, 0, 0], "{sum}");
+    assert!(text(&o).contains("decodes past its estimate: read again"), "{}", text(&o));
+    assert!(mem_files == lake.snapshot());
+}
