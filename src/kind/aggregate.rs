@@ -286,6 +286,7 @@ impl Aggregate {
             let meter = Arc::new(cx.spill.meter(held, stored));
             let read = self.in_memory(cx, p, Some(meter.clone())).await;
             if !meter.is_over() {
+                tracing::debug!(date = %p.date, stored, took = meter.estimate(), "read in memory");
                 return Ok((read?, false, meter.held().expect("a meter holds its reservation until taken")));
             }
             drop(read);
