@@ -170,7 +170,7 @@ impl Area {
             units: self.units,
             limit: self.limit,
             stored,
-            state: std::sync::Mutex::new(Metered { held: Some(held), decoded: 0, stored: 0, widest: 0 }),
+            state: std::sync::Mutex::new(Metered { held: Some(held), decoded: 0, stored: 0 }),
             over: AtomicBool::new(false),
         }
     }
@@ -249,21 +249,18 @@ struct Metered {
     /// Bytes decoded so far, and the share of the objects' stored bytes they stand for.
     decoded: u64,
     stored: u64,
-    /// The widest rows counted so far, in bytes.
-    widest: u64,
 }
 
 impl Meter {
-    /// Counts `decoded` bytes more, standing for `stored` bytes of the objects (`rows` rows);
-    /// false once the date is over its budget (then for every later call too).
-    pub fn add(&self, decoded: u64, stored: u64, rows: u64) -> bool {
+    /// Counts `decoded` bytes more, standing for `stored` bytes of the objects; false once the
+    /// date is over its budget (then for every later call too).
+    pub fn add(&self, decoded: u64, stored: u64) -> bool {
         if self.over.load(Relaxed) {
             return false;
         }
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.decoded += decoded;
         s.stored += stored;
-        s.widest = s.widest.max(decoded / rows.max(1));
         let need = (s.decoded * FOOTPRINT).div_ceil(UNIT);
         let have = s.held.as_ref().map_or(0, |h| h.num_permits() as u64);
         if need <= have {
@@ -287,12 +284,9 @@ impl Meter {
         }
     }
 
-    /// Rows to decode at a time: a part of at most a sixty-fourth of the budget at the widest
-    /// rows counted so far (1 KiB until the first), between 1,024 and a chunk.
-    pub fn batch_rows(&self) -> usize {
-        let widest = self.state.lock().unwrap_or_else(|e| e.into_inner()).widest;
-        let width = if widest == 0 { 1024 } else { widest };
-        ((self.limit / 64 / width) as usize).clamp(1 << 10, crate::read::CHUNK_ROWS)
+    /// The decoded bytes of a part of an object: a sixty-fourth of the budget.
+    pub fn part_bytes(&self) -> u64 {
+        self.limit / 64
     }
 
     /// Whether the date went over its budget.
@@ -707,16 +701,17 @@ pub fn in_seq_order(record: &SchemaRef, batches: Vec<RecordBatch>) -> Result<Opt
     RecordBatch::try_new(record.clone(), sorted.columns()[..k].to_vec()).map(Some).map_err(fail)
 }
 
-/// The rows of the winners' files, merged into input order, as a stream read on a blocking
-/// thread a few batches ahead.
+/// The rows of the winners' files, merged into input order, `batch_rows` at a time, as a stream
+/// read on a blocking thread a few batches ahead.
 pub fn merged(
     paths: Vec<PathBuf>,
     record: SchemaRef,
+    batch_rows: usize,
 ) -> futures::stream::BoxStream<'static, Result<RecordBatch, PartitionError>> {
     use futures::StreamExt;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, PartitionError>>(2);
     tokio::task::spawn_blocking(move || {
-        let mut m = match SeqMerge::new(&paths, record, 8192) {
+        let mut m = match SeqMerge::new(&paths, record, batch_rows.max(1)) {
             Ok(m) => m,
             Err(e) => {
                 let _ = tx.blocking_send(Err(e));

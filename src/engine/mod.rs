@@ -713,8 +713,9 @@ pub enum Source {
     /// The prepared table's chunks in memory, and which rows of each are kept.
     Chunks { chunks: Vec<RecordBatch>, keep: Vec<arrow::array::BooleanArray> },
     /// The kept rows of a spilled partition: files of winners merged back into input order
-    /// as the engine scans them (`record`: their schema; [`crate::spill::merged`]).
-    Spilled { record: SchemaRef, files: Vec<std::path::PathBuf> },
+    /// as the engine scans them, `batch_rows` at a time (`record`: their schema;
+    /// [`crate::spill::merged`]).
+    Spilled { record: SchemaRef, files: Vec<std::path::PathBuf>, batch_rows: usize },
 }
 
 /// The kept rows of a date as a table: every scan reads the columns the query uses of the kept
@@ -793,9 +794,11 @@ impl datafusion::physical_plan::streaming::PartitionStream for KeptStream {
                     chunks.iter().zip(keep).map(|(c, k)| Ok((c.clone(), Some(k.clone())))).collect();
                 futures::stream::iter(pieces).boxed()
             }
-            Source::Spilled { files, .. } => crate::spill::merged(files.clone(), self.record.clone())
-                .map(|b| b.map(|b| (b, None)).map_err(|e| DataFusionError::External(Box::new(e))))
-                .boxed(),
+            Source::Spilled { files, batch_rows, .. } => {
+                { crate::spill::merged(files.clone(), self.record.clone(), *batch_rows) }
+                    .map(|b| b.map(|b| (b, None)).map_err(|e| DataFusionError::External(Box::new(e))))
+                    .boxed()
+            }
         };
         let stream =
             futures::stream::unfold((pieces, Some(Batches::new(schema.clone()))), move |(mut pieces, batches)| {
@@ -833,55 +836,121 @@ impl datafusion::physical_plan::streaming::PartitionStream for KeptStream {
     }
 }
 
-/// Rows cut into batches of exactly [`KEPT_BATCH`] rows (the last one less): whole batches
-/// are slices of what is pushed, and only one that spans two pushes is copied.
+/// The most bytes of text and binary values in one batch of kept rows: a batch ends at the row
+/// that brings its values to this many bytes, when that comes before [`KEPT_BATCH`] rows (rows
+/// of 100 KiB of text go 40 to a batch, not 8,192). Decided by the rows alone, as the count is.
+const KEPT_BYTES: u64 = 4 << 20;
+
+/// Rows cut into batches of exactly [`KEPT_BATCH`] rows, or fewer whose values reach
+/// [`KEPT_BYTES`] (the last one less): whole batches are slices of what is pushed, and only one
+/// that spans two pushes is copied.
 struct Batches {
     schema: SchemaRef,
-    /// Rows waiting for the rest of their batch, fewer than [`KEPT_BATCH`].
+    /// Rows waiting for the rest of their batch, fewer than [`KEPT_BATCH`], their values fewer
+    /// than [`KEPT_BYTES`] bytes.
     pending: Vec<RecordBatch>,
     pending_rows: usize,
+    pending_bytes: u64,
     ready: std::collections::VecDeque<RecordBatch>,
 }
 
 impl Batches {
     fn new(schema: SchemaRef) -> Self {
-        Batches { schema, pending: Vec::new(), pending_rows: 0, ready: Default::default() }
+        Batches { schema, pending: Vec::new(), pending_rows: 0, pending_bytes: 0, ready: Default::default() }
     }
 
     fn push(&mut self, b: RecordBatch) -> Result<(), arrow::error::ArrowError> {
-        let (n, mut at) = (b.num_rows(), 0);
-        if self.pending_rows > 0 {
-            let need = KEPT_BATCH - self.pending_rows;
-            if n < need {
-                self.pending_rows += n;
-                self.pending.push(b);
-                return Ok(());
+        let n = b.num_rows();
+        // Row by row only when the values could reach the bytes of a batch.
+        let sizes = (self.pending_bytes + value_bytes(&b, None) >= KEPT_BYTES).then(|| {
+            let mut sizes = vec![0u64; n];
+            value_bytes(&b, Some(&mut sizes));
+            sizes
+        });
+        let mut at = 0;
+        while at < n {
+            let room = KEPT_BATCH - self.pending_rows;
+            let mut take = room.min(n - at);
+            let mut full = take == room;
+            match &sizes {
+                Some(sizes) => {
+                    for (i, &x) in sizes[at..at + take].iter().enumerate() {
+                        self.pending_bytes += x;
+                        if self.pending_bytes >= KEPT_BYTES {
+                            (take, full) = (i + 1, true);
+                            break;
+                        }
+                    }
+                }
+                None => self.pending_bytes += value_bytes(&b.slice(at, take), None),
             }
-            self.pending.push(b.slice(0, need));
-            self.ready.push_back(arrow::compute::concat_batches(&self.schema, &self.pending)?);
-            self.pending.clear();
-            self.pending_rows = 0;
-            at = need;
+            self.pending.push(b.slice(at, take));
+            self.pending_rows += take;
+            at += take;
+            if full {
+                self.flush()?;
+            }
         }
-        while n - at >= KEPT_BATCH {
-            self.ready.push_back(b.slice(at, KEPT_BATCH));
-            at += KEPT_BATCH;
+        Ok(())
+    }
+
+    /// Makes the pending rows a batch.
+    fn flush(&mut self) -> Result<(), arrow::error::ArrowError> {
+        match self.pending.len() {
+            0 => {}
+            1 => self.ready.extend(self.pending.pop()),
+            _ => self.ready.push_back(arrow::compute::concat_batches(&self.schema, &self.pending)?),
         }
-        if at < n {
-            self.pending_rows = n - at;
-            self.pending.push(b.slice(at, n - at));
-        }
+        self.pending.clear();
+        self.pending_rows = 0;
+        self.pending_bytes = 0;
         Ok(())
     }
 
     fn finish(&mut self) -> Result<(), arrow::error::ArrowError> {
-        if self.pending_rows > 0 {
-            self.ready.push_back(arrow::compute::concat_batches(&self.schema, &self.pending)?);
-        }
-        self.pending.clear();
-        self.pending_rows = 0;
-        Ok(())
+        self.flush()
     }
+}
+
+/// The bytes of the text and binary values of `b`'s rows: in all, and each row's added to
+/// `rows` when given.
+fn value_bytes(b: &RecordBatch, mut rows: Option<&mut [u64]>) -> u64 {
+    use arrow::array::{Array, AsArray};
+    fn add<O: arrow::array::OffsetSizeTrait>(offsets: &[O], rows: &mut Option<&mut [u64]>) -> u64 {
+        if let Some(rows) = rows {
+            for (r, w) in rows.iter_mut().zip(offsets.windows(2)) {
+                *r += (w[1] - w[0]).as_usize() as u64;
+            }
+        }
+        match (offsets.first(), offsets.last()) {
+            (Some(a), Some(z)) => (*z - *a).as_usize() as u64,
+            _ => 0,
+        }
+    }
+    let mut total = 0;
+    for c in b.columns() {
+        total += match c.data_type() {
+            DataType::Utf8 => add(c.as_string::<i32>().value_offsets(), &mut rows),
+            DataType::LargeUtf8 => add(c.as_string::<i64>().value_offsets(), &mut rows),
+            DataType::Binary => add(c.as_binary::<i32>().value_offsets(), &mut rows),
+            DataType::LargeBinary => add(c.as_binary::<i64>().value_offsets(), &mut rows),
+            DataType::Utf8View | DataType::BinaryView => {
+                let data = c.to_data();
+                let views = &data.buffers()[0].typed_data::<u128>()[data.offset()..data.offset() + data.len()];
+                let mut sum = 0;
+                for (i, v) in views.iter().enumerate() {
+                    let len = (*v as u32) as u64;
+                    sum += len;
+                    if let Some(rows) = rows.as_deref_mut() {
+                        rows[i] += len;
+                    }
+                }
+                sum
+            }
+            _ => 0,
+        };
+    }
+    total
 }
 
 /// A batch of kept rows with one zero and one NaN in its float columns: `0.0` and `-0.0` are
@@ -1735,6 +1804,68 @@ mod tests {
     use datafusion::physical_plan::ExecutionPlanProperties;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
+
+    /// Kept rows are cut by their count and by the bytes of their text, and where they are cut
+    /// depends on the rows alone, not on how they were pushed.
+    #[test]
+    fn kept_batches_end_at_8192_rows_or_4_mib_of_text_wherever_the_input_was_cut() {
+        use arrow::array::{Array, Int64Array, StringArray};
+        use arrow::datatypes::{Field, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("t", DataType::Utf8, true),
+        ]));
+        // 20,000 short rows, then 40 of 300 KB, a null, then 10,000 short ones.
+        let n = 30_041usize;
+        let text: Vec<Option<String>> = (0..n)
+            .map(|i| match i {
+                20_000..20_040 => Some("x".repeat(300_000 + i)),
+                20_040 => None,
+                _ => Some(format!("v{i}")),
+            })
+            .collect();
+        let all = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..n as i64)), Arc::new(StringArray::from(text))],
+        )
+        .unwrap();
+        let edges = |cut: usize| {
+            let mut b = Batches::new(schema.clone());
+            let mut at = 0;
+            while at < n {
+                let len = cut.min(n - at);
+                b.push(all.slice(at, len)).unwrap();
+                at += len;
+            }
+            b.finish().unwrap();
+            let sizes: Vec<usize> = b.ready.iter().map(|r| r.num_rows()).collect();
+            let ids: Vec<i64> = b
+                .ready
+                .iter()
+                .flat_map(|r| r.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+                .collect();
+            assert_eq!(ids, (0..n as i64).collect::<Vec<_>>(), "every row once, in order");
+            sizes
+        };
+        let whole = edges(n);
+        for cut in [1, 7, 1000, 8192, 20_001] {
+            assert_eq!(edges(cut), whole, "cut every {cut} rows");
+        }
+        assert_eq!(&whole[..2], [8192, 8192]);
+        // The wide rows end batches early (14 of them make 4 MiB of text).
+        assert!(whole[..whole.len() - 1].iter().filter(|&&r| r < 8192).count() >= 2, "{whole:?}");
+        assert!(whole.contains(&14), "{whole:?}");
+        let mut rows = 0;
+        for (k, &r) in whole.iter().enumerate() {
+            let text = value_bytes(&all.slice(rows, r), None);
+            let last = value_bytes(&all.slice(rows + r - 1, 1), None);
+            // A batch ends at 8,192 rows, or at the row that brings it to 4 MiB: without its
+            // last row it is under 4 MiB (the last batch may end sooner).
+            assert!(r == 8192 || text >= KEPT_BYTES || k == whole.len() - 1, "batch {k}: {r} rows, {text} bytes");
+            assert!(text - last < KEPT_BYTES, "batch {k}: {r} rows, {text} bytes");
+            rows += r;
+        }
+    }
 
     /// Rows whose float sums depend on the order they are added in: magnitudes from 1e-3 to
     /// 1e9, groups of very different sizes, about a third of the rows not kept.

@@ -282,27 +282,34 @@ impl Aggregate {
     ) -> Result<(Cleaned, bool, OwnedSemaphorePermit), PartitionError> {
         let stored = spill::total_size(&p.inputs);
         let mut held = held;
-        for _ in 0..2 {
+        // The time of reads given up, counted in the read time of the one kept.
+        let mut given_up = 0.0;
+        for attempt in 1.. {
+            let started = Instant::now();
             let meter = Arc::new(cx.spill.meter(held, stored));
             let read = self.in_memory(cx, p, Some(meter.clone())).await;
             if !meter.is_over() {
+                let mut cleaned = read?;
+                cleaned.read_s += given_up;
                 tracing::debug!(date = %p.date, stored, took = meter.estimate(), "read in memory");
-                return Ok((read?, false, meter.held().expect("a meter holds its reservation until taken")));
+                return Ok((cleaned, false, meter.held().expect("a meter holds its reservation until taken")));
             }
             drop(read);
+            given_up += started.elapsed().as_secs_f64();
             let estimate = meter.estimate();
             // Given back before waiting for more, so that no two partitions wait holding parts
             // of the budget.
             drop(meter.held());
             held = cx.spill.reserve(estimate + estimate / 4).await;
-            if estimate > cx.spill.limit() {
+            if estimate > cx.spill.limit() || attempt == 2 {
                 tracing::debug!(date = %p.date, estimate, "decodes past the memory budget: spilled");
-                return Ok((self.spilled_or_removed(cx, p, estimate).await?, true, held));
+                let mut cleaned = self.spilled_or_removed(cx, p, estimate).await?;
+                cleaned.read_s += given_up;
+                return Ok((cleaned, true, held));
             }
             tracing::debug!(date = %p.date, estimate, "decodes past its estimate: read again");
         }
-        let estimate = cx.spill.limit() + 1;
-        Ok((self.spilled_or_removed(cx, p, estimate).await?, true, held))
+        unreachable!("the second attempt returns")
     }
 
     /// [`Aggregate::spilled`], its spill files removed when it fails.
@@ -371,10 +378,12 @@ impl Aggregate {
         // unifies those of its pieces.
         let mut schemas = Vec::with_capacity(p.inputs.len());
         for m in &p.inputs {
-            let s = crate::plan::object_schema(decoder, input, m).await.map_err(|e| match e {
-                crate::Error::Input(e) => PartitionError::Input(e),
-                e => PartitionError::Other(e.to_string()),
-            })?;
+            let s = match crate::plan::object_schema(decoder, input, m).await {
+                Ok(s) => s,
+                // Named as the in-memory path names it.
+                Err(crate::Error::Input(e)) => return Err(in_memory_error(input, decoder, Some(m), date, e).await),
+                Err(e) => return Err(PartitionError::Other(e.to_string())),
+            };
             schemas.push((input.display(&m.location), s));
         }
         let refs: Vec<(&str, &arrow::datatypes::Schema)> =
@@ -396,7 +405,7 @@ impl Aggregate {
         // Rows gathered per bucket before a write, and per batch of a winners' file (the merge
         // back into input order holds one batch of each): the buffers together stay within an
         // eighth of the budget, at the widest rows decoded so far (~100 bytes until the first).
-        let rows_per_flush = |row_bytes: u64| ((limit / 8 / row_bytes.max(1)) as usize / buckets).clamp(64, 1 << 16);
+        let rows_per_flush = |row_bytes: u64| ((limit / 8 / row_bytes.max(1)) as usize / buckets).clamp(1, 1 << 16);
         let mut row_bytes = 100u64;
         let mut flush_rows = rows_per_flush(row_bytes);
         let mut writers = (0..buckets)
@@ -405,17 +414,9 @@ impl Aggregate {
         let mut seq = 0u64;
         let mut rows_in = 0u64;
         // Objects are decoded a part at a time, the next part while one is scattered: a part of
-        // at most a sixty-fourth of the budget at the widest rows so far (1 KiB until the first).
-        let rows_per_part = |row_bytes: u64| ((limit / 64 / row_bytes.max(1)) as usize).clamp(1 << 10, 1 << 16);
-        let part_rows = Arc::new(std::sync::atomic::AtomicUsize::new(rows_per_part(1 << 10)));
-        let parts = read::decoded_parts(
-            input.clone(),
-            decoder.clone(),
-            p.inputs.clone(),
-            vec![date],
-            Some(date),
-            part_rows.clone(),
-        );
+        // at most 64 Ki rows and a sixty-fourth of the budget.
+        let cut = read::Parts { rows: 1 << 16, bytes: Some(limit / 64) };
+        let parts = read::decoded_parts(input.clone(), decoder.clone(), p.inputs.clone(), vec![date], Some(date), cut);
         let mut stream = std::pin::pin!(parts);
         let mut next = stream.next().await;
         while let Some((object, d)) = next {
@@ -432,7 +433,6 @@ impl Aggregate {
                 row_bytes = row_bytes.max(width as u64);
                 flush_rows = rows_per_flush(row_bytes);
                 writers.iter_mut().for_each(|w| w.flush_rows = flush_rows);
-                part_rows.store(rows_per_part(row_bytes), std::sync::atomic::Ordering::Relaxed);
             }
             let scattered = tokio::task::spawn_blocking(move || {
                 let t0 = Instant::now();
@@ -584,7 +584,10 @@ impl Aggregate {
         let quarantined = spill::in_seq_order(&record, quarantined)?;
         let prepare_s = phase.elapsed().as_secs_f64();
         tracing::debug!(%date, prepare_s, peak_mib = spill::peak_mib(), "prepared the buckets");
-        let source = engine::Source::Spilled { record: record.clone(), files: winners };
+        // Batches of at most 8,192 rows and a sixty-fourth of the budget (the merge holds one of
+        // each file besides).
+        let batch_rows = ((limit / 64 / row_bytes.max(1)) as usize).clamp(1, 8192);
+        let source = engine::Source::Spilled { record: record.clone(), files: winners, batch_rows };
         Ok(Cleaned { source, record, stats, hashes, quarantined, spilled_bytes, read_s, prepare_s })
     }
 }

@@ -20,7 +20,9 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use chrono::{NaiveDate, TimeZone};
 use chrono_tz::Tz;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics;
 
@@ -160,6 +162,24 @@ pub struct Decoded {
     pub bad: BTreeMap<NaiveDate, InputError>,
 }
 
+/// How a Parquet object is cut into parts as it is decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct Parts {
+    /// At most this many rows a part (and never more than a row group).
+    pub rows: usize,
+    /// And at most about this many decoded bytes, at the widest rows of the object decoded so
+    /// far: its first rows are decoded on their own to see how wide they are.
+    pub bytes: Option<u64>,
+}
+
+impl Parts {
+    /// Whole row groups.
+    pub const WHOLE: Parts = Parts { rows: usize::MAX, bytes: None };
+}
+
+/// Rows decoded on their own to see how wide an object's rows are ([`Parts::bytes`]).
+const PROBE_ROWS: u64 = 64;
+
 /// Rows of an object in its own (normalized) schema, with their row and line numbers, and the
 /// values that failed to convert: (row within the batch, column, reason).
 struct Rows {
@@ -269,8 +289,8 @@ impl Decoder {
         Ok(out)
     }
 
-    /// [`Decoder::decode`], a part at a time: a Parquet object is decoded `batch_rows()` rows (at
-    /// most a row group; asked again at each row group) at a time and each part handed to `f` before the next is decoded; a
+    /// [`Decoder::decode`], a part at a time: a Parquet object is decoded in `parts` (at most a
+    /// row group) and each part handed to `f` before the next is decoded; a
     /// text object is one part per batch of its rows. The parts come in the object's row order.
     /// Which of an object's errors comes first can differ from [`Decoder::decode`] (a bad value
     /// found before a corrupt row group): a caller that must name the same error decodes the
@@ -281,12 +301,12 @@ impl Decoder {
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-        batch_rows: &dyn Fn() -> usize,
+        parts: Parts,
         f: &mut dyn FnMut(Decoded) -> Result<(), InputError>,
     ) -> Result<(), InputError> {
         let object: Arc<str> = Arc::from(object);
         let mut checked = false;
-        self.rows(&object, bytes, wanted, path_date, batch_rows, &mut |r| {
+        self.rows(&object, bytes, wanted, path_date, parts, &mut |r| {
             if !checked {
                 self.check_required(&object, &r.batch.schema())?;
                 checked = true;
@@ -303,12 +323,12 @@ impl Decoder {
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-        batch_rows: &dyn Fn() -> usize,
+        parts: Parts,
         f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
     ) -> Result<(), InputError> {
         let stored = bytes.len() as u128;
         let rows = match self.format {
-            Format::Parquet => return self.parquet_rows(object, bytes, wanted, path_date, batch_rows, f),
+            Format::Parquet => return self.parquet_rows(object, bytes, wanted, path_date, parts, f),
             Format::Csv | Format::Ndjson => {
                 let mut bytes =
                     text::decompress(object, bytes).map_err(|m| InputError::bad(Location::object(object), m))?;
@@ -349,12 +369,12 @@ impl Decoder {
         meter: Option<&crate::spill::Meter>,
     ) -> Result<Vec<Rows>, InputError> {
         let mut rows = Vec::new();
-        let batch_rows = || meter.map_or(usize::MAX, |m| m.batch_rows());
-        self.rows(object, bytes, wanted, path_date, &batch_rows, &mut |r| {
+        let parts = meter.map_or(Parts::WHOLE, |m| Parts { rows: super::CHUNK_ROWS, bytes: Some(m.part_bytes()) });
+        self.rows(object, bytes, wanted, path_date, parts, &mut |r| {
             if let Some(m) = meter {
                 // With its row numbers (and lines), as a piece keeps them.
                 let origin = r.batch.num_rows() as u64 * if r.lines.is_some() { 16 } else { 8 };
-                if !m.add(r.batch.get_array_memory_size() as u64 + origin, r.stored, r.batch.num_rows() as u64) {
+                if !m.add(r.batch.get_array_memory_size() as u64 + origin, r.stored) {
                     return Err(InputError::unreadable(Location::object(object), "over the memory budget"));
                 }
             }
@@ -460,7 +480,7 @@ impl Decoder {
         bytes: Bytes,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
-        batch_rows: &dyn Fn() -> usize,
+        parts: Parts,
         f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
     ) -> Result<(), InputError> {
         let meta = parquet_meta(object, &bytes)?;
@@ -476,19 +496,33 @@ impl Decoder {
             (Some(a), Some(b)) => (dates::to_days(*a), dates::to_days(*b)),
             _ => (i32::MIN, i32::MAX),
         };
+        // The widest rows decoded so far, in bytes, when parts are sized by bytes.
+        let mut widest: Option<u64> = None;
         let mut first_row = 0u64;
         for (i, rg) in md.row_groups().iter().enumerate() {
             let n = rg.num_rows() as u64;
             let skip = ranges[i].is_some_and(|(mn, mx)| mx < lo || mn > hi);
-            if !skip && n > 0 {
-                let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), meta.clone())
+            let mut done = 0u64;
+            while !skip && done < n {
+                // Until rows of the object have been seen, a few are decoded on their own to
+                // see how wide they are; then the rest of the row group in parts of that width.
+                let probe = parts.bytes.is_some() && widest.is_none();
+                let take = if probe { PROBE_ROWS.min(n - done) } else { n - done };
+                let batch = match (parts.bytes, widest) {
+                    (Some(b), Some(w)) => (b / w.max(1)).clamp(1, parts.rows as u64),
+                    _ => parts.rows as u64,
+                };
+                let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), meta.clone())
                     .with_row_groups(vec![i])
-                    .with_batch_size((n as usize).min(batch_rows().max(1)))
-                    .build()
-                    .map_err(|e| {
-                        InputError::bad(Location::object(object), format!("cannot decode row group {i}: {e}"))
-                    })?;
-                let mut row = first_row;
+                    .with_batch_size(take.min(batch).max(1) as usize);
+                if done > 0 || take < n {
+                    let selection = vec![RowSelector::skip(done as usize), RowSelector::select(take as usize)];
+                    builder = builder.with_row_selection(RowSelection::from(selection));
+                }
+                let reader = builder.build().map_err(|e| {
+                    InputError::bad(Location::object(object), format!("cannot decode row group {i}: {e}"))
+                })?;
+                let mut row = first_row + done;
                 for b in reader {
                     let b = b.map_err(|e| {
                         InputError::bad(
@@ -498,9 +532,14 @@ impl Decoder {
                     })?;
                     let len = b.num_rows() as u64;
                     let (batch, bad) = self.convert(b, &|_| None);
+                    if parts.bytes.is_some() && len > 0 {
+                        let width = batch.get_array_memory_size() as u64 / len;
+                        widest = Some(widest.map_or(width, |w| w.max(width)));
+                    }
                     f(Rows { batch, first_row: row, lines: None, bad, stored: share(len) })?;
                     row += len;
                 }
+                done += take;
             }
             first_row += n;
         }

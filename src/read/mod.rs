@@ -26,7 +26,7 @@ pub mod text;
 pub mod unify;
 pub use decode::{
     footer_schema, in_name_order, parquet_footer, row_group_dates, tombstone_missing, DateSource, Decoded, Decoder,
-    FooterError, Tombstone,
+    FooterError, Parts, Tombstone,
 };
 pub use text::{parse_type, per_second, Declared};
 
@@ -364,7 +364,7 @@ pub fn decoded<'a>(
 
 /// Fetches and decodes objects a part at a time ([`Decoder::decode_parts`]), in the objects'
 /// order: each part, or an object's error, with the index of its object. A part is at most
-/// `batch_rows` rows, as it is when its row group starts (the consumer may change it). The next object is
+/// `parts`. The next object is
 /// fetched while one is decoded, and a part is decoded while the consumer works on the last
 /// one; memory holds about two objects' stored bytes and a few parts, whatever the objects'
 /// size. A decoder that dies ends the stream with an error, never silently.
@@ -374,7 +374,7 @@ pub fn decoded_parts(
     objects: Vec<ObjectMeta>,
     dates: Vec<NaiveDate>,
     path_date: Option<NaiveDate>,
-    batch_rows: Arc<std::sync::atomic::AtomicUsize>,
+    parts: decode::Parts,
 ) -> impl futures::Stream<Item = (usize, Result<Decoded, InputError>)> {
     type Item = (usize, Result<Decoded, InputError>);
     let (tx, rx) = tokio::sync::mpsc::channel::<Item>(1);
@@ -404,12 +404,11 @@ pub fn decoded_parts(
                     return;
                 }
             };
-            let (sender, decoder, dates, batch_rows) = (tx.clone(), decoder.clone(), dates.clone(), batch_rows.clone());
+            let (sender, decoder, dates) = (tx.clone(), decoder.clone(), dates.clone());
             let task = name.clone();
             let done = tokio::task::spawn_blocking(move || {
                 let mut gone = false;
-                let rows = || batch_rows.load(std::sync::atomic::Ordering::Relaxed);
-                let r = decoder.decode_parts(&task, bytes, &dates, path_date, &rows, &mut |part| {
+                let r = decoder.decode_parts(&task, bytes, &dates, path_date, parts, &mut |part| {
                     // The consumer has stopped: no need to decode the rest.
                     gone = sender.blocking_send((k, Ok(part))).is_err();
                     if gone {

@@ -602,10 +602,9 @@ fn a_large_bad_object_fails_with_the_in_memory_error_when_spilled() {
     assert_eq!(errors[0], errors[1], "the spilled path names another error");
 }
 
-/// Three dates of 150,000 rows whose `note` is one of ten 1,000-byte values: dictionary-encoded,
-/// their files are small (a few MiB) and decode to ~150 MiB each, far past what the stored size
-/// suggests.
-fn far_past_their_size(lake: &Lake) -> PathBuf {
+/// Dates of `n` rows whose `note` is one of ten values of `width` bytes (dictionary-encoded,
+/// so the files are far smaller than their rows), in `objects` files a date.
+fn notes(lake: &Lake, n: usize, width: usize, objects: usize) {
     use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
@@ -616,23 +615,36 @@ fn far_past_their_size(lake: &Lake) -> PathBuf {
         Field::new("amount", DataType::Int64, false),
         Field::new("note", DataType::Utf8, false),
     ]));
-    let notes: Vec<String> = (0..10u8).map(|i| char::from(b'A' + i).to_string().repeat(1000)).collect();
-    let n = 150_000usize;
+    let notes: Vec<String> = (0..10u8).map(|i| char::from(b'A' + i).to_string().repeat(width)).collect();
     for day in 1..=3 {
-        let ids: StringArray = (0..n).map(|i| Some(format!("o{day}-{}", i * 7 % n))).collect();
-        let versions = Int64Array::from_iter_values((0..n).map(|i| (i % 3) as i64));
-        let currency: StringArray = (0..n).map(|i| Some(["EUR", "USD", "GBP"][i * day % 3])).collect();
-        let amount = Int64Array::from_iter_values((0..n).map(|i| (i * 31 % 1000) as i64));
-        let note: StringArray = (0..n).map(|i| Some(notes[(i * day) % 10].as_str())).collect();
-        let columns: Vec<ArrayRef> =
-            vec![Arc::new(ids), Arc::new(versions), Arc::new(currency), Arc::new(amount), Arc::new(note)];
-        let b = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        for o in 0..objects {
+            let rows = o * n / objects..(o + 1) * n / objects;
+            let ids: StringArray = rows.clone().map(|i| Some(format!("o{day}-{}", i * 7 % n))).collect();
+            let versions = Int64Array::from_iter_values(rows.clone().map(|i| (i % 3) as i64));
+            let currency: StringArray = rows.clone().map(|i| Some(["EUR", "USD", "GBP"][i * day % 3])).collect();
+            let amount = Int64Array::from_iter_values(rows.clone().map(|i| (i * 31 % 1000) as i64));
+            let note: StringArray = rows.clone().map(|i| Some(notes[(i * day) % 10].as_str())).collect();
+            let columns: Vec<ArrayRef> =
+                vec![Arc::new(ids), Arc::new(versions), Arc::new(currency), Arc::new(amount), Arc::new(note)];
+            let b = RecordBatch::try_new(schema.clone(), columns).unwrap();
+            let path = lake.input().join(format!("event_date=2026-11-0{day}/part-{o}.parquet"));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let mut w =
+                parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema.clone(), None)
+                    .unwrap();
+            w.write(&b).unwrap();
+            w.close().unwrap();
+        }
+    }
+}
+
+/// Three dates of 150,000 rows whose `note` is one of ten 1,000-byte values: dictionary-encoded,
+/// their files are small (a few MiB) and decode to ~150 MiB each, far past what the stored size
+/// suggests.
+fn far_past_their_size(lake: &Lake) -> PathBuf {
+    notes(lake, 150_000, 1000, 1);
+    for day in 1..=3 {
         let path = lake.input().join(format!("event_date=2026-11-0{day}/part-0.parquet"));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let mut w =
-            parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema.clone(), None).unwrap();
-        w.write(&b).unwrap();
-        w.close().unwrap();
         // Estimated at 12× its size, it fits a 64 MiB budget.
         assert!(std::fs::metadata(&path).unwrap().len() * 12 < 64 << 20, "the file is far smaller than its rows");
     }
@@ -717,4 +729,36 @@ fn dates_that_outgrow_their_estimates_share_the_budget_without_spilling() {
     assert_eq!(spilled(&sum), [0, 0, 0], "{sum}");
     assert!(text(&o).contains("decodes past its estimate: read again"), "{}", text(&o));
     assert!(mem_files == lake.snapshot());
+}
+
+/// Rows of a MiB of text each, four objects a date: under a 64 MiB budget no phase holds a date
+/// whole (its parts, the buckets' batches and the engine's batches are cut by bytes, not only by
+/// rows), and the files are those of a run in memory.
+#[test]
+fn rows_of_a_mib_each_stay_within_a_small_budget_and_give_the_same_bytes() {
+    let lake = Lake::new();
+    notes(&lake, 160, 1 << 20, 4);
+    let sql = r#"
+[aggregate]
+sql = """
+SELECT currency, count(*) AS orders, sum(amount) AS revenue, max(length(note)) AS widest,
+       sum(CASE WHEN note < 'C' THEN 1 ELSE 0 END) AS early
+FROM events GROUP BY currency
+"""
+"#;
+    let cfg = config(&lake, "mib.toml", "key = [\"order_id\"]\nversion = \"source_version\"", sql);
+    let (mem, _, mem_peak) = run_logged(&lake, &cfg, "8GiB", &[]);
+    assert!(mem.status.success(), "{}", text(&mem));
+    let mem_files = lake.snapshot();
+    let _ = std::fs::remove_dir_all(lake.output());
+    let _ = std::fs::remove_dir_all(lake.state());
+    let (sp, sum, sp_peak) = run_logged(&lake, &cfg, "64MiB", &[]);
+    assert!(sp.status.success(), "{}", text(&sp));
+    assert!(spilled(&sum).iter().all(|&b| b > 0), "every partition spilled: {sum}");
+    assert!(mem_files == lake.snapshot(), "the spilled partitions differ from the in-memory ones");
+    // A date is 160 MiB of text; in memory the run takes ~1 GiB. Under the budget it takes the
+    // process's own ~75 MiB, and about a MiB a bucket while the buckets are merged back into
+    // input order (a batch of each, of at least one row).
+    assert!(mem_peak > 600, "{mem_peak} MiB in memory");
+    assert!(sp_peak < 350, "the peak under a 64 MiB budget was {sp_peak} MiB ({mem_peak} MiB in memory)");
 }
