@@ -290,8 +290,8 @@ impl Decoder {
     }
 
     /// [`Decoder::decode`], a part at a time: a Parquet object is decoded in `parts` (at most a
-    /// row group) and each part handed to `f` before the next is decoded; a
-    /// text object is one part per batch of its rows. The parts come in the object's row order.
+    /// row group) and each part handed to `f` before the next is decoded; a text object is one
+    /// part per batch of its rows. The parts come in the object's row order.
     /// Which of an object's errors comes first can differ from [`Decoder::decode`] (a bad value
     /// found before a corrupt row group): a caller that must name the same error decodes the
     /// failed object again with it.

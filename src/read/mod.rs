@@ -178,9 +178,6 @@ impl Table {
         arrow::compute::interleave(&refs, &idx)
     }
 
-    /// Builds a table from decoded pieces, in the order given. Large pieces are not copied
-    /// (sliced into chunks when longer than one); runs of small ones (many small objects, or
-    /// short CSV batches) are put together into full chunks, so row ids stay dense.
     /// The table with `fields` added, null in every row (columns its objects lack).
     pub fn with_nulls(mut self, fields: &[arrow::datatypes::FieldRef]) -> Result<Self, arrow::error::ArrowError> {
         let mut all = self.schema.fields().to_vec();
@@ -194,6 +191,9 @@ impl Table {
         Ok(self)
     }
 
+    /// Builds a table from decoded pieces, in the order given. Large pieces are not copied
+    /// (sliced into chunks when longer than one); runs of small ones (many small objects, or
+    /// short CSV batches) are put together into full chunks, so row ids stay dense.
     pub fn from_pieces(schema: SchemaRef, pieces: Vec<Piece>) -> Result<Self, InputError> {
         let mut t = Table::empty(schema);
         let mut small: Vec<Part> = Vec::new();
