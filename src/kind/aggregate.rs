@@ -428,9 +428,9 @@ impl Aggregate {
             let object = object as u32;
             let pieces = std::mem::take(&mut d.pieces);
             let rows: usize = pieces.iter().map(|p| p.batch.num_rows()).sum();
-            let bytes: usize = pieces.iter().map(|p| p.batch.get_array_memory_size()).sum();
-            if let Some(width) = bytes.checked_div(rows) {
-                row_bytes = row_bytes.max(width as u64);
+            let bytes: u64 = pieces.iter().map(|p| read::rows_bytes(&p.batch)).sum();
+            if let Some(width) = bytes.checked_div(rows as u64) {
+                row_bytes = row_bytes.max(width);
                 flush_rows = rows_per_flush(row_bytes);
                 writers.iter_mut().for_each(|w| w.flush_rows = flush_rows);
             }

@@ -191,6 +191,14 @@ struct Rows {
     stored: u64,
 }
 
+/// The bytes a batch's rows take, without the spare capacity of its buffers: how wide its rows
+/// are. (`get_array_memory_size` counts whole buffers, and the few rows of a probe are decoded
+/// into buffers reserved for a whole page: kilobytes a row for rows of ~100 bytes.)
+pub fn rows_bytes(batch: &RecordBatch) -> u64 {
+    let column = |c: &ArrayRef| c.to_data().get_slice_memory_size().unwrap_or_else(|_| c.get_array_memory_size());
+    batch.columns().iter().map(column).sum::<usize>() as u64
+}
+
 fn at(object: &str, row: Option<u64>, line: Option<u64>, column: Option<&str>) -> Location {
     Location { object: object.into(), row, line, column: column.map(str::to_string) }
 }
@@ -533,7 +541,7 @@ impl Decoder {
                     let len = b.num_rows() as u64;
                     let (batch, bad) = self.convert(b, &|_| None);
                     if parts.bytes.is_some() && len > 0 {
-                        let width = batch.get_array_memory_size() as u64 / len;
+                        let width = rows_bytes(&batch) / len;
                         widest = Some(widest.map_or(width, |w| w.max(width)));
                     }
                     f(Rows { batch, first_row: row, lines: None, bad, stored: share(len) })?;

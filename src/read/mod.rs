@@ -25,8 +25,8 @@ pub mod list;
 pub mod text;
 pub mod unify;
 pub use decode::{
-    footer_schema, in_name_order, parquet_footer, row_group_dates, tombstone_missing, DateSource, Decoded, Decoder,
-    FooterError, Parts, Tombstone,
+    footer_schema, in_name_order, parquet_footer, row_group_dates, rows_bytes, tombstone_missing, DateSource, Decoded,
+    Decoder, FooterError, Parts, Tombstone,
 };
 pub use text::{parse_type, per_second, Declared};
 
