@@ -276,73 +276,33 @@ struct GenerateArgs {
     files_per_day: u32,
 }
 
-/// Two allocator settings, measured on the reference days (BENCHMARKS.md):
-/// - freed memory is kept for reuse instead of returned to the OS after a delay: partitions
-///   come one after another with the same shapes, and re-faulting fresh pages for each cost a
-///   large share of the CPU time of a backfill;
-/// - arenas are committed as they are used, not eagerly: an eagerly committed arena is backed
-///   by transparent huge pages, whose faults (and the kernel's compaction for them) took up to
-///   half of a 20 M-row day's time and held ~20 % more memory.
-fn tune_allocator() {
-    set_option(ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT", 0);
-    set_purge_delay(-1);
-}
-
-/// Runs [`tune_allocator`] before the first allocation, which reserves the first arena with
-/// the settings of the moment.
-#[cfg(target_os = "linux")]
-#[used]
-#[link_section = ".init_array"]
-static TUNE_ALLOCATOR: extern "C" fn() = {
-    extern "C" fn tune() {
-        tune_allocator()
-    }
-    tune
-};
-
-/// `mi_option_arena_eager_commit` and `mi_option_purge_delay` in mimalloc 3's `mimalloc.h`
-/// (the version this crate links).
-const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
-const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
 /// Below this memory limit, freed memory goes back to the OS (see [`return_freed_memory`]).
 const SMALL_BUDGET: u64 = 512 << 20;
 
-/// Undoes [`tune_allocator`]: freed memory goes back to the OS after 10 ms.
-/// Under a small budget, memory the scatter freed must not stay resident while the buckets are
-/// prepared (a 20 M-row day under 256 MiB: 400 MiB peak when kept, 270 MiB when returned, at
-/// some cost in time; BENCHMARKS.md).
+/// Under a small budget, memory one phase frees must not stay resident while the next one
+/// allocates: buffers of 1 MiB and more are mapped on their own and unmapped when freed, and a
+/// heap's free top is trimmed past 1 MiB (a 20 M-row day under 256 MiB: a peak of ~390 MiB
+/// with malloc's defaults, ~260 MiB so; BENCHMARKS.md). `GLIBC_TUNABLES` naming malloc's
+/// settings overrides this.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn return_freed_memory() {
-    set_purge_delay(10);
-}
-
-/// Sets mimalloc's purge delay in milliseconds (-1: never).
-fn set_purge_delay(ms: std::ffi::c_long) {
-    set_option(PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", ms);
-}
-
-/// Sets a mimalloc option, unless the environment (`env`) says otherwise. It allocates
-/// nothing.
-fn set_option(option: libmimalloc_sys::mi_option_t, env: &std::ffi::CStr, value: std::ffi::c_long) {
-    // SAFETY: `env` is a C string; nothing in the process sets variables of its environment.
-    if !unsafe { libc::getenv(env.as_ptr()) }.is_null() {
+    if std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.")) {
         return;
     }
-    // SAFETY: querying the version and setting an option have no preconditions.
+    // SAFETY: `mallopt` only sets malloc's parameters and is safe to call from any thread.
     unsafe {
-        // `mi_version()` is major * 10000 + minor * 100 + patch (30302 for 3.3.2).
-        if (30_000..40_000).contains(&libmimalloc_sys::mi_version()) {
-            libmimalloc_sys::mi_option_set(option, value);
-        }
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
     }
 }
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn return_freed_memory() {}
 
 /// The target of the records of partition outcomes and runs: on at the default level.
 const OUTCOME: &str = "lakeswap::outcome";
 
 fn main() -> ProcessExit {
-    #[cfg(not(target_os = "linux"))]
-    tune_allocator();
     // A write past the file-size limit (`ulimit -f`) fails as an error the run reports (a spill
     // file, the summary), rather than killing the process without a word.
     #[cfg(unix)]
@@ -1000,9 +960,6 @@ async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error>
     }
     Ok(ExitCode::Ok)
 }
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// `I/N` of `--shard`.
 fn parse_shard(spec: &str) -> Result<(usize, usize), Error> {
