@@ -282,11 +282,10 @@ const SMALL_BUDGET: u64 = 512 << 20;
 /// Under a small budget, memory one phase frees must not stay resident while the next one
 /// allocates: buffers of 1 MiB and more are mapped on their own and unmapped when freed, and a
 /// heap's free top is trimmed past 1 MiB (a 20 M-row day under 256 MiB: a peak of ~390 MiB
-/// with malloc's defaults, ~260 MiB so; BENCHMARKS.md). `GLIBC_TUNABLES` naming malloc's
-/// settings overrides this.
+/// with malloc's defaults, ~260 MiB so; BENCHMARKS.md).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn return_freed_memory() {
-    if std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.")) {
+    if malloc_tuned_by_env() {
         return;
     }
     // SAFETY: `mallopt` only sets malloc's parameters and is safe to call from any thread.
@@ -296,6 +295,28 @@ fn return_freed_memory() {
     }
 }
 
+/// One malloc arena per core. glibc gives a thread that finds the arenas busy an arena of its
+/// own, up to eight per core, and what is freed in one arena serves only that arena's threads:
+/// the 10-day reference backfill peaked at ~540 MiB with the default, ~440 MiB so, in the same
+/// time (BENCHMARKS.md). Set before the first thread starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas() {
+    if malloc_tuned_by_env() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: as in `return_freed_memory`.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, cores.min(i32::MAX as usize) as i32);
+    }
+}
+
+/// `GLIBC_TUNABLES` naming malloc's settings: lakeswap leaves them as given.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn malloc_tuned_by_env() -> bool {
+    std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc."))
+}
+
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn return_freed_memory() {}
 
@@ -303,6 +324,8 @@ fn return_freed_memory() {}
 const OUTCOME: &str = "lakeswap::outcome";
 
 fn main() -> ProcessExit {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    limit_malloc_arenas();
     // A write past the file-size limit (`ulimit -f`) fails as an error the run reports (a spill
     // file, the summary), rather than killing the process without a word.
     #[cfg(unix)]
