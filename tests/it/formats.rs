@@ -78,10 +78,23 @@ async fn malformed_csv_names_the_object() {
 /// A flat object is read once for the whole range, but a row group whose date statistics rule
 /// out every wanted date is never decoded: here its bytes are garbage, and a run over the other
 /// date does not notice, while asking for its date does.
+/// A Parquet decoder of objects dated by their `event_date` column, nothing declared.
+fn parquet_decoder() -> lakeswap::read::Decoder {
+    lakeswap::read::Decoder {
+        format: lakeswap::config::Format::Parquet,
+        delimiter: b',',
+        header: true,
+        date_source: lakeswap::read::DateSource::Column("event_date".into()),
+        tz: chrono_tz::UTC,
+        declared: Default::default(),
+        required: vec!["event_date".into()],
+        tombstone: None,
+        run: None,
+    }
+}
+
 #[test]
 fn flat_layout_skips_row_groups_without_a_wanted_date() {
-    use lakeswap::config::Format;
-    use lakeswap::read::{DateSource, Decoder};
     use parquet::arrow::ArrowWriter;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let rows = random_orders(41, 2, 60);
@@ -100,17 +113,7 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
         let (start, len) = c.byte_range();
         buf[start as usize..(start + len) as usize].fill(0xA5);
     }
-    let decoder = Decoder {
-        format: Format::Parquet,
-        delimiter: b',',
-        header: true,
-        date_source: DateSource::Column("event_date".into()),
-        tz: chrono_tz::UTC,
-        declared: Default::default(),
-        required: vec!["event_date".into()],
-        tombstone: None,
-        run: None,
-    };
+    let decoder = parquet_decoder();
     let bytes = bytes::Bytes::from(buf);
     let pieces = decoder.decode("events.parquet", bytes.clone(), &[d("2026-11-01")], None).unwrap().pieces;
     let decoded: usize = pieces.iter().map(|p| p.batch.num_rows()).sum();
@@ -128,8 +131,7 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
 /// for in every row group.
 #[test]
 fn parquet_parts_sized_by_bytes_hold_about_the_bytes_asked_for() {
-    use lakeswap::config::Format;
-    use lakeswap::read::{rows_bytes, DateSource, Decoder, Parts};
+    use lakeswap::read::{rows_bytes, Parts};
     use parquet::arrow::ArrowWriter;
     use parquet::basic::{Compression, ZstdLevel};
     use parquet::file::properties::WriterProperties;
@@ -145,17 +147,7 @@ fn parquet_parts_sized_by_bytes_hold_about_the_bytes_asked_for() {
     w.write(&b).unwrap();
     w.close().unwrap();
     let bytes = bytes::Bytes::from(buf);
-    let decoder = Decoder {
-        format: Format::Parquet,
-        delimiter: b',',
-        header: true,
-        date_source: DateSource::Column("event_date".into()),
-        tz: chrono_tz::UTC,
-        declared: Default::default(),
-        required: vec!["event_date".into()],
-        tombstone: None,
-        run: None,
-    };
+    let decoder = parquet_decoder();
     let whole = decoder.decode("events.parquet", bytes.clone(), &[d("2026-11-01")], None).unwrap().pieces;
     let (n, size): (usize, u64) =
         whole.iter().fold((0, 0), |(n, b), p| (n + p.batch.num_rows(), b + rows_bytes(&p.batch)));
