@@ -311,10 +311,12 @@ fn limit_malloc_arenas() {
     }
 }
 
-/// `GLIBC_TUNABLES` naming malloc's settings: lakeswap leaves them as given.
+/// malloc's settings given in the environment (`GLIBC_TUNABLES` naming them, or glibc's older
+/// `MALLOC_ARENA_MAX`-style variables): lakeswap leaves malloc as they set it.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn malloc_tuned_by_env() -> bool {
     std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc."))
+        || std::env::vars_os().any(|(name, _)| name.to_str().is_some_and(|n| n.starts_with("MALLOC_")))
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]

@@ -192,8 +192,8 @@ struct Rows {
 }
 
 /// The bytes a batch's rows take, without the spare capacity of its buffers: how wide its rows
-/// are. (`get_array_memory_size` counts whole buffers, and the few rows of a probe are decoded
-/// into buffers reserved for a whole page: kilobytes a row for rows of ~100 bytes.)
+/// are. (`get_array_memory_size` counts whole buffers, and the last rows of a row group are
+/// decoded into buffers reserved for a whole part: several times their width.)
 pub fn rows_bytes(batch: &RecordBatch) -> u64 {
     let column = |c: &ArrayRef| c.to_data().get_slice_memory_size().unwrap_or_else(|_| c.get_array_memory_size());
     batch.columns().iter().map(column).sum::<usize>() as u64
