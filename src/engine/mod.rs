@@ -795,7 +795,7 @@ impl datafusion::physical_plan::streaming::PartitionStream for KeptStream {
                 futures::stream::iter(pieces).boxed()
             }
             Source::Spilled { files, batch_rows, .. } => {
-                { crate::spill::merged(files.clone(), self.record.clone(), *batch_rows) }
+                crate::spill::merged(files.clone(), self.record.clone(), *batch_rows)
                     .map(|b| b.map(|b| (b, None)).map_err(|e| DataFusionError::External(Box::new(e))))
                     .boxed()
             }

@@ -363,11 +363,11 @@ pub fn decoded<'a>(
 }
 
 /// Fetches and decodes objects a part at a time ([`Decoder::decode_parts`]), in the objects'
-/// order: each part, or an object's error, with the index of its object. A part is at most
-/// `parts`. The next object is
-/// fetched while one is decoded, and a part is decoded while the consumer works on the last
-/// one; memory holds about two objects' stored bytes and a few parts, whatever the objects'
-/// size. A decoder that dies ends the stream with an error, never silently.
+/// order: each part, or an object's error, with the index of its object. Parts are cut as
+/// `parts` says. The next object is fetched while one is decoded, and a part is decoded while
+/// the consumer works on the last one; memory holds about two objects' stored bytes and a few
+/// parts, whatever the objects' size. A decoder that dies ends the stream with an error, never
+/// silently.
 pub fn decoded_parts(
     input: StoreLocation,
     decoder: Decoder,
