@@ -23,8 +23,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
-use arrow::ipc::reader::FileReader;
-use arrow::ipc::writer::{FileWriter, IpcWriteOptions};
+use arrow::ipc::writer::StreamWriter;
 use arrow::row::{RowConverter, SortField};
 
 use crate::error::PartitionError;
@@ -420,7 +419,9 @@ pub fn split_origin(batch: &RecordBatch, record: &SchemaRef) -> Origin {
 pub struct Writer {
     path: PathBuf,
     schema: SchemaRef,
-    inner: Option<FileWriter<BufWriter<File>>>,
+    /// Encodes batches as IPC stream messages into memory, one message at a time.
+    ipc: StreamWriter<Vec<u8>>,
+    file: BufWriter<File>,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
     /// Rows gathered before a write.
@@ -431,15 +432,30 @@ fn io_error(path: &Path, e: impl std::fmt::Display) -> PartitionError {
     PartitionError::Spill { path: path.display().to_string(), message: e.to_string() }
 }
 
+/// A spill file is a sequence of frames, each one Arrow IPC stream message (the schema first,
+/// then one per batch): a kind byte ([`RAW`] or [`LZ4`]), the message's length and the stored
+/// length (both u64, little endian), then the stored bytes. One LZ4 block per message, where
+/// Arrow's own IPC compression makes one LZ4 frame per buffer: its decoder zero-fills a block
+/// of up to 4 MiB for each buffer before decompressing into it, a tenth of a spilled date's CPU.
+const RAW: u8 = 0;
+const LZ4: u8 = 1;
+const FRAME_HEAD: usize = 17;
+
 impl Writer {
     pub fn create(path: PathBuf, schema: SchemaRef, flush_rows: usize) -> Result<Self, PartitionError> {
         let file = File::create(&path).map_err(|e| io_error(&path, e))?;
-        let options = IpcWriteOptions::default()
-            .try_with_compression(Some(arrow::ipc::CompressionType::LZ4_FRAME))
-            .map_err(|e| io_error(&path, e))?;
-        let inner = FileWriter::try_new_with_options(BufWriter::with_capacity(1 << 16, file), &schema, options)
-            .map_err(|e| io_error(&path, e))?;
-        Ok(Writer { path, schema, inner: Some(inner), pending: Vec::new(), pending_rows: 0, flush_rows })
+        let ipc = StreamWriter::try_new(Vec::new(), &schema).map_err(|e| io_error(&path, e))?;
+        let mut w = Writer {
+            path,
+            schema,
+            ipc,
+            file: BufWriter::with_capacity(1 << 16, file),
+            pending: Vec::new(),
+            pending_rows: 0,
+            flush_rows,
+        };
+        w.frame()?;
+        Ok(w)
     }
 
     pub fn write(&mut self, batch: RecordBatch) -> Result<(), PartitionError> {
@@ -461,20 +477,57 @@ impl Writer {
         let batch = arrow::compute::concat_batches(&self.schema, &self.pending).map_err(|e| io_error(&self.path, e))?;
         self.pending.clear();
         self.pending_rows = 0;
-        let w = self.inner.as_mut().expect("open until finished");
-        w.write(&batch).map_err(|e| io_error(&self.path, e))
+        // The message takes about the bytes of the batch's buffers: reserved at once, not grown.
+        *self.ipc.get_mut() = Vec::with_capacity(batch.get_array_memory_size() + (1 << 12));
+        self.ipc.write(&batch).map_err(|e| io_error(&self.path, e))?;
+        self.frame()
     }
 
-    /// Writes what is pending and closes the file; its size.
+    /// Writes the message the IPC writer holds as one frame. Neither the message nor its
+    /// packed bytes are kept past the frame: a date spills into many files at once.
+    fn frame(&mut self) -> Result<(), PartitionError> {
+        use std::io::Write;
+        thread_local! {
+            /// Packed bytes, kept between frames on the thread (zeroed once, at its largest).
+            static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let message = std::mem::take(self.ipc.get_mut());
+        PACKED.with_borrow_mut(|packed| {
+            let max = lz4_flex::block::get_maximum_output_size(message.len());
+            // Too small to gain, or not smaller packed: stored as it is.
+            let fits = match message.len() {
+                n if n < 256 => None,
+                _ => {
+                    if packed.len() < max {
+                        packed.resize(max, 0);
+                    }
+                    lz4_flex::block::compress_into(&message, packed).ok().filter(|&p| p < message.len())
+                }
+            };
+            let (kind, stored) = match fits {
+                Some(p) => (LZ4, &packed[..p]),
+                None => (RAW, &message[..]),
+            };
+            let mut head = [0u8; FRAME_HEAD];
+            head[0] = kind;
+            head[1..9].copy_from_slice(&(message.len() as u64).to_le_bytes());
+            head[9..].copy_from_slice(&(stored.len() as u64).to_le_bytes());
+            // In pieces of the buffer's size: one write of megabytes into the page cache costs
+            // this kernel (6.18, ext4) many times what the same bytes cost in small writes.
+            std::iter::once(&head[..])
+                .chain(stored.chunks(1 << 16))
+                .try_for_each(|piece| self.file.write_all(piece))
+                .map_err(|e| io_error(&self.path, e))
+        })
+    }
+
+    /// Writes what is pending and closes the file; its size. Not synced: the file is read back
+    /// by this run and removed, so a crash loses nothing it needs.
     pub fn finish(mut self) -> Result<(PathBuf, u64), PartitionError> {
+        use std::io::Write;
         self.flush()?;
-        let mut w = self.inner.take().expect("open until finished");
-        w.finish().map_err(|e| io_error(&self.path, e))?;
-        let mut buf = w.into_inner().map_err(|e| io_error(&self.path, e))?;
-        std::io::Write::flush(&mut buf).map_err(|e| io_error(&self.path, e))?;
-        let file = buf.into_inner().map_err(|e| io_error(&self.path, e.error()))?;
-        file.sync_data().ok();
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        self.file.flush().map_err(|e| io_error(&self.path, e))?;
+        let size = self.file.get_ref().metadata().map(|m| m.len()).unwrap_or(0);
         Ok((self.path, size))
     }
 }
@@ -482,9 +535,75 @@ impl Writer {
 /// The batches of a spill file, in order.
 pub fn read(path: &Path) -> Result<impl Iterator<Item = Result<RecordBatch, PartitionError>>, PartitionError> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
-    let reader = FileReader::try_new(BufReader::with_capacity(1 << 16, file), None).map_err(|e| io_error(path, e))?;
+    let mut frames = Frames { file: BufReader::with_capacity(1 << 16, file) };
+    let mut decoder = arrow::ipc::reader::StreamDecoder::new();
     let p = path.to_path_buf();
-    Ok(reader.map(move |b| b.map_err(|e| io_error(&p, e))))
+    Ok(std::iter::from_fn(move || loop {
+        let mut message = match frames.next() {
+            Ok(Some(m)) => arrow::buffer::Buffer::from_vec(m),
+            Ok(None) => return None,
+            Err(e) => return Some(Err(io_error(&p, e))),
+        };
+        while !message.is_empty() {
+            match decoder.decode(&mut message) {
+                Ok(Some(b)) => return Some(Ok(b)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(io_error(&p, e))),
+            }
+        }
+    }))
+}
+
+/// The messages of a spill file's frames.
+struct Frames {
+    file: BufReader<File>,
+}
+
+thread_local! {
+    /// A frame's packed bytes as read, kept between frames on the thread (a merge reads one
+    /// frame at a time from each of many files).
+    static READ: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Frames {
+    /// The next frame's message; none at the end of the file.
+    fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let mut head = [0u8; FRAME_HEAD];
+        match self.file.read_exact(&mut head[..1]) {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            r => r?,
+        }
+        self.file.read_exact(&mut head[1..])?;
+        let len = u64::from_le_bytes(head[1..9].try_into().expect("8 bytes")) as usize;
+        let stored = u64::from_le_bytes(head[9..].try_into().expect("8 bytes"));
+        let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+        let mut read_into = |v: &mut Vec<u8>| -> std::io::Result<()> {
+            v.clear();
+            if (&mut self.file).take(stored).read_to_end(v)? as u64 != stored {
+                return Err(bad("truncated spill frame".into()));
+            }
+            Ok(())
+        };
+        match head[0] {
+            RAW => {
+                let mut message = Vec::with_capacity(len);
+                read_into(&mut message)?;
+                Ok(Some(message))
+            }
+            LZ4 => {
+                let message = READ.with_borrow_mut(|packed| {
+                    read_into(packed)?;
+                    lz4_flex::block::decompress(packed, len).map_err(|e| bad(e.to_string()))
+                })?;
+                if message.len() != len {
+                    return Err(bad(format!("a spill frame decompressed to {} bytes, not {len}", message.len())));
+                }
+                Ok(Some(message))
+            }
+            k => Err(bad(format!("unknown spill frame kind {k}"))),
+        }
+    }
 }
 
 /// A merged source's current batch, its seqs, and its next row.
@@ -761,6 +880,81 @@ mod tests {
             "18446744073709551617",
         ] {
             assert!(parse_size(bad, gib).is_err(), "{bad}");
+        }
+    }
+
+    /// Batches of every width (a message too small to pack, text that packs, random bytes that
+    /// do not, decimals, nulls, a batch spread over several writes) read back as written; a
+    /// damaged file is an error naming it, never a panic.
+    #[test]
+    fn spill_files_read_back_what_was_written_and_refuse_a_damaged_frame() {
+        use arrow::array::{Decimal128Array, Int64Array, StringArray};
+        use rand::{Rng, SeedableRng};
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new("d", DataType::Decimal128(12, 2), true),
+        ]));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let batch = |rows: usize, rng: &mut rand_chacha::ChaCha8Rng, random: bool| {
+            let k: StringArray = (0..rows)
+                .map(|i| match (i % 7, random) {
+                    (0, _) => None,
+                    (_, true) => Some((0..24).map(|_| rng.random_range(33u8..127) as char).collect::<String>()),
+                    (_, false) => Some(format!("key-{:08}", i % 1000)),
+                })
+                .collect();
+            let n: Int64Array = (0..rows).map(|i| (i % 5 != 0).then(|| rng.random::<i64>())).collect();
+            let d = Decimal128Array::from_iter((0..rows).map(|i| Some(i as i128 * 7 - 300)))
+                .with_precision_and_scale(12, 2)
+                .unwrap();
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(k), Arc::new(n), Arc::new(d)]).unwrap()
+        };
+        let written = [batch(1, &mut rng, false), batch(50_000, &mut rng, false), batch(20_000, &mut rng, true)];
+        let path = dir.path().join("in.arrow");
+        let mut w = Writer::create(path.clone(), schema.clone(), 10_000).unwrap();
+        for b in &written {
+            // Halves: a batch gathered from several writes.
+            let half = b.num_rows() / 2;
+            w.write(b.slice(0, half)).unwrap();
+            w.write(b.slice(half, b.num_rows() - half)).unwrap();
+        }
+        let (_, size) = w.finish().unwrap();
+        let raw: usize = written.iter().map(|b| b.get_array_memory_size()).sum();
+        assert!(size > 0 && (size as usize) < raw, "{size} bytes on disk for {raw} in memory");
+        let back: Vec<RecordBatch> = read(&path).unwrap().collect::<Result<_, _>>().unwrap();
+        let all = |bs: &[RecordBatch]| arrow::compute::concat_batches(&schema, bs).unwrap();
+        assert_eq!(all(&back), all(&written));
+
+        // Damaged: a kind byte unknown, a file cut short, a packed message's length said
+        // smaller or larger than it is (the batches' frames are packed: see the size above).
+        let bytes = std::fs::read(&path).unwrap();
+        let schema_frame = FRAME_HEAD + u64::from_le_bytes(bytes[9..17].try_into().unwrap()) as usize;
+        let second =
+            schema_frame + FRAME_HEAD + u64::from_le_bytes(bytes[schema_frame + 9..][..8].try_into().unwrap()) as usize;
+        assert_eq!(bytes[second], LZ4);
+        let mut unknown = bytes.clone();
+        unknown[schema_frame] = 9;
+        let length = |delta: i64| {
+            let mut b = bytes.clone();
+            let n = u64::from_le_bytes(b[second + 1..][..8].try_into().unwrap()).checked_add_signed(delta).unwrap();
+            b[second + 1..second + 9].copy_from_slice(&n.to_le_bytes());
+            b
+        };
+        for (what, damaged) in [
+            ("unknown kind", unknown),
+            ("cut short", bytes[..bytes.len() - 10].to_vec()),
+            ("said smaller", length(-100)),
+            ("said larger", length(100)),
+        ] {
+            let bad = dir.path().join("bad.arrow");
+            std::fs::write(&bad, damaged).unwrap();
+            let outcome: Result<Vec<RecordBatch>, _> = read(&bad).unwrap().collect();
+            match outcome {
+                Err(PartitionError::Spill { path, .. }) => assert!(path.ends_with("bad.arrow"), "{what}: {path}"),
+                other => panic!("{what}: {other:?}"),
+            }
         }
     }
 
