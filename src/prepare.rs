@@ -1224,7 +1224,7 @@ mod tests {
             date: chrono::NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
             batch,
             object: object.into(),
-            object_rows: (0..keys.len() as u64).collect(),
+            object_rows: crate::read::ObjectRows::Run(0..keys.len() as u64),
             lines: None,
         }
     }

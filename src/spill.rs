@@ -377,14 +377,14 @@ pub fn with_origin(
     batch: &RecordBatch,
     seq: u64,
     object: u32,
-    rows: &[u64],
+    rows: &crate::read::ObjectRows,
     lines: Option<&[u64]>,
 ) -> Result<RecordBatch, arrow::error::ArrowError> {
     let n = batch.num_rows();
     let mut cols = batch.columns().to_vec();
     cols.push(Arc::new(UInt64Array::from_iter_values(seq..seq + n as u64)));
     cols.push(Arc::new(UInt32Array::from_value(object, n)));
-    cols.push(Arc::new(UInt64Array::from(rows.to_vec())));
+    cols.push(Arc::new(UInt64Array::from(rows.to_vec(0, n))));
     cols.push(match lines {
         Some(l) => Arc::new(UInt64Array::from(l.to_vec())),
         None => arrow::array::new_null_array(&DataType::UInt64, n),
@@ -781,7 +781,7 @@ pub fn prepare_bucket(path: &Path, out: &Path, shared: &Buckets) -> Result<Bucke
                 date,
                 batch: o.rows.slice(start, end - start),
                 object: objects[obj as usize].clone(),
-                object_rows: o.object_rows[start..end].into(),
+                object_rows: o.object_rows[start..end].to_vec().into(),
                 lines: o.lines.as_ref().map(|l| l[start..end].into()),
             });
             start = end;

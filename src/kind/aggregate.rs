@@ -464,7 +464,7 @@ impl Aggregate {
                     if let Some((i, k)) = null_key {
                         let at = Location {
                             object: piece.object.to_string(),
-                            row: piece.object_rows.get(i).copied(),
+                            row: piece.object_rows.get(i),
                             line: piece.lines.as_ref().and_then(|l| l.get(i).copied()),
                             column: Some(k.clone()),
                         };

@@ -1027,7 +1027,7 @@ impl Decoder {
             if let Some((i, col, m)) = r.bad.iter().find(|(_, _, m)| !m.is_empty()) {
                 out.bad.entry(pd).or_insert_with(|| bad_at(*i, col, m));
             }
-            let rows: Arc<[u64]> = (r.first_row..r.first_row + n as u64).collect();
+            let rows = super::ObjectRows::Run(r.first_row..r.first_row + n as u64);
             let lines = r.lines.clone();
             out.pieces.push(Piece { date: pd, batch: r.batch, object: object.clone(), object_rows: rows, lines });
             return Ok(());
@@ -1065,7 +1065,7 @@ impl Decoder {
         }
         for (d, idx) in by_date {
             let date = dates::from_days(d).unwrap_or_default();
-            let rows: Arc<[u64]> = idx.iter().map(|i| r.first_row + *i as u64).collect();
+            let rows = super::ObjectRows::picked(r.first_row, &idx);
             let piece_lines = lines(&|i| idx[i] as usize, idx.len());
             let batch = if idx.len() == n {
                 r.batch.clone()

@@ -51,13 +51,57 @@ pub fn split_id(id: usize) -> (usize, usize) {
     (id >> CHUNK_BITS, id & (CHUNK_ROWS - 1))
 }
 
+/// The numbers of a piece's rows in their object: a run of consecutive rows (a part of a row
+/// group, an object under its date's folder: 16 bytes however many rows), or the rows a date
+/// picked out of an object holding several dates.
+#[derive(Debug, Clone)]
+pub enum ObjectRows {
+    Run(std::ops::Range<u64>),
+    List(Arc<[u64]>),
+}
+
+impl ObjectRows {
+    /// Rows `first + i` for each `i` of `picked` (increasing): a run when they follow each other.
+    pub fn picked(first: u64, picked: &[u32]) -> Self {
+        match (picked.first(), picked.last()) {
+            (Some(&a), Some(&b)) if (b - a) as usize + 1 == picked.len() => {
+                ObjectRows::Run(first + a as u64..first + b as u64 + 1)
+            }
+            (None, _) | (_, None) => ObjectRows::Run(first..first),
+            _ => ObjectRows::List(picked.iter().map(|&i| first + i as u64).collect()),
+        }
+    }
+
+    /// The object row of the piece's row `i`.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        match self {
+            ObjectRows::Run(r) => r.start.checked_add(i as u64).filter(|x| *x < r.end),
+            ObjectRows::List(l) => l.get(i).copied(),
+        }
+    }
+
+    /// The object rows of the piece's rows `start..end`, as a list.
+    pub fn to_vec(&self, start: usize, end: usize) -> Vec<u64> {
+        match self {
+            ObjectRows::Run(r) => (r.start + start as u64..r.start + end as u64).collect(),
+            ObjectRows::List(l) => l[start..end].to_vec(),
+        }
+    }
+}
+
+impl From<Vec<u64>> for ObjectRows {
+    fn from(rows: Vec<u64>) -> Self {
+        ObjectRows::List(rows.into())
+    }
+}
+
 /// Where a run of rows came from: row id `first + i` is row `object_rows[offset + i]` of
 /// `object`. A chunk holds one span, or several when small pieces were put together.
 #[derive(Debug, Clone)]
 struct Span {
     first: usize,
     object: Arc<str>,
-    object_rows: Arc<[u64]>,
+    object_rows: ObjectRows,
     lines: Option<Arc<[u64]>>,
     offset: usize,
 }
@@ -131,7 +175,7 @@ impl Table {
         match at.and_then(|i| self.spans.get(i)) {
             Some(s) => Location {
                 object: s.object.to_string(),
-                row: s.object_rows.get(s.offset + id - s.first).copied(),
+                row: s.object_rows.get(s.offset + id - s.first),
                 line: s.lines.as_ref().and_then(|l| l.get(s.offset + id - s.first).copied()),
                 column: column.map(str::to_string),
             },
@@ -260,7 +304,7 @@ impl Table {
 
 /// A slice of a piece on its way into a chunk: rows, object, object rows, their lines, offset
 /// in those.
-type Part = (RecordBatch, Arc<str>, Arc<[u64]>, Option<Arc<[u64]>>, usize);
+type Part = (RecordBatch, Arc<str>, ObjectRows, Option<Arc<[u64]>>, usize);
 
 /// A decoded piece of one object, destined for one date.
 #[derive(Debug, Clone)]
@@ -269,7 +313,7 @@ pub struct Piece {
     /// The rows, in the object's own schema (unified per date by [`assemble`]).
     pub batch: RecordBatch,
     pub object: Arc<str>,
-    pub object_rows: Arc<[u64]>,
+    pub object_rows: ObjectRows,
     /// The line of each row, for text objects.
     pub lines: Option<Arc<[u64]>>,
 }
@@ -305,7 +349,7 @@ pub fn conform(p: Piece, schema: &SchemaRef, tz: chrono_tz::Tz) -> Result<Piece,
         InputError::bad(
             Location {
                 object: p.object.to_string(),
-                row: e.row.and_then(|r| p.object_rows.get(r).copied()),
+                row: e.row.and_then(|r| p.object_rows.get(r)),
                 line: p.lines.as_ref().and_then(|l| l.get(i).copied()).filter(|_| e.row.is_some()),
                 column: Some(column),
             },
@@ -609,13 +653,26 @@ mod tests {
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
         let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(values.clone()))]).unwrap();
         // Object rows 100, 101, ...: distinguishable from positions in the table.
-        let object_rows: Arc<[u64]> = (0..(values.end - values.start) as u64).map(|i| 100 + i).collect();
+        let object_rows = ObjectRows::Run(100..100 + (values.end - values.start) as u64);
         Piece {
             date: NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
             batch,
             object: object.into(),
             object_rows,
             lines: None,
+        }
+    }
+
+    #[test]
+    fn object_rows_picked_name_the_rows_picked_whether_they_follow_each_other_or_not() {
+        for picked in [vec![], vec![3], vec![3, 4, 5, 6], vec![0, 2, 3], vec![1, 9]] {
+            let rows = ObjectRows::picked(100, &picked);
+            let run = matches!(rows, ObjectRows::Run(_));
+            assert_eq!(run, picked.windows(2).all(|w| w[1] == w[0] + 1), "{picked:?}");
+            let want: Vec<u64> = picked.iter().map(|&i| 100 + i as u64).collect();
+            assert_eq!((0..picked.len()).map(|i| rows.get(i).unwrap()).collect::<Vec<_>>(), want);
+            assert_eq!(rows.get(picked.len()), None);
+            assert_eq!(rows.to_vec(0, picked.len()), want);
         }
     }
 
@@ -628,7 +685,8 @@ mod tests {
             .iter()
             .flat_map(|p| {
                 let v = p.batch.column(0).as_primitive::<Int64Type>().values().to_vec();
-                v.into_iter().zip(p.object_rows.iter().copied()).map(move |(x, r)| (x, p.object.to_string(), r))
+                let rows = p.object_rows.to_vec(0, v.len());
+                v.into_iter().zip(rows).map(move |(x, r)| (x, p.object.to_string(), r))
             })
             .collect();
         let schema = pieces[0].batch.schema();

@@ -144,7 +144,7 @@ fn threads_do_not_change_the_result() {
     let cfg = &job.config;
     let table = |rows: &[Order]| {
         let b = batch(rows);
-        let object_rows: std::sync::Arc<[u64]> = (0..b.num_rows() as u64).collect();
+        let object_rows = lakeswap::read::ObjectRows::Run(0..b.num_rows() as u64);
         let piece = Piece { date: d("2026-11-01"), batch: b, object: "in.parquet".into(), object_rows, lines: None };
         Table::from_pieces(schema(), vec![piece]).unwrap()
     };
