@@ -422,6 +422,9 @@ pub struct Writer {
     /// Encodes batches as IPC stream messages into memory, one message at a time.
     ipc: StreamWriter<Vec<u8>>,
     file: BufWriter<File>,
+    /// Batches and rows written, for the end frame.
+    batches: u64,
+    rows: u64,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
     /// Rows gathered before a write.
@@ -432,14 +435,25 @@ fn io_error(path: &Path, e: impl std::fmt::Display) -> PartitionError {
     PartitionError::Spill { path: path.display().to_string(), message: e.to_string() }
 }
 
-/// A spill file is a sequence of frames, each one Arrow IPC stream message (the schema first,
-/// then one per batch): a kind byte ([`RAW`] or [`LZ4`]), the message's length and the stored
-/// length (both u64, little endian), then the stored bytes. One LZ4 block per message, where
+/// A spill file is a sequence of frames: each Arrow IPC stream message (the schema first, then
+/// one per batch) in a frame of its own, then an end frame. A frame's head is a kind byte
+/// ([`RAW`], [`LZ4`] or [`END`]) and two u64 (little endian): for a message its length and the
+/// length stored, for the end the batches and rows written. One LZ4 block per message, where
 /// Arrow's own IPC compression makes one LZ4 frame per buffer: its decoder zero-fills a block
 /// of up to 4 MiB for each buffer before decompressing into it, a tenth of a spilled date's CPU.
+/// A file without its end, or with a frame that does not hold what its head says, is an error.
 const RAW: u8 = 0;
 const LZ4: u8 = 1;
+const END: u8 = 2;
 const FRAME_HEAD: usize = 17;
+
+fn frame_head(kind: u8, a: u64, b: u64) -> [u8; FRAME_HEAD] {
+    let mut head = [0u8; FRAME_HEAD];
+    head[0] = kind;
+    head[1..9].copy_from_slice(&a.to_le_bytes());
+    head[9..].copy_from_slice(&b.to_le_bytes());
+    head
+}
 
 impl Writer {
     pub fn create(path: PathBuf, schema: SchemaRef, flush_rows: usize) -> Result<Self, PartitionError> {
@@ -450,6 +464,8 @@ impl Writer {
             schema,
             ipc,
             file: BufWriter::with_capacity(1 << 16, file),
+            batches: 0,
+            rows: 0,
             pending: Vec::new(),
             pending_rows: 0,
             flush_rows,
@@ -480,45 +496,36 @@ impl Writer {
         // The message takes about the bytes of the batch's buffers: reserved at once, not grown.
         *self.ipc.get_mut() = Vec::with_capacity(batch.get_array_memory_size() + (1 << 12));
         self.ipc.write(&batch).map_err(|e| io_error(&self.path, e))?;
+        self.batches += 1;
+        self.rows += batch.num_rows() as u64;
         self.frame()
     }
 
-    /// Writes the message the IPC writer holds as one frame. Neither the message nor its
-    /// packed bytes are kept past the frame: a date spills into many files at once.
+    /// Writes the message the IPC writer holds as one frame; neither it nor its packed bytes
+    /// are kept (a date spills into many files at once).
     fn frame(&mut self) -> Result<(), PartitionError> {
-        use std::io::Write;
-        thread_local! {
-            /// Packed bytes, kept between frames on the thread (zeroed once, at its largest).
-            static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
         let message = std::mem::take(self.ipc.get_mut());
-        PACKED.with_borrow_mut(|packed| {
-            let max = lz4_flex::block::get_maximum_output_size(message.len());
-            // Too small to gain, or not smaller packed: stored as it is.
-            let fits = match message.len() {
-                n if n < 256 => None,
-                _ => {
-                    if packed.len() < max {
-                        packed.resize(max, 0);
-                    }
-                    lz4_flex::block::compress_into(&message, packed).ok().filter(|&p| p < message.len())
-                }
-            };
-            let (kind, stored) = match fits {
-                Some(p) => (LZ4, &packed[..p]),
-                None => (RAW, &message[..]),
-            };
-            let mut head = [0u8; FRAME_HEAD];
-            head[0] = kind;
-            head[1..9].copy_from_slice(&(message.len() as u64).to_le_bytes());
-            head[9..].copy_from_slice(&(stored.len() as u64).to_le_bytes());
-            // In pieces of the buffer's size: one write of megabytes into the page cache costs
-            // this kernel (6.18, ext4) many times what the same bytes cost in small writes.
-            std::iter::once(&head[..])
-                .chain(stored.chunks(1 << 16))
-                .try_for_each(|piece| self.file.write_all(piece))
-                .map_err(|e| io_error(&self.path, e))
-        })
+        // Too small to gain, or not smaller packed: stored as it is.
+        let packed = Some(message.len())
+            .filter(|&n| n >= 256)
+            .map(|_| lz4_flex::block::compress(&message))
+            .filter(|p| p.len() < message.len());
+        let (kind, stored) = match &packed {
+            Some(p) => (LZ4, &p[..]),
+            None => (RAW, &message[..]),
+        };
+        self.put(frame_head(kind, message.len() as u64, stored.len() as u64), stored)
+    }
+
+    /// Writes a frame, its bytes in pieces of the buffer's size: one write of megabytes into
+    /// the page cache costs this kernel (6.18, ext4) many times what the same bytes cost in
+    /// small writes.
+    fn put(&mut self, head: [u8; FRAME_HEAD], bytes: &[u8]) -> Result<(), PartitionError> {
+        use std::io::Write;
+        std::iter::once(&head[..])
+            .chain(bytes.chunks(1 << 16))
+            .try_for_each(|piece| self.file.write_all(piece))
+            .map_err(|e| io_error(&self.path, e))
     }
 
     /// Writes what is pending and closes the file; its size. Not synced: the file is read back
@@ -526,6 +533,7 @@ impl Writer {
     pub fn finish(mut self) -> Result<(PathBuf, u64), PartitionError> {
         use std::io::Write;
         self.flush()?;
+        self.put(frame_head(END, self.batches, self.rows), &[])?;
         self.file.flush().map_err(|e| io_error(&self.path, e))?;
         let size = self.file.get_ref().metadata().map(|m| m.len()).unwrap_or(0);
         Ok((self.path, size))
@@ -535,74 +543,91 @@ impl Writer {
 /// The batches of a spill file, in order.
 pub fn read(path: &Path) -> Result<impl Iterator<Item = Result<RecordBatch, PartitionError>>, PartitionError> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
-    let mut frames = Frames { file: BufReader::with_capacity(1 << 16, file) };
+    let mut frames = Frames { file: BufReader::with_capacity(1 << 16, file), batches: 0, rows: 0, ended: false };
     let mut decoder = arrow::ipc::reader::StreamDecoder::new();
+    // What is left of the last frame's message.
+    let mut left = arrow::buffer::Buffer::from_vec(Vec::<u8>::new());
     let p = path.to_path_buf();
-    Ok(std::iter::from_fn(move || loop {
-        let mut message = match frames.next() {
-            Ok(Some(m)) => arrow::buffer::Buffer::from_vec(m),
-            Ok(None) => return None,
-            Err(e) => return Some(Err(io_error(&p, e))),
-        };
-        while !message.is_empty() {
-            match decoder.decode(&mut message) {
-                Ok(Some(b)) => return Some(Ok(b)),
-                Ok(None) => {}
-                Err(e) => return Some(Err(io_error(&p, e))),
-            }
+    let mut failed = false;
+    Ok(std::iter::from_fn(move || {
+        if failed {
+            return None;
         }
+        let next = (|| -> Result<Option<RecordBatch>, String> {
+            loop {
+                while !left.is_empty() {
+                    if let Some(b) = decoder.decode(&mut left).map_err(|e| e.to_string())? {
+                        frames.batches += 1;
+                        frames.rows += b.num_rows() as u64;
+                        return Ok(Some(b));
+                    }
+                }
+                match frames.next().map_err(|e| e.to_string())? {
+                    Some(m) => left = arrow::buffer::Buffer::from_vec(m),
+                    // The end frame counted what was decoded: nothing is missing.
+                    None => return Ok(None),
+                }
+            }
+        })();
+        failed = next.is_err();
+        next.map_err(|e| io_error(&p, e)).transpose()
     }))
 }
 
-/// The messages of a spill file's frames.
+/// The messages of a spill file's frames, and what was decoded of them.
 struct Frames {
     file: BufReader<File>,
-}
-
-thread_local! {
-    /// A frame's packed bytes as read, kept between frames on the thread (a merge reads one
-    /// frame at a time from each of many files).
-    static READ: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    batches: u64,
+    rows: u64,
+    ended: bool,
 }
 
 impl Frames {
-    /// The next frame's message; none at the end of the file.
+    /// The next frame's message; none after the end frame, once the batches and rows decoded
+    /// are those it counts.
     fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
         use std::io::Read;
-        let mut head = [0u8; FRAME_HEAD];
-        match self.file.read_exact(&mut head[..1]) {
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-            r => r?,
-        }
-        self.file.read_exact(&mut head[1..])?;
-        let len = u64::from_le_bytes(head[1..9].try_into().expect("8 bytes")) as usize;
-        let stored = u64::from_le_bytes(head[9..].try_into().expect("8 bytes"));
         let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
-        let mut read_into = |v: &mut Vec<u8>| -> std::io::Result<()> {
-            v.clear();
-            if (&mut self.file).take(stored).read_to_end(v)? as u64 != stored {
-                return Err(bad("truncated spill frame".into()));
-            }
-            Ok(())
-        };
-        match head[0] {
-            RAW => {
-                let mut message = Vec::with_capacity(len);
-                read_into(&mut message)?;
-                Ok(Some(message))
-            }
-            LZ4 => {
-                let message = READ.with_borrow_mut(|packed| {
-                    read_into(packed)?;
-                    lz4_flex::block::decompress(packed, len).map_err(|e| bad(e.to_string()))
-                })?;
-                if message.len() != len {
-                    return Err(bad(format!("a spill frame decompressed to {} bytes, not {len}", message.len())));
-                }
-                Ok(Some(message))
-            }
-            k => Err(bad(format!("unknown spill frame kind {k}"))),
+        if self.ended {
+            return Ok(None);
         }
+        let mut head = [0u8; FRAME_HEAD];
+        self.file.read_exact(&mut head).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => bad("the spill file ends before its end frame".into()),
+            _ => e,
+        })?;
+        let a = u64::from_le_bytes(head[1..9].try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(head[9..].try_into().expect("8 bytes"));
+        let (kind, len, stored) = match head[0] {
+            END if (a, b) == (self.batches, self.rows) => {
+                self.ended = true;
+                return Ok(None);
+            }
+            END => {
+                let read = (self.batches, self.rows);
+                return Err(bad(format!("the spill file's end counts {a} batches of {b} rows, {read:?} were read")));
+            }
+            k @ (RAW | LZ4) => (k, a, b),
+            k => return Err(bad(format!("unknown spill frame kind {k}"))),
+        };
+        // A message is never empty; an LZ4 block expands at most ~255 times.
+        let most = if kind == RAW { stored } else { stored.saturating_mul(255).saturating_add(16) };
+        if len == 0 || len > most || (kind == RAW && len != stored) {
+            return Err(bad(format!("a damaged spill frame: {len} bytes stored as {stored}")));
+        }
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(stored as usize).map_err(|e| bad(e.to_string()))?;
+        if (&mut self.file).take(stored).read_to_end(&mut bytes)? as u64 != stored {
+            return Err(bad("the spill file ends inside a frame".into()));
+        }
+        if kind == RAW {
+            return Ok(Some(bytes));
+        }
+        let message = lz4_flex::block::decompress(&bytes, len as usize).map_err(|e| bad(e.to_string()))?;
+        if message.len() as u64 != len {
+            return Err(bad(format!("a spill frame decompressed to {} bytes, not {len}", message.len())));
+        }
+        Ok(Some(message))
     }
 }
 
@@ -828,7 +853,8 @@ pub fn merged(
     batch_rows: usize,
 ) -> futures::stream::BoxStream<'static, Result<RecordBatch, PartitionError>> {
     use futures::StreamExt;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, PartitionError>>(2);
+    // `Ok(None)` ends the merge: a merge that stops without it (a panic) is an error, not an end.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Option<RecordBatch>, PartitionError>>(2);
     tokio::task::spawn_blocking(move || {
         let mut m = match SeqMerge::new(&paths, record, batch_rows.max(1)) {
             Ok(m) => m,
@@ -840,17 +866,24 @@ pub fn merged(
         loop {
             let next = m.next_batch();
             let end = !matches!(next, Ok(Some(_)));
-            let item = match next {
-                Ok(Some(b)) => Ok(b),
-                Ok(None) => break,
-                Err(e) => Err(e),
-            };
-            if tx.blocking_send(item).is_err() || end {
+            if tx.blocking_send(next).is_err() || end {
                 break;
             }
         }
     });
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) }).boxed()
+    futures::stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Some(Ok(Some(b))) => Some((Ok(b), Some(rx))),
+            Some(Ok(None)) => None,
+            Some(Err(e)) => Some((Err(e), None)),
+            None => Some((
+                Err(PartitionError::Other("spill: the merge of the buckets stopped before its end".into())),
+                None,
+            )),
+        }
+    })
+    .boxed()
 }
 
 #[cfg(test)]
@@ -927,27 +960,42 @@ mod tests {
         let all = |bs: &[RecordBatch]| arrow::compute::concat_batches(&schema, bs).unwrap();
         assert_eq!(all(&back), all(&written));
 
-        // Damaged: a kind byte unknown, a file cut short, a packed message's length said
-        // smaller or larger than it is (the batches' frames are packed: see the size above).
+        // A bucket no row fell in: no batch, and no error.
+        let empty = dir.path().join("empty.arrow");
+        Writer::create(empty.clone(), schema.clone(), 10).unwrap().finish().unwrap();
+        assert_eq!(read(&empty).unwrap().collect::<Result<Vec<_>, _>>().unwrap().len(), 0);
+
+        // Damaged: a kind byte unknown; the file cut inside a frame, or between two (a batch
+        // lost whole), or its end zeroed; a message's length said smaller, larger, absurd, or
+        // nothing (the batches' frames are packed: see the size above).
         let bytes = std::fs::read(&path).unwrap();
-        let schema_frame = FRAME_HEAD + u64::from_le_bytes(bytes[9..17].try_into().unwrap()) as usize;
-        let second =
-            schema_frame + FRAME_HEAD + u64::from_le_bytes(bytes[schema_frame + 9..][..8].try_into().unwrap()) as usize;
+        let frame_end =
+            |at: usize| at + FRAME_HEAD + u64::from_le_bytes(bytes[at + 9..][..8].try_into().unwrap()) as usize;
+        let second = frame_end(0);
+        let third = frame_end(second);
         assert_eq!(bytes[second], LZ4);
         let mut unknown = bytes.clone();
-        unknown[schema_frame] = 9;
-        let length = |delta: i64| {
+        unknown[second] = 9;
+        let length = |n: &dyn Fn(u64) -> u64| {
             let mut b = bytes.clone();
-            let n = u64::from_le_bytes(b[second + 1..][..8].try_into().unwrap()).checked_add_signed(delta).unwrap();
-            b[second + 1..second + 9].copy_from_slice(&n.to_le_bytes());
+            let was = u64::from_le_bytes(b[second + 1..][..8].try_into().unwrap());
+            b[second + 1..second + 9].copy_from_slice(&n(was).to_le_bytes());
             b
         };
-        for (what, damaged) in [
+        let mut zeroed = bytes.clone();
+        zeroed[third..].fill(0);
+        let damaged: [(&str, Vec<u8>); 9] = [
             ("unknown kind", unknown),
-            ("cut short", bytes[..bytes.len() - 10].to_vec()),
-            ("said smaller", length(-100)),
-            ("said larger", length(100)),
-        ] {
+            ("cut inside a frame", bytes[..bytes.len() - 30].to_vec()),
+            ("cut between frames", bytes[..third].to_vec()),
+            ("without its end frame", bytes[..bytes.len() - FRAME_HEAD].to_vec()),
+            ("zeroed from a frame on", zeroed),
+            ("said smaller", length(&|n| n - 100)),
+            ("said larger", length(&|n| n + 100)),
+            ("said absurdly large", length(&|_| u64::MAX / 2)),
+            ("said empty", length(&|_| 0)),
+        ];
+        for (what, damaged) in damaged {
             let bad = dir.path().join("bad.arrow");
             std::fs::write(&bad, damaged).unwrap();
             let outcome: Result<Vec<RecordBatch>, _> = read(&bad).unwrap().collect();

@@ -80,10 +80,14 @@ impl ObjectRows {
         }
     }
 
-    /// The object rows of the piece's rows `start..end`, as a list.
+    /// The object rows of the piece's rows `start..end`, as a list. Panics past the piece's
+    /// rows, as a slice does.
     pub fn to_vec(&self, start: usize, end: usize) -> Vec<u64> {
         match self {
-            ObjectRows::Run(r) => (r.start + start as u64..r.start + end as u64).collect(),
+            ObjectRows::Run(r) => {
+                assert!(start <= end && r.start + end as u64 <= r.end, "rows {start}..{end} of {r:?}");
+                (r.start + start as u64..r.start + end as u64).collect()
+            }
             ObjectRows::List(l) => l[start..end].to_vec(),
         }
     }
