@@ -409,7 +409,7 @@ impl Aggregate {
         let mut row_bytes = 100u64;
         let mut flush_rows = rows_per_flush(row_bytes);
         let mut writers = (0..buckets)
-            .map(|b| spill::Writer::create(dir.join(format!("in-{b:05}.arrow")), wide.clone(), flush_rows))
+            .map(|b| spill::Writer::create(dir.join(format!("in-{b:05}.spill")), wide.clone(), flush_rows))
             .collect::<Result<Vec<_>, _>>()?;
         let mut seq = 0u64;
         let mut rows_in = 0u64;
@@ -546,7 +546,7 @@ impl Aggregate {
             .map(|(b, path)| {
                 observer.event(&Event::Spilling { date, bucket: b + 1, buckets });
                 let shared = shared.clone();
-                let out = dir.join(format!("win-{b:05}.arrow"));
+                let out = dir.join(format!("win-{b:05}.spill"));
                 async move {
                     tokio::task::spawn_blocking(move || {
                         let done = spill::prepare_bucket(&path, &out, &shared);
