@@ -543,49 +543,66 @@ impl Writer {
 /// The batches of a spill file, in order.
 pub fn read(path: &Path) -> Result<impl Iterator<Item = Result<RecordBatch, PartitionError>>, PartitionError> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
-    let mut frames = Frames { file: BufReader::with_capacity(1 << 16, file), batches: 0, rows: 0, ended: false };
-    let mut decoder = arrow::ipc::reader::StreamDecoder::new();
-    // What is left of the last frame's message.
-    let mut left = arrow::buffer::Buffer::from_vec(Vec::<u8>::new());
-    let p = path.to_path_buf();
-    let mut failed = false;
-    Ok(std::iter::from_fn(move || {
-        if failed {
-            return None;
-        }
-        let next = (|| -> Result<Option<RecordBatch>, String> {
-            loop {
-                while !left.is_empty() {
-                    if let Some(b) = decoder.decode(&mut left).map_err(|e| e.to_string())? {
-                        frames.batches += 1;
-                        frames.rows += b.num_rows() as u64;
-                        return Ok(Some(b));
-                    }
-                }
-                match frames.next().map_err(|e| e.to_string())? {
-                    Some(m) => left = arrow::buffer::Buffer::from_vec(m),
-                    // The end frame counted what was decoded: nothing is missing.
-                    None => return Ok(None),
-                }
-            }
-        })();
-        failed = next.is_err();
-        next.map_err(|e| io_error(&p, e)).transpose()
-    }))
+    Ok(Frames {
+        path: path.to_path_buf(),
+        file: BufReader::with_capacity(1 << 16, file),
+        decoder: arrow::ipc::reader::StreamDecoder::new(),
+        left: arrow::buffer::Buffer::from_vec(Vec::<u8>::new()),
+        batches: 0,
+        rows: 0,
+        ended: false,
+        failed: false,
+    })
 }
 
-/// The messages of a spill file's frames, and what was decoded of them.
+/// A spill file's frames, read one at a time, and the batches decoded from them.
 struct Frames {
+    path: PathBuf,
     file: BufReader<File>,
+    decoder: arrow::ipc::reader::StreamDecoder,
+    /// What is left of the last frame's message.
+    left: arrow::buffer::Buffer,
+    /// Batches and rows decoded, for the end frame.
     batches: u64,
     rows: u64,
     ended: bool,
+    failed: bool,
+}
+
+impl Iterator for Frames {
+    type Item = Result<RecordBatch, PartitionError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let next = self.next_batch();
+        self.failed = next.is_err();
+        next.map_err(|e| io_error(&self.path, e)).transpose()
+    }
 }
 
 impl Frames {
-    /// The next frame's message; none after the end frame, once the batches and rows decoded
-    /// are those it counts.
-    fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+    /// The next batch; none after the end frame, once the batches and rows decoded are those
+    /// it counts (an empty bucket's schema leaves its empty body pending in the decoder).
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, String> {
+        loop {
+            while !self.left.is_empty() {
+                if let Some(b) = self.decoder.decode(&mut self.left).map_err(|e| e.to_string())? {
+                    self.batches += 1;
+                    self.rows += b.num_rows() as u64;
+                    return Ok(Some(b));
+                }
+            }
+            match self.next_message().map_err(|e| e.to_string())? {
+                Some(m) => self.left = arrow::buffer::Buffer::from_vec(m),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The next frame's message; none after the end frame.
+    fn next_message(&mut self) -> std::io::Result<Option<Vec<u8>>> {
         use std::io::Read;
         let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
         if self.ended {

@@ -64,11 +64,11 @@ impl ObjectRows {
     /// Rows `first + i` for each `i` of `picked` (increasing): a run when they follow each other.
     pub fn picked(first: u64, picked: &[u32]) -> Self {
         match (picked.first(), picked.last()) {
-            (Some(&a), Some(&b)) if (b - a) as usize + 1 == picked.len() => {
-                ObjectRows::Run(first + a as u64..first + b as u64 + 1)
+            (Some(&a), Some(&b)) if (b - a) as usize + 1 != picked.len() => {
+                ObjectRows::List(picked.iter().map(|&i| first + i as u64).collect())
             }
-            (None, _) | (_, None) => ObjectRows::Run(first..first),
-            _ => ObjectRows::List(picked.iter().map(|&i| first + i as u64).collect()),
+            (Some(&a), Some(&b)) => ObjectRows::Run(first + a as u64..first + b as u64 + 1),
+            _ => ObjectRows::Run(first..first),
         }
     }
 
@@ -656,8 +656,13 @@ mod tests {
     fn piece(object: &str, values: std::ops::Range<i64>) -> Piece {
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
         let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(values.clone()))]).unwrap();
-        // Object rows 100, 101, ...: distinguishable from positions in the table.
-        let object_rows = ObjectRows::Run(100..100 + (values.end - values.start) as u64);
+        // Object rows 100, 101, ...: distinguishable from positions in the table; listed for
+        // the one piece sliced across chunks, a run for the others.
+        let rows = 100..100 + (values.end - values.start) as u64;
+        let object_rows = match object {
+            "big" => ObjectRows::from(rows.collect::<Vec<_>>()),
+            _ => ObjectRows::Run(rows),
+        };
         Piece {
             date: NaiveDate::from_ymd_opt(2026, 11, 1).unwrap(),
             batch,

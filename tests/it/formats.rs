@@ -75,9 +75,6 @@ async fn malformed_csv_names_the_object() {
     );
 }
 
-/// A flat object is read once for the whole range, but a row group whose date statistics rule
-/// out every wanted date is never decoded: here its bytes are garbage, and a run over the other
-/// date does not notice, while asking for its date does.
 /// A Parquet decoder of objects dated by their `event_date` column, nothing declared.
 fn parquet_decoder() -> lakeswap::read::Decoder {
     lakeswap::read::Decoder {
@@ -93,6 +90,9 @@ fn parquet_decoder() -> lakeswap::read::Decoder {
     }
 }
 
+/// A flat object is read once for the whole range, but a row group whose date statistics rule
+/// out every wanted date is never decoded: here its bytes are garbage, and a run over the other
+/// date does not notice, while asking for its date does.
 #[test]
 fn flat_layout_skips_row_groups_without_a_wanted_date() {
     use parquet::arrow::ArrowWriter;
