@@ -162,7 +162,7 @@ pub struct Decoded {
     pub bad: BTreeMap<NaiveDate, InputError>,
 }
 
-/// How a Parquet object is cut into parts as it is decoded.
+/// How an object is cut into parts as it is decoded.
 #[derive(Debug, Clone, Copy)]
 pub struct Parts {
     /// At most this many rows a part (and never more than a row group).
@@ -197,6 +197,20 @@ struct Rows {
 pub fn rows_bytes(batch: &RecordBatch) -> u64 {
     let column = |c: &ArrayRef| c.to_data().get_slice_memory_size().unwrap_or_else(|_| c.get_array_memory_size());
     batch.columns().iter().map(column).sum::<usize>() as u64
+}
+
+/// What a first reading of a CSV object finds ([`Decoder::csv_types`]).
+struct CsvTypes {
+    names: Vec<String>,
+    /// The type each undeclared column's values share.
+    inferred: BTreeMap<String, DataType>,
+    /// Its rows.
+    rows: u64,
+}
+
+/// A text reader's error, in `object`.
+fn text_error(object: &str, e: text::TextError) -> InputError {
+    InputError::bad(at(object, e.row, e.line, e.column.as_deref()), e.message)
 }
 
 fn at(object: &str, row: Option<u64>, line: Option<u64>, column: Option<&str>) -> Location {
@@ -256,7 +270,20 @@ impl Decoder {
                 });
                 Ok(Arc::new(Schema::new(fields.collect::<Vec<_>>())))
             }
-            Format::Csv | Format::Ndjson => {
+            // Read through once for its columns' types, without keeping its rows.
+            Format::Csv => {
+                let bytes = self.text_bytes(object, bytes.clone())?;
+                let CsvTypes { names, inferred, rows } = self.csv_types(&bytes).map_err(|e| text_error(object, e))?;
+                if rows == 0 {
+                    return Ok(Arc::new(Schema::empty()));
+                }
+                // The types its rows convert to: those of no rows converted.
+                let none = names.iter().map(|_| arrow::array::StringArray::from(Vec::<Option<&str>>::new())).collect();
+                let schema = self.csv_batch(object, &names, none, Arc::from([]), 0, &inferred)?.batch.schema();
+                self.check_required(object, &schema)?;
+                Ok(schema)
+            }
+            Format::Ndjson => {
                 let rows = self.all_rows(object, bytes.clone(), &[], None, None)?;
                 Ok(rows.first().map_or_else(|| Arc::new(Schema::empty()), |r| r.batch.schema()))
             }
@@ -299,7 +326,8 @@ impl Decoder {
 
     /// [`Decoder::decode`], a part at a time: a Parquet object is decoded in `parts` (at most a
     /// row group) and each part handed to `f` before the next is decoded; a text object is one
-    /// part per batch of its rows. The parts come in the object's row order.
+    /// part per batch of its rows (a CSV object whose text is past `parts.bytes` is read a batch
+    /// at a time, only one of them held). The parts come in the object's row order.
     /// Which of an object's errors comes first can differ from [`Decoder::decode`] (a bad value
     /// found before a corrupt row group): a caller that must name the same error decodes the
     /// failed object again with it.
@@ -338,18 +366,11 @@ impl Decoder {
         let rows = match self.format {
             Format::Parquet => return self.parquet_rows(object, bytes, wanted, path_date, parts, f),
             Format::Csv | Format::Ndjson => {
-                let mut bytes =
-                    text::decompress(object, bytes).map_err(|m| InputError::bad(Location::object(object), m))?;
-                // A byte-order mark opens many text files written on Windows; CSV's reader
-                // passes over it, JSON's would call the first line malformed.
-                if self.format == Format::Ndjson && bytes.starts_with(b"\xEF\xBB\xBF") {
-                    bytes = bytes.slice(3..);
-                }
-                if let Some(what) = sniff(&bytes) {
-                    return Err(InputError::bad(
-                        Location::object(object),
-                        format!("not {:?} text: {what}", self.format),
-                    ));
+                let bytes = self.text_bytes(object, bytes)?;
+                // Text past a part's bytes is read a batch at a time; within them, whole (one
+                // reading instead of two).
+                if self.format == Format::Csv && parts.bytes.is_some_and(|b| bytes.len() as u64 > b) {
+                    return self.csv_parts(object, &bytes, stored, f);
                 }
                 let mut rows = match self.format {
                     Format::Csv => self.csv_rows(object, &bytes)?,
@@ -554,33 +575,112 @@ impl Decoder {
         Ok(())
     }
 
+    /// A text object's stored bytes as text: decompressed, past a byte-order mark (NDJSON), and
+    /// refused when they are another format's.
+    fn text_bytes(&self, object: &str, bytes: Bytes) -> Result<Bytes, InputError> {
+        let mut bytes = text::decompress(object, bytes).map_err(|m| InputError::bad(Location::object(object), m))?;
+        // A byte-order mark opens many text files written on Windows; CSV's reader passes over
+        // it, JSON's would call the first line malformed.
+        if self.format == Format::Ndjson && bytes.starts_with(b"\xEF\xBB\xBF") {
+            bytes = bytes.slice(3..);
+        }
+        if let Some(what) = sniff(&bytes) {
+            return Err(InputError::bad(Location::object(object), format!("not {:?} text: {what}", self.format)));
+        }
+        Ok(bytes)
+    }
+
+    /// A whole CSV object's rows, its undeclared columns typed by every value of the object.
     fn csv_rows(&self, object: &str, bytes: &[u8]) -> Result<Vec<Rows>, InputError> {
-        let t = text::read_csv(bytes, self.header, self.delimiter)
-            .map_err(|e| InputError::bad(at(object, e.row, e.line, e.column.as_deref()), e.message))?;
-        // Undeclared columns: the type every value of the object shares.
-        let inferred: BTreeMap<&str, DataType> = t
+        let t = text::read_csv(bytes, self.header, self.delimiter).map_err(|e| text_error(object, e))?;
+        let inferred: BTreeMap<String, DataType> = t
             .names
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.as_str(), text::infer(&t.batches.iter().map(|b| &b[i]).collect::<Vec<_>>())))
+            .filter(|(_, n)| self.infers(n))
+            .map(|(i, n)| (n.clone(), text::infer(&t.batches.iter().map(|b| &b[i]).collect::<Vec<_>>())))
             .collect();
-        let schema =
-            Arc::new(Schema::new(t.names.iter().map(|n| Field::new(n, DataType::Utf8, true)).collect::<Vec<_>>()));
         let lines: Arc<[u64]> = t.lines.into();
         let mut out = Vec::with_capacity(t.batches.len());
         let mut row = 0u64;
         for cols in t.batches {
             let n = cols.first().map_or(0, |c| c.len());
-            let columns: Vec<ArrayRef> = cols.into_iter().map(|c| Arc::new(c) as ArrayRef).collect();
-            let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
-            let batch = RecordBatch::try_new_with_options(schema.clone(), columns, &opts)
-                .map_err(|e| InputError::bad(Location::object(object), e.to_string()))?;
-            let (batch, bad) = self.convert(batch, &|c| inferred.get(c).cloned());
             let slice: Arc<[u64]> = lines[row as usize..row as usize + n].into();
-            out.push(Rows { batch, first_row: row, lines: Some(slice), bad, stored: 0 });
+            out.push(self.csv_batch(object, &t.names, cols, slice, row, &inferred)?);
             row += n as u64;
         }
         Ok(out)
+    }
+
+    /// A CSV object a batch at a time, each converted and handed to `f` before the next is
+    /// read: the types of its undeclared columns come from a first reading of the whole text
+    /// (which keeps none of it), so that one batch of its rows is held at a time however long
+    /// the object. Each batch stands for its share of the `stored` bytes by the text it spans.
+    fn csv_parts(
+        &self,
+        object: &str,
+        bytes: &[u8],
+        stored: u128,
+        f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
+    ) -> Result<(), InputError> {
+        let mut reader = text::CsvReader::new(bytes, self.header, self.delimiter).map_err(|e| text_error(object, e))?;
+        // Without a header the names come with the first row: read through for them.
+        let inferred = match self.header && !reader.names.iter().any(|n| self.infers(n)) {
+            true => BTreeMap::new(),
+            false => self.csv_types(bytes).map_err(|e| text_error(object, e))?.inferred,
+        };
+        let (mut row, mut from) = (0u64, 0u64);
+        let whole = bytes.len().max(1) as u128;
+        while let Some(b) = reader.next_batch().map_err(|e| text_error(object, e))? {
+            let n = b.lines.len() as u64;
+            let mut rows = self.csv_batch(object, &reader.names, b.columns, b.lines.into(), row, &inferred)?;
+            rows.stored = (stored * u128::from(b.end.saturating_sub(from)) / whole) as u64;
+            (row, from) = (row + n, b.end);
+            f(rows)?;
+        }
+        Ok(())
+    }
+
+    /// A CSV object's column names, the type each undeclared column's values share, and its
+    /// rows: the whole text read through, one batch at a time.
+    fn csv_types(&self, bytes: &[u8]) -> Result<CsvTypes, text::TextError> {
+        let mut reader = text::CsvReader::new(bytes, self.header, self.delimiter)?;
+        let (types, rows) = reader.infer_rest(|n| self.infers(n))?;
+        let inferred = reader
+            .names
+            .iter()
+            .zip(&types)
+            .filter(|(n, _)| self.infers(n))
+            .map(|(n, t)| (n.clone(), t.finish()))
+            .collect();
+        Ok(CsvTypes { names: reader.names, inferred, rows })
+    }
+
+    /// Whether a text column's type is inferred from its values: neither declared nor implied.
+    fn infers(&self, column: &str) -> bool {
+        self.declared(column).is_none() && self.implied_text(column).is_none()
+    }
+
+    /// One batch of a CSV object's text columns, converted to their types (`inferred`: those
+    /// of undeclared columns); `first_row` is its first row's number in the object.
+    fn csv_batch(
+        &self,
+        object: &str,
+        names: &[String],
+        columns: Vec<arrow::array::StringArray>,
+        lines: Arc<[u64]>,
+        first_row: u64,
+        inferred: &BTreeMap<String, DataType>,
+    ) -> Result<Rows, InputError> {
+        let schema =
+            Arc::new(Schema::new(names.iter().map(|n| Field::new(n, DataType::Utf8, true)).collect::<Vec<_>>()));
+        let n = columns.first().map_or(0, |c| c.len());
+        let columns: Vec<ArrayRef> = columns.into_iter().map(|c| Arc::new(c) as ArrayRef).collect();
+        let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
+        let batch = RecordBatch::try_new_with_options(schema, columns, &opts)
+            .map_err(|e| InputError::bad(Location::object(object), e.to_string()))?;
+        let (batch, bad) = self.convert(batch, &|c| inferred.get(c).cloned());
+        Ok(Rows { batch, first_row, lines: Some(lines), bad, stored: 0 })
     }
 
     fn ndjson_rows(&self, object: &str, bytes: &Bytes) -> Result<Vec<Rows>, InputError> {

@@ -472,51 +472,87 @@ pub fn offset_at(tz: Tz, utc: NaiveDateTime) -> i32 {
 /// when each is a plain integer (no leading zeros, which identifiers keep), float64 when each
 /// is a number, bool when each is true / false, else utf8; a column of nulls only is `Null`.
 pub fn infer(columns: &[&StringArray]) -> DataType {
-    let mut all_int = true;
-    let mut all_num = true;
-    let mut all_bool = true;
-    let mut any = false;
-    // A whole number a double cannot hold exactly (past 2^53) keeps the column text unless
-    // every value is an integer: as doubles, the 20-digit ids 18446744073709551610 and …611,
-    // or 9007199254740993 beside a 0.5, would be one key.
-    let mut inexact = false;
+    let mut t = Inference::default();
     for c in columns {
-        for i in 0..c.len() {
-            if c.is_null(i) {
-                continue;
+        t.add(c);
+    }
+    t.finish()
+}
+
+/// [`infer`], fed a batch of a column's values at a time, in order: the same type as from all
+/// of them at once, without keeping them.
+#[derive(Debug, Clone)]
+pub struct Inference {
+    all_int: bool,
+    all_num: bool,
+    all_bool: bool,
+    any: bool,
+    /// A whole number a double cannot hold exactly (past 2^53) keeps the column text unless
+    /// every value is an integer: as doubles, the 20-digit ids 18446744073709551610 and …611,
+    /// or 9007199254740993 beside a 0.5, would be one key.
+    inexact: bool,
+}
+
+impl Default for Inference {
+    fn default() -> Self {
+        Inference { all_int: true, all_num: true, all_bool: true, any: false, inexact: false }
+    }
+}
+
+impl Inference {
+    /// Whether the column is text whatever values follow.
+    fn settled(&self) -> bool {
+        !self.all_int && !self.all_num && !self.all_bool
+    }
+
+    /// A batch of the column's values.
+    pub fn add(&mut self, c: &StringArray) {
+        for v in c.iter().flatten() {
+            if self.settled() {
+                return;
             }
-            any = true;
-            let v = c.value(i);
-            if all_int {
-                let digits = v.strip_prefix('-').unwrap_or(v);
-                all_int = !digits.is_empty()
-                    && digits.bytes().all(|b| b.is_ascii_digit())
-                    && (digits == "0" || !digits.starts_with('0'))
-                    && v.parse::<i64>().is_ok();
-            }
-            let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
-            inexact |= whole_number(unsigned).is_some_and(|n| n.is_none_or(|n| n > 1 << 53));
-            if all_num && !all_int {
-                let int_part = unsigned.split(['.', 'e', 'E']).next().unwrap_or("");
-                all_num = !inexact
-                    && v.parse::<f64>().is_ok_and(f64::is_finite)
-                    && v.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
-                    && !(int_part.len() > 1 && int_part.starts_with('0'));
-            }
-            if all_bool {
-                all_bool = v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false");
-            }
-            if !all_int && !all_num && !all_bool {
-                return DataType::Utf8;
-            }
+            self.add_value(v);
         }
     }
-    match (any, all_int, all_num, all_bool) {
-        (false, ..) => DataType::Null,
-        (_, true, ..) => DataType::Int64,
-        (_, _, true, _) if !inexact => DataType::Float64,
-        (_, _, _, true) => DataType::Boolean,
-        _ => DataType::Utf8,
+
+    /// One value of the column (not a null).
+    pub fn add_value(&mut self, v: &str) {
+        if self.settled() {
+            return;
+        }
+        self.any = true;
+        if self.all_int {
+            let digits = v.strip_prefix('-').unwrap_or(v);
+            self.all_int = !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && (digits == "0" || !digits.starts_with('0'))
+                && v.parse::<i64>().is_ok();
+        }
+        let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
+        self.inexact |= whole_number(unsigned).is_some_and(|n| n.is_none_or(|n| n > 1 << 53));
+        if self.all_num && !self.all_int {
+            let int_part = unsigned.split(['.', 'e', 'E']).next().unwrap_or("");
+            self.all_num = !self.inexact
+                && v.parse::<f64>().is_ok_and(f64::is_finite)
+                && v.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
+                && !(int_part.len() > 1 && int_part.starts_with('0'));
+        }
+        if self.all_bool {
+            self.all_bool = v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false");
+        }
+    }
+
+    pub fn finish(&self) -> DataType {
+        if self.settled() {
+            return DataType::Utf8;
+        }
+        match (self.any, self.all_int, self.all_num, self.all_bool) {
+            (false, ..) => DataType::Null,
+            (_, true, ..) => DataType::Int64,
+            (_, _, true, _) if !self.inexact => DataType::Float64,
+            (_, _, _, true) => DataType::Boolean,
+            _ => DataType::Utf8,
+        }
     }
 }
 
@@ -542,111 +578,219 @@ const TEXT_BATCH: usize = 65_536;
 
 /// Reads a CSV object into text columns, by its own header.
 pub fn read_csv(bytes: &[u8], header: bool, delimiter: u8) -> Result<TextRows, TextError> {
-    let mut rdr = csv::ReaderBuilder::new().has_headers(false).delimiter(delimiter).flexible(true).from_reader(bytes);
-    let mut rec = csv::ByteRecord::new();
-    let err_at = |row: Option<u64>, line: Option<u64>, message: String| TextError { row, line, column: None, message };
-    let csv_err = |e: csv::Error, row: u64| {
-        let line = e.position().map(|p| Lines::default().at(bytes, p.byte()));
+    let mut reader = CsvReader::new(bytes, header, delimiter)?;
+    let (mut batches, mut lines) = (Vec::new(), Vec::new());
+    while let Some(b) = reader.next_batch()? {
+        batches.push(b.columns);
+        lines.extend(b.lines);
+    }
+    Ok(TextRows { names: reader.names, batches, lines })
+}
+
+/// One batch of a CSV object's rows as text columns ([`CsvReader::next_batch`]).
+pub struct CsvBatch {
+    pub columns: Vec<StringArray>,
+    /// The line each row starts on (1-based).
+    pub lines: Vec<u64>,
+    /// Where the text after the batch's last row starts (a byte of the object).
+    pub end: u64,
+}
+
+/// A CSV object's rows as text columns, [`TEXT_BATCH`] rows at a time: only one batch is held,
+/// however long the object. The column names are the object's own header, or `column_1` …
+/// from the first row without one.
+pub struct CsvReader<'b> {
+    bytes: &'b [u8],
+    delimiter: u8,
+    header: bool,
+    rdr: csv::Reader<&'b [u8]>,
+    rec: csv::ByteRecord,
+    pub names: Vec<String>,
+    width: usize,
+    counted: Lines,
+    /// Where the last record read starts (byte, line, row): an unclosed quote runs to the end.
+    last: Option<(u64, u64, Option<u64>)>,
+    row: u64,
+    done: bool,
+}
+
+impl<'b> CsvReader<'b> {
+    /// A reader past the header, when there is one.
+    pub fn new(bytes: &'b [u8], header: bool, delimiter: u8) -> Result<Self, TextError> {
+        let rdr = csv::ReaderBuilder::new().has_headers(false).delimiter(delimiter).flexible(true).from_reader(bytes);
+        let mut r = CsvReader {
+            bytes,
+            delimiter,
+            header,
+            rdr,
+            rec: csv::ByteRecord::new(),
+            names: Vec::new(),
+            width: 0,
+            counted: Lines::default(),
+            last: None,
+            row: 0,
+            done: false,
+        };
+        if header {
+            if !r.rdr.read_byte_record(&mut r.rec).map_err(|e| r.csv_err(e, 0))? {
+                r.done = true;
+                return Ok(r);
+            }
+            for (i, f) in r.rec.iter().enumerate() {
+                let n = std::str::from_utf8(f)
+                    .map_err(|_| err_at(None, Some(1), format!("header field {} is not valid UTF-8", i + 1)))?;
+                let n = n.trim_start_matches('\u{feff}').to_string();
+                if r.names.contains(&n) {
+                    return Err(err_at(None, Some(1), format!("the header names column `{n}` twice")));
+                }
+                r.names.push(n);
+            }
+        }
+        r.width = r.names.len();
+        r.last = r.rec.position().map(|p| (p.byte(), r.counted.at(bytes, p.byte()), None));
+        Ok(r)
+    }
+
+    fn csv_err(&self, e: csv::Error, row: u64) -> TextError {
+        let line = e.position().map(|p| Lines::default().at(self.bytes, p.byte()));
         let message = match e.kind() {
             csv::ErrorKind::Io(io) => format!("cannot read CSV: {io}"),
             _ => format!("malformed CSV: {e}"),
         };
         err_at(Some(row), line, message)
-    };
-    let names: Vec<String> = if header {
-        if !rdr.read_byte_record(&mut rec).map_err(|e| csv_err(e, 0))? {
-            return Ok(TextRows { names: Vec::new(), batches: Vec::new(), lines: Vec::new() });
+    }
+
+    /// Reads the next row (blank lines passed over) into `self.rec`, its fields checked to be
+    /// as many as the header's and UTF-8: its line, or `None` past the last row, once the
+    /// object's closing checks (a quote never closed, text after a closing quote) are passed.
+    fn next_row(&mut self) -> Result<Option<u64>, TextError> {
+        if self.done {
+            return Ok(None);
         }
-        let mut names = Vec::with_capacity(rec.len());
-        for (i, f) in rec.iter().enumerate() {
-            let n = std::str::from_utf8(f)
-                .map_err(|_| err_at(None, Some(1), format!("header field {} is not valid UTF-8", i + 1)))?;
-            let n = n.trim_start_matches('\u{feff}').to_string();
-            if names.contains(&n) {
-                return Err(err_at(None, Some(1), format!("the header names column `{n}` twice")));
+        while self.rdr.read_byte_record(&mut self.rec).map_err(|e| self.csv_err(e, self.row))? {
+            let (rec, row) = (&self.rec, self.row);
+            let line = rec.position().map_or(0, |p| self.counted.at(self.bytes, p.byte()));
+            self.last = rec.position().map(|p| (p.byte(), line, Some(row)));
+            if !self.header && row == 0 && self.names.is_empty() {
+                self.width = rec.len();
+                self.names = (1..=self.width).map(|i| format!("column_{i}")).collect();
             }
-            names.push(n);
-        }
-        names
-    } else {
-        Vec::new()
-    };
-    // Where the last record read starts: an unclosed quote runs to the end of the text.
-    let mut counted = Lines::default();
-    let mut last = rec.position().map(|p| (p.byte(), counted.at(bytes, p.byte()), None));
-    let mut names = names;
-    let mut width = names.len();
-    let mut builders: Vec<StringBuilder> = Vec::new();
-    let mut batches = Vec::new();
-    let mut lines = Vec::new();
-    let mut row = 0u64;
-    while rdr.read_byte_record(&mut rec).map_err(|e| csv_err(e, row))? {
-        let line = rec.position().map_or(0, |p| counted.at(bytes, p.byte()));
-        last = rec.position().map(|p| (p.byte(), line, Some(row)));
-        if !header && row == 0 && names.is_empty() {
-            width = rec.len();
-            names = (1..=width).map(|i| format!("column_{i}")).collect();
-        }
-        if rec.len() == 1 && rec.get(0).is_some_and(<[u8]>::is_empty) && width != 1 {
-            continue; // a blank line
-        }
-        if rec.len() != width {
-            return Err(err_at(Some(row), Some(line), format!("{} field(s), but the header has {width}", rec.len())));
-        }
-        if builders.is_empty() {
-            builders = (0..width).map(|_| StringBuilder::with_capacity(TEXT_BATCH, TEXT_BATCH * 8)).collect();
-        }
-        for (i, (f, b)) in rec.iter().zip(builders.iter_mut()).enumerate() {
-            if f.is_empty() {
-                b.append_null();
-            } else {
-                let v = std::str::from_utf8(f).map_err(|_| TextError {
+            if rec.len() == 1 && rec.get(0).is_some_and(<[u8]>::is_empty) && self.width != 1 {
+                continue; // a blank line
+            }
+            if rec.len() != self.width {
+                return Err(err_at(
+                    Some(row),
+                    Some(line),
+                    format!("{} field(s), but the header has {}", rec.len(), self.width),
+                ));
+            }
+            if let Some(i) = rec.iter().position(|f| std::str::from_utf8(f).is_err()) {
+                return Err(TextError {
                     row: Some(row),
                     line: Some(line),
-                    column: Some(names[i].clone()),
+                    column: Some(self.names[i].clone()),
                     message: "the value is not valid UTF-8 text".into(),
-                })?;
-                b.append_value(v);
+                });
+            }
+            self.row += 1;
+            return Ok(Some(line));
+        }
+        self.done = true;
+        self.closing_checks()?;
+        Ok(None)
+    }
+
+    /// The fields of the row [`CsvReader::next_row`] read: `None` for an empty one (a null).
+    fn fields(&self) -> impl Iterator<Item = Option<&str>> {
+        // SAFETY: `next_row` has checked that every field is UTF-8.
+        self.rec.iter().map(|f| (!f.is_empty()).then(|| unsafe { std::str::from_utf8_unchecked(f) }))
+    }
+
+    /// The next [`TEXT_BATCH`] rows (fewer at the end), or `None` past the last.
+    pub fn next_batch(&mut self) -> Result<Option<CsvBatch>, TextError> {
+        let mut builders: Vec<StringBuilder> = Vec::new();
+        let mut lines = Vec::new();
+        while let Some(line) = self.next_row()? {
+            if builders.is_empty() {
+                builders = (0..self.width).map(|_| StringBuilder::with_capacity(TEXT_BATCH, TEXT_BATCH * 8)).collect();
+            }
+            for (f, b) in self.fields().zip(builders.iter_mut()) {
+                b.append_option(f);
+            }
+            lines.push(line);
+            if lines.len() == TEXT_BATCH {
+                break;
             }
         }
-        lines.push(line);
-        row += 1;
-        if (row as usize).is_multiple_of(TEXT_BATCH) {
-            batches.push(builders.iter_mut().map(|b| b.finish()).collect());
-        }
+        let end = match self.done {
+            true => self.bytes.len() as u64,
+            false => self.rdr.position().byte(),
+        };
+        Ok((!lines.is_empty()).then(|| CsvBatch {
+            columns: builders.iter_mut().map(|b| b.finish()).collect(),
+            lines,
+            end,
+        }))
     }
-    if let Some((start, line, row)) = last {
-        // The reader skips a byte-order mark before the first field.
-        let rest = bytes.get(start as usize..).unwrap_or_default();
-        let rest = if start == 0 { rest.strip_prefix(b"\xef\xbb\xbf").unwrap_or(rest) } else { rest };
-        if quotes(rest, delimiter).open {
+
+    /// The rest of the rows read through without keeping them: the type the values of each
+    /// column `infers` names share ([`Inference`]; the others' stay untouched), and how many
+    /// rows there were.
+    pub fn infer_rest(&mut self, infers: impl Fn(&str) -> bool) -> Result<(Vec<Inference>, u64), TextError> {
+        let (mut types, mut wanted, mut rows) = (Vec::new(), Vec::new(), 0u64);
+        while self.next_row()?.is_some() {
+            if types.is_empty() {
+                types = vec![Inference::default(); self.width];
+                wanted = self.names.iter().map(|n| infers(n)).collect();
+            }
+            for ((t, f), w) in types.iter_mut().zip(self.fields()).zip(&wanted) {
+                if let (true, Some(v)) = (*w, f) {
+                    t.add_value(v);
+                }
+            }
+            rows += 1;
+        }
+        Ok((types, rows))
+    }
+
+    /// At the end of the text: a quoted field never closed, or text after a closing quote.
+    fn closing_checks(&self) -> Result<(), TextError> {
+        let bytes = self.bytes;
+        if let Some((start, line, row)) = self.last {
+            // The reader skips a byte-order mark before the first field.
+            let rest = bytes.get(start as usize..).unwrap_or_default();
+            let rest = if start == 0 { rest.strip_prefix(b"\xef\xbb\xbf").unwrap_or(rest) } else { rest };
+            if quotes(rest, self.delimiter).open {
+                return Err(err_at(
+                    row,
+                    Some(line),
+                    "malformed CSV: a quoted field opened here is never closed (its closing `\"` is missing), \
+                     so the rest of the object would be read as one value"
+                        .into(),
+                ));
+            }
+        }
+        let bom = if bytes.starts_with(b"\xef\xbb\xbf") { 3 } else { 0 };
+        if let Some(at) = quotes(&bytes[bom..], self.delimiter).text_after.map(|at| at + bom) {
+            let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count() as u64;
+            let shown = String::from_utf8_lossy(&bytes[at..bytes.len().min(at + 12)]).into_owned();
+            let shown = shown.split(['\n', '\r']).next().unwrap_or_default().to_string();
             return Err(err_at(
-                row,
+                None,
                 Some(line),
-                "malformed CSV: a quoted field opened here is never closed (its closing `\"` is missing), \
-                 so the rest of the object would be read as one value"
-                    .into(),
+                format!(
+                    "malformed CSV: a quoted field is closed and then goes on (`{shown}` after its closing `\"`), where \
+                     a delimiter or the line's end must follow; a `\"` inside a quoted field is written `\"\"`"
+                ),
             ));
         }
+        Ok(())
     }
-    let bom = if bytes.starts_with(b"\xef\xbb\xbf") { 3 } else { 0 };
-    if let Some(at) = quotes(&bytes[bom..], delimiter).text_after.map(|at| at + bom) {
-        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count() as u64;
-        let shown = String::from_utf8_lossy(&bytes[at..bytes.len().min(at + 12)]).into_owned();
-        let shown = shown.split(['\n', '\r']).next().unwrap_or_default().to_string();
-        return Err(err_at(
-            None,
-            Some(line),
-            format!(
-                "malformed CSV: a quoted field is closed and then goes on (`{shown}` after its closing `\"`), where \
-                 a delimiter or the line's end must follow; a `\"` inside a quoted field is written `\"\"`"
-            ),
-        ));
-    }
-    if !(row as usize).is_multiple_of(TEXT_BATCH) {
-        batches.push(builders.iter_mut().map(|b| b.finish()).collect());
-    }
-    Ok(TextRows { names, batches, lines })
+}
+
+fn err_at(row: Option<u64>, line: Option<u64>, message: String) -> TextError {
+    TextError { row, line, column: None, message }
 }
 
 /// The line (1-based) of a record from the byte where the CSV reader says it starts, counted
@@ -672,11 +816,15 @@ impl Lines {
         }
         // A line ends at `\n`, or at a `\r` not followed by one (the reader takes both).
         let span = &bytes[self.upto..at];
-        self.newlines += span
-            .iter()
-            .enumerate()
-            .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && bytes.get(self.upto + i + 1) != Some(&b'\n')))
-            .count() as u64;
+        // Newlines counted a vector at a time; lone `\r`s only where there is a `\r` at all.
+        self.newlines += memchr::memchr_iter(b'\n', span).count() as u64;
+        if memchr::memchr(b'\r', span).is_some() {
+            self.newlines += span
+                .iter()
+                .enumerate()
+                .filter(|&(i, &b)| b == b'\r' && bytes.get(self.upto + i + 1) != Some(&b'\n'))
+                .count() as u64;
+        }
         self.upto = at;
         self.newlines + 1
     }
@@ -693,31 +841,32 @@ struct Quotes {
 }
 
 fn quotes(text: &[u8], delimiter: u8) -> Quotes {
-    let (mut quoted, mut closed, mut at_start, mut i) = (false, false, true, 0);
+    let boundary = |b: u8| b == delimiter || b == b'\n' || b == b'\r';
+    let quote_from = |i: usize| memchr::memchr(b'"', &text[i..]).map(|p| i + p);
     let mut text_after = None;
-    while i < text.len() {
-        let b = text[i];
-        if quoted {
-            if b == b'"' {
-                if text.get(i + 1) == Some(&b'"') {
-                    i += 1;
-                } else {
-                    (quoted, closed) = (false, true);
-                }
-            }
-        } else if b == delimiter || b == b'\n' || b == b'\r' {
-            (at_start, closed) = (true, false);
-        } else {
-            if closed {
-                text_after = text_after.or(Some(i));
-                closed = false;
-            }
-            quoted = at_start && b == b'"';
-            at_start = false;
+    let mut i = 0;
+    // Outside quotes: from one quote to the next. A quote opens a field at its start (the
+    // text's start, or past a delimiter or a line's end); any other is text.
+    while let Some(open) = quote_from(i) {
+        if open > 0 && !boundary(text[open - 1]) {
+            i = open + 1;
+            continue;
         }
-        i += 1;
+        // Inside: to the quote that is not doubled.
+        let mut at = open + 1;
+        let close = loop {
+            match quote_from(at) {
+                None => return Quotes { open: true, text_after },
+                Some(q) if text.get(q + 1) == Some(&b'"') => at = q + 2,
+                Some(q) => break q,
+            }
+        };
+        if text.get(close + 1).is_some_and(|&b| !boundary(b)) {
+            text_after = text_after.or(Some(close + 1));
+        }
+        i = close + 1;
     }
-    Quotes { open: quoted, text_after }
+    Quotes { open: false, text_after }
 }
 
 /// The line (1-based) of every non-blank line of NDJSON text: row `i` is on `lines[i]`.
@@ -870,6 +1019,79 @@ pub fn decompress(name: &str, bytes: bytes::Bytes) -> Result<bytes::Bytes, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The quotes of CSV text read a byte at a time, as the reader reads them.
+    fn quotes_byte_by_byte(text: &[u8], delimiter: u8) -> Quotes {
+        let (mut quoted, mut closed, mut at_start, mut i) = (false, false, true, 0);
+        let mut text_after = None;
+        while i < text.len() {
+            let b = text[i];
+            if quoted {
+                if b == b'"' {
+                    if text.get(i + 1) == Some(&b'"') {
+                        i += 1;
+                    } else {
+                        (quoted, closed) = (false, true);
+                    }
+                }
+            } else if b == delimiter || b == b'\n' || b == b'\r' {
+                (at_start, closed) = (true, false);
+            } else {
+                if closed {
+                    text_after = text_after.or(Some(i));
+                    closed = false;
+                }
+                quoted = at_start && b == b'"';
+                at_start = false;
+            }
+            i += 1;
+        }
+        Quotes { open: quoted, text_after }
+    }
+
+    #[test]
+    fn quotes_found_from_quote_to_quote_are_those_read_byte_by_byte() {
+        // Every text of up to 7 bytes of `a` `,` `"` `\n` `\r`, and longer random ones.
+        let alphabet = [b'a', b',', b'"', b'\n', b'\r'];
+        let mut texts: Vec<Vec<u8>> = vec![Vec::new()];
+        for len in 1..=7 {
+            let mut n = 5usize.pow(len);
+            while n > 0 {
+                n -= 1;
+                texts.push(
+                    (0..len)
+                        .scan(n, |k, _| {
+                            Some(
+                                alphabet[{
+                                    let d = *k % 5;
+                                    *k /= 5;
+                                    d
+                                }],
+                            )
+                        })
+                        .collect(),
+                );
+            }
+        }
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let len = (x % 200) as usize;
+            texts.push(
+                (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        alphabet[(x % 5) as usize]
+                    })
+                    .collect(),
+            );
+        }
+        for t in &texts {
+            let (a, b) = (quotes(t, b','), quotes_byte_by_byte(t, b','));
+            assert_eq!((a.open, a.text_after), (b.open, b.text_after), "{:?}", String::from_utf8_lossy(t));
+        }
+    }
 
     #[test]
     fn an_unclosed_quote_is_refused_not_read_to_the_end() {
