@@ -26,6 +26,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics;
 
+use super::ranged::{Held, Ranged};
 use super::text::{self, per_second, Declared};
 use super::unify;
 use super::Format;
@@ -175,6 +176,14 @@ pub struct Parts {
 impl Parts {
     /// Whole row groups.
     pub const WHOLE: Parts = Parts { rows: usize::MAX, bytes: None };
+}
+
+/// An object's stored bytes, for [`Decoder::decode_parts`].
+pub enum Stored {
+    /// Fetched whole.
+    Whole(Bytes),
+    /// A Parquet object, read from its store a row group at a time.
+    Ranged(Ranged),
 }
 
 /// Rows decoded on their own to see how wide an object's rows are ([`Parts::bytes`]).
@@ -334,7 +343,7 @@ impl Decoder {
     pub fn decode_parts(
         &self,
         object: &str,
-        bytes: Bytes,
+        stored: Stored,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
         parts: Parts,
@@ -342,7 +351,7 @@ impl Decoder {
     ) -> Result<(), InputError> {
         let object: Arc<str> = Arc::from(object);
         let mut checked = false;
-        self.rows(&object, bytes, wanted, path_date, parts, &mut |r| {
+        let mut each = |r: Rows| {
             if !checked {
                 self.check_required(&object, &r.batch.schema())?;
                 checked = true;
@@ -350,7 +359,11 @@ impl Decoder {
             let mut part = Decoded::default();
             self.split_by_date(&object, r, wanted, path_date, &mut part)?;
             f(part)
-        })
+        };
+        match stored {
+            Stored::Whole(bytes) => self.rows(&object, bytes, wanted, path_date, parts, &mut each),
+            Stored::Ranged(r) => self.parquet_rows(&object, r, wanted, path_date, parts, &mut each),
+        }
     }
 
     fn rows(
@@ -503,18 +516,23 @@ impl Decoder {
         (out, bad)
     }
 
-    fn parquet_rows(
+    fn parquet_rows<R: Held>(
         &self,
         object: &str,
-        bytes: Bytes,
+        source: R,
         wanted: &[NaiveDate],
         path_date: Option<NaiveDate>,
         parts: Parts,
         f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
     ) -> Result<(), InputError> {
-        let meta = parquet_meta(object, &bytes)?;
+        // A read the store failed is the store's error (worth a retry), not the object's.
+        let failed = |e: InputError| match source.failure() {
+            Some(m) => InputError::unreadable(Location::object(object), m),
+            None => e,
+        };
+        let meta = parquet_meta(object, &source).map_err(failed)?;
         let md = meta.metadata().clone();
-        let (size, file_rows) = (bytes.len() as u128, md.file_metadata().num_rows().max(1) as u128);
+        let (size, file_rows) = (source.len() as u128, md.file_metadata().num_rows().max(1) as u128);
         let share = |rows: u64| (size * rows as u128 / file_rows) as u64;
         // Row groups that may hold a wanted date, by the date column's statistics.
         let ranges = match path_date {
@@ -531,6 +549,11 @@ impl Decoder {
         for (i, rg) in md.row_groups().iter().enumerate() {
             let n = rg.num_rows() as u64;
             let skip = ranges[i].is_some_and(|(mn, mx)| mx < lo || mn > hi);
+            if !skip {
+                let spans = rg.columns().iter().map(|c| c.byte_range());
+                let (start, end) = spans.fold((u64::MAX, 0), |(a, b), (s, l)| (a.min(s), b.max(s + l)));
+                source.hold(start.min(end)..end).map_err(|m| InputError::unreadable(Location::object(object), m))?;
+            }
             let mut done = 0u64;
             while !skip && done < n {
                 // Until rows of the object have been seen, a few are decoded on their own to
@@ -541,7 +564,7 @@ impl Decoder {
                     (Some(b), Some(w)) => (b / w.max(1)).clamp(1, parts.rows as u64),
                     _ => parts.rows as u64,
                 };
-                let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes.clone(), meta.clone())
+                let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(source.clone(), meta.clone())
                     .with_row_groups(vec![i])
                     .with_batch_size(take.min(batch).max(1) as usize);
                 if done > 0 || take < n {
@@ -549,15 +572,15 @@ impl Decoder {
                     builder = builder.with_row_selection(RowSelection::from(selection));
                 }
                 let reader = builder.build().map_err(|e| {
-                    InputError::bad(Location::object(object), format!("cannot decode row group {i}: {e}"))
+                    failed(InputError::bad(Location::object(object), format!("cannot decode row group {i}: {e}")))
                 })?;
                 let mut row = first_row + done;
                 for b in reader {
                     let b = b.map_err(|e| {
-                        InputError::bad(
+                        failed(InputError::bad(
                             at(object, Some(row), None, None),
                             format!("cannot decode row group {i} (truncated or corrupt?): {e}"),
-                        )
+                        ))
                     })?;
                     let len = b.num_rows() as u64;
                     let (batch, bad) = self.convert(b, &|_| None);
@@ -1180,12 +1203,15 @@ impl Decoder {
 }
 
 /// The footer of a Parquet object held in memory.
-fn parquet_meta(object: &str, bytes: &Bytes) -> Result<ArrowReaderMetadata, InputError> {
-    if bytes.is_empty() {
+fn parquet_meta<R: parquet::file::reader::ChunkReader>(
+    object: &str,
+    source: &R,
+) -> Result<ArrowReaderMetadata, InputError> {
+    if source.len() == 0 {
         return Err(InputError::bad(Location::object(object), "the object is empty (0 bytes), not a Parquet file"));
     }
-    let meta = ArrowReaderMetadata::load(bytes, ArrowReaderOptions::new()).map_err(|e| {
-        let hint = if bytes.starts_with(b"PAR1") {
+    let meta = ArrowReaderMetadata::load(source, ArrowReaderOptions::new()).map_err(|e| {
+        let hint = if source.get_bytes(0, 4).is_ok_and(|b| b.starts_with(b"PAR1")) {
             ""
         } else {
             " (it does not start like a Parquet file; check input.format)"

@@ -22,11 +22,12 @@ use crate::store::StoreLocation;
 
 mod decode;
 pub mod list;
+mod ranged;
 pub mod text;
 pub mod unify;
 pub use decode::{
     footer_schema, in_name_order, parquet_footer, row_group_dates, rows_bytes, tombstone_missing, DateSource, Decoded,
-    Decoder, FooterError, Parts, Tombstone,
+    Decoder, FooterError, Parts, Stored, Tombstone,
 };
 pub use text::{parse_type, per_second, Declared};
 
@@ -413,9 +414,10 @@ pub fn decoded<'a>(
 /// Fetches and decodes objects a part at a time ([`Decoder::decode_parts`]), in the objects'
 /// order: each part, or an object's error, with the index of its object. Parts are cut as
 /// `parts` says. The next object is fetched while one is decoded, and a part is decoded while
-/// the consumer works on the last one; memory holds about two objects' stored bytes and a few
-/// parts, whatever the objects' size. A decoder that dies ends the stream with an error, never
-/// silently.
+/// the consumer works on the last one. An object within a part's bytes is fetched whole; a
+/// larger Parquet object a row group at a time (text objects are still fetched whole). Memory
+/// then holds about two such objects' or row groups' stored bytes and a few parts. A decoder
+/// that dies ends the stream with an error, never silently.
 pub fn decoded_parts(
     input: StoreLocation,
     decoder: Decoder,
@@ -430,13 +432,19 @@ pub fn decoded_parts(
         // Each fetch is a task of its own, so it goes on while the previous object decodes.
         let fetches = futures::stream::iter(objects)
             .map(|m| {
-                let input = input.clone();
+                let (input, decoder) = (input.clone(), decoder.clone());
                 tokio::spawn(async move {
                     let name = input.display(&m.location);
                     let unreadable =
                         |e: object_store::Error| InputError::unreadable(Location::object(name.clone()), e.to_string());
+                    // A Parquet object past a part's bytes is read a row group at a time.
+                    if decoder.format == Format::Parquet && parts.bytes.is_some_and(|b| m.size > b) {
+                        let runtime = tokio::runtime::Handle::current();
+                        let ranged = ranged::Ranged::new(input.store.clone(), m.location.clone(), m.size, runtime);
+                        return Ok((name, Stored::Ranged(ranged)));
+                    }
                     let got = input.store.get(&m.location).await.map_err(unreadable)?;
-                    Ok::<_, InputError>((name.clone(), got.bytes().await.map_err(unreadable)?))
+                    Ok::<_, InputError>((name.clone(), Stored::Whole(got.bytes().await.map_err(unreadable)?)))
                 })
             })
             .buffered(2);
@@ -445,7 +453,7 @@ pub fn decoded_parts(
             let fetched = fetched.unwrap_or_else(|e| {
                 Err(InputError::unreadable(Location::object(format!("object {k}")), format!("fetch task failed: {e}")))
             });
-            let (name, bytes) = match fetched {
+            let (name, stored) = match fetched {
                 Ok(f) => f,
                 Err(e) => {
                     let _ = tx.send((k, Err(e))).await;
@@ -456,7 +464,7 @@ pub fn decoded_parts(
             let task = name.clone();
             let done = tokio::task::spawn_blocking(move || {
                 let mut gone = false;
-                let r = decoder.decode_parts(&task, bytes, &dates, path_date, parts, &mut |part| {
+                let r = decoder.decode_parts(&task, stored, &dates, path_date, parts, &mut |part| {
                     // The consumer has stopped: no need to decode the rest.
                     gone = sender.blocking_send((k, Ok(part))).is_err();
                     if gone {

@@ -131,7 +131,7 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
 /// for in every row group.
 #[test]
 fn parquet_parts_sized_by_bytes_hold_about_the_bytes_asked_for() {
-    use lakeswap::read::{rows_bytes, Parts};
+    use lakeswap::read::{rows_bytes, Parts, Stored};
     use parquet::arrow::ArrowWriter;
     use parquet::basic::{Compression, ZstdLevel};
     use parquet::file::properties::WriterProperties;
@@ -156,7 +156,7 @@ fn parquet_parts_sized_by_bytes_hold_about_the_bytes_asked_for() {
     let mut parts = Vec::new();
     let cut = Parts { rows: 1 << 16, bytes: Some(asked) };
     decoder
-        .decode_parts("events.parquet", bytes, &[d("2026-11-01")], None, cut, &mut |part| {
+        .decode_parts("events.parquet", Stored::Whole(bytes), &[d("2026-11-01")], None, cut, &mut |part| {
             parts.push(part.pieces.iter().map(|p| p.batch.num_rows()).sum::<usize>());
             Ok(())
         })

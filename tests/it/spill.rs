@@ -818,3 +818,73 @@ FROM events GROUP BY currency
     assert!(mem_peak > 450, "{mem_peak} MiB in memory");
     assert!(sp_peak < 350, "the peak under a 64 MiB budget was {sp_peak} MiB ({mem_peak} MiB in memory)");
 }
+
+/// A spilled date's Parquet object larger than a part of the budget is read from its store a
+/// row group at a time, not fetched whole: the same bytes as in memory, its reads ranged, and
+/// a read the store fails midway is the store's error (worth a retry, exit 1), never a corrupt
+/// object's (exit 3).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_parquet_object_is_read_a_row_group_at_a_time_when_spilled() {
+    use crate::common::faults::{FaultStore, Mode};
+    use lakeswap::ExitCode;
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+    use std::sync::atomic::Ordering;
+    let lake = Lake::new();
+    let rows = random_orders(61, 1, 60_000);
+    // One object of six row groups.
+    let props = WriterProperties::builder().set_max_row_group_row_count(Some(10_000)).build();
+    let p = lake.input().join("event_date=2026-11-01/part-00000.parquet");
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let b = batch(&rows);
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&p).unwrap(), b.schema(), Some(props)).unwrap();
+    w.write(&b).unwrap();
+    w.close().unwrap();
+    let size = std::fs::metadata(&p).unwrap().len();
+    let spill = lake.dir.path().join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let run = |mode: Mode, limit: u64| {
+        let lake = &lake;
+        let spill = spill.clone();
+        async move {
+            let mut job = lakeswap::Job::load(&lake.config()).unwrap();
+            let store = FaultStore::new(job.input.store.clone(), mode);
+            job.input.store = store.clone();
+            let opts = lakeswap::RunOptions {
+                dates: Some(vec![d("2026-11-01")]),
+                memory_limit: limit,
+                spill_dir: spill,
+                ..Default::default()
+            };
+            (lakeswap::run::run(&job, &opts).await, store)
+        }
+    };
+    let s = run(Mode::None, 8 << 30).await.0.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let in_memory = lake.snapshot();
+    let _ = std::fs::remove_dir_all(lake.output());
+    let _ = std::fs::remove_dir_all(lake.state());
+    let (s, store) = run(Mode::None, 1 << 20).await;
+    let s = s.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    assert!(s.partitions[0].spilled_bytes > 0, "spilled");
+    assert!(lake.snapshot() == in_memory, "the spilled partition differs from the in-memory one");
+    // Its reads: the footer, then each row group once, never the whole object at once.
+    let (gets, read) = (store.gets.load(Ordering::SeqCst), store.bytes_read.load(Ordering::SeqCst));
+    assert!(gets > 6, "{gets} reads");
+    assert!(read < size * 3, "{read} bytes read of an object of {size}");
+    let calls = store.calls();
+    // Each of its reads failing in turn (a failure while planning fails the run before any date).
+    let mut failed = 0;
+    for i in 0..calls {
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.state());
+        let Ok(s) = run(Mode::FailAt(i), 1 << 20).await.0 else { continue };
+        let Some(err) = s.partitions.first().and_then(|p| p.error.clone()) else { continue };
+        failed += 1;
+        assert_eq!(s.exit_code, ExitCode::PartialFailure, "call {i}: {err}");
+        assert!(!err.contains("corrupt") && !err.contains("bad input"), "call {i}: {err}");
+        assert!(!lake.partition_file("2026-11-01").exists());
+    }
+    assert!(failed > 6, "only {failed} of {calls} failed reads failed the date");
+}

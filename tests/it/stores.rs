@@ -231,6 +231,24 @@ async fn lineage_is_read_from_the_footer_alone(kind: Kind) {
     }
 }
 
+/// Dates spilled under a tiny budget read their objects (larger than a part of it) from the
+/// store a row group at a time, in ranged reads: the model's numbers, as when read whole.
+async fn spilled_dates_read_objects_in_ranges(kind: Kind) {
+    let b = Backend::new(kind);
+    let rows = random_orders(63, 2, 6_000);
+    b.write_input(&rows, 1).await;
+    let spill = tempfile::tempdir().unwrap();
+    let o =
+        RunOptions { memory_limit: 1 << 20, spill_dir: spill.path().to_path_buf(), ..opts("2026-11-01", "2026-11-02") };
+    let s = run::run(&b.job(), &o).await.unwrap();
+    assert_eq!(actions(&s), [Action::Created; 2], "{}", lakeswap::report::table(&s));
+    assert!(s.partitions.iter().all(|p| p.spilled_bytes > 0), "{}", lakeswap::report::table(&s));
+    let out = b.partitions().await;
+    for (date, want) in model(&rows) {
+        assert_eq!(partition_rows(&out[&format!("event_date={date}/part-00000.parquet")]), want, "{date}");
+    }
+}
+
 macro_rules! suite {
     ($name:ident, $kind:expr $(, $attr:meta)?) => {
         mod $name {
@@ -269,6 +287,11 @@ macro_rules! suite {
             $(#[$attr])?
             async fn lineage_is_read_from_the_footer_alone() {
                 super::lineage_is_read_from_the_footer_alone($kind).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn spilled_dates_read_objects_in_ranges() {
+                super::spilled_dates_read_objects_in_ranges($kind).await
             }
             #[tokio::test(flavor = "multi_thread")]
             $(#[$attr])?
