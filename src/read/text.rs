@@ -596,7 +596,7 @@ pub struct CsvBatch {
     pub end: u64,
 }
 
-/// A CSV object's rows as text columns, [`TEXT_BATCH`] rows at a time: only one batch is held,
+/// A CSV object's rows as text columns, 65,536 rows at a time: only one batch is held,
 /// however long the object. The column names are the object's own header, or `column_1` …
 /// from the first row without one.
 pub struct CsvReader<'b> {
@@ -707,7 +707,7 @@ impl<'b> CsvReader<'b> {
         self.rec.iter().map(|f| (!f.is_empty()).then(|| unsafe { std::str::from_utf8_unchecked(f) }))
     }
 
-    /// The next [`TEXT_BATCH`] rows (fewer at the end), or `None` past the last.
+    /// The next 65,536 rows (fewer at the end), or `None` past the last.
     pub fn next_batch(&mut self) -> Result<Option<CsvBatch>, TextError> {
         let mut builders: Vec<StringBuilder> = Vec::new();
         let mut lines = Vec::new();
