@@ -65,6 +65,27 @@ pub struct InputSection {
     pub header: bool,
 }
 
+/// A CSV delimiter is one ASCII character, not a line break, a quote or another control
+/// character, and the delimiter and header apply to CSV only: the offending key under `at`
+/// (`input`, `aggregate.tables[0]`) and why.
+fn check_csv_options(at: &str, delimiter: &str, header: bool, format: Format) -> Result<(), (String, String)> {
+    let key = |k: &str| format!("{at}.{k}");
+    if delimiter.len() != 1 {
+        return Err((key("delimiter"), "must be exactly one ASCII character".into()));
+    }
+    if delimiter.chars().any(|c| c.is_ascii_control() && c != '\t' || c == '"') {
+        return Err((
+            key("delimiter"),
+            "cannot be a line break, a quote or another control character (a tab is fine: \"\\t\")".into(),
+        ));
+    }
+    if format != Format::Csv && (delimiter != "," || !header) {
+        let k = if delimiter != "," { key("delimiter") } else { key("header") };
+        return Err((k, format!("applies to CSV only; this input is {format:?}").to_lowercase()));
+    }
+    Ok(())
+}
+
 fn default_delimiter() -> String {
     ",".into()
 }
@@ -552,19 +573,8 @@ impl JobConfig {
                 ),
             ));
         }
-        if self.input.delimiter.len() != 1 {
-            return Err(bad("input.delimiter", "must be exactly one ASCII character".into()));
-        }
-        if self.input.delimiter.chars().any(|c| c.is_ascii_control() && c != '\t' || c == '"') {
-            return Err(bad(
-                "input.delimiter",
-                "cannot be a line break, a quote or another control character (a tab is fine: \"\\t\")".into(),
-            ));
-        }
-        if self.input.format != Format::Csv && (self.input.delimiter != "," || !self.input.header) {
-            let key = if self.input.delimiter != "," { "input.delimiter" } else { "input.header" };
-            return Err(bad(key, format!("applies to CSV only; this input is {:?}", self.input.format).to_lowercase()));
-        }
+        let i = &self.input;
+        check_csv_options("input", &i.delimiter, i.header, i.format).map_err(|(key, m)| bad(&key, m))?;
         for (col, ty) in &self.input.schema {
             let d = crate::read::parse_type(ty).map_err(|m| bad(&format!("input.schema.{col}"), m))?;
             if *col == self.partition.column && d.ty != arrow::datatypes::DataType::Date32 {
@@ -780,6 +790,7 @@ impl JobConfig {
             if t.url.trim().is_empty() {
                 return Err(bad(&format!("{key}.url"), "must not be empty".into()));
             }
+            check_csv_options(&key, &t.delimiter, t.header, t.format).map_err(|(key, m)| bad(&key, m))?;
             // The table's own files, or its run state, would feed back into what it computes:
             // each run would give other numbers.
             let state = self.output.state_url();
@@ -1039,11 +1050,19 @@ url = "out"
     #[test]
     fn csv_options_belong_to_csv_and_a_whole_record_key_has_no_version() {
         let csv = BASE.replace("format = \"parquet\"", "format = \"csv\"");
+        let lookup = |options: &str| {
+            BASE.replace("[output]", &format!("[[aggregate.tables]]\nname = \"fx\"\nurl = \"fx\"\n{options}\n[output]"))
+        };
         for (text, key) in [
             (BASE.replace("format = \"parquet\"", "format = \"parquet\"\ndelimiter = \";\""), "input.delimiter"),
             (BASE.replace("format = \"parquet\"", "format = \"ndjson\"\nheader = false"), "input.header"),
             (csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = \"\\n\""), "input.delimiter"),
             (csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = '\"'"), "input.delimiter"),
+            // A lookup table's CSV options, by the same rules.
+            (lookup("format = \"csv\"\ndelimiter = '\"'"), "aggregate.tables[0].delimiter"),
+            (lookup("format = \"csv\"\ndelimiter = \";;\""), "aggregate.tables[0].delimiter"),
+            (lookup("format = \"parquet\"\ndelimiter = \";\""), "aggregate.tables[0].delimiter"),
+            (lookup("format = \"ndjson\"\nheader = false"), "aggregate.tables[0].header"),
             (BASE.replace("key = [\"order_id\"]", "key = [\"*\"]"), "identity.version"),
             // An empty CSV field is null: `""` would match nothing.
             (csv.replace("status = [\"placed\"]", "status = [\"\"]"), "aggregate.measures[1].where.status"),
@@ -1059,6 +1078,7 @@ url = "out"
             assert!(e.contains(key), "{text}\n{e}");
         }
         JobConfig::parse(&csv.replace("format = \"csv\"", "format = \"csv\"\ndelimiter = \"\\t\""), "t.toml").unwrap();
+        JobConfig::parse(&lookup("format = \"csv\"\ndelimiter = \";\"\nheader = false"), "t.toml").unwrap();
     }
 
     #[test]

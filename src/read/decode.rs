@@ -336,7 +336,8 @@ impl Decoder {
     /// [`Decoder::decode`], a part at a time: a Parquet object is decoded in `parts` (at most a
     /// row group) and each part handed to `f` before the next is decoded; a text object is one
     /// part per batch of its rows (a CSV object whose text is past `parts.bytes` is read a batch
-    /// at a time, only one of them held). The parts come in the object's row order.
+    /// at a time: its text is held whole, decompressed, but one batch of its rows at a time).
+    /// The parts come in the object's row order.
     /// Which of an object's errors comes first can differ from [`Decoder::decode`] (a bad value
     /// found before a corrupt row group): a caller that must name the same error decodes the
     /// failed object again with it.
@@ -549,10 +550,23 @@ impl Decoder {
         for (i, rg) in md.row_groups().iter().enumerate() {
             let n = rg.num_rows() as u64;
             let skip = ranges[i].is_some_and(|(mn, mx)| mx < lo || mn > hi);
-            if !skip {
-                let spans = rg.columns().iter().map(|c| c.byte_range());
-                let (start, end) = spans.fold((u64::MAX, 0), |(a, b), (s, l)| (a.min(s), b.max(s + l)));
-                source.hold(start.min(end)..end).map_err(|m| InputError::unreadable(Location::object(object), m))?;
+            if !skip && n > 0 {
+                // The row group's column chunks: past the object's end, the object is cut short
+                // or its footer is wrong (as the whole object's decoding would find).
+                let (mut start, mut end) = (u64::MAX, 0u64);
+                for c in rg.columns() {
+                    let at = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
+                    let (s, l) =
+                        (u64::try_from(at).unwrap_or(u64::MAX), u64::try_from(c.compressed_size()).unwrap_or(0));
+                    (start, end) = (start.min(s), end.max(s.saturating_add(l)));
+                }
+                if start >= end || end > source.len() {
+                    return Err(InputError::bad(
+                        Location::object(object),
+                        format!("cannot decode row group {i} (truncated or corrupt?): its column chunks lie at bytes {start}..{end} of {}", source.len()),
+                    ));
+                }
+                source.hold(start..end).map_err(|m| InputError::unreadable(Location::object(object), m))?;
             }
             let mut done = 0u64;
             while !skip && done < n {
@@ -637,8 +651,9 @@ impl Decoder {
 
     /// A CSV object a batch at a time, each converted and handed to `f` before the next is
     /// read: the types of its undeclared columns come from a first reading of the whole text
-    /// (which keeps none of it), so that one batch of its rows is held at a time however long
-    /// the object. Each batch stands for its share of the `stored` bytes by the text it spans.
+    /// (which keeps none of it), so that besides the text itself one batch of its rows is held
+    /// at a time, however long the object. Each batch stands for its share of the `stored`
+    /// bytes by the text it spans.
     fn csv_parts(
         &self,
         object: &str,

@@ -440,7 +440,7 @@ pub fn decoded_parts(
                     // A Parquet object past a part's bytes is read a row group at a time.
                     if decoder.format == Format::Parquet && parts.bytes.is_some_and(|b| m.size > b) {
                         let runtime = tokio::runtime::Handle::current();
-                        let ranged = ranged::Ranged::new(input.store.clone(), m.location.clone(), m.size, runtime);
+                        let ranged = ranged::Ranged::new(input.store.clone(), &m, runtime);
                         return Ok((name, Stored::Ranged(ranged)));
                     }
                     let got = input.store.get(&m.location).await.map_err(unreadable)?;
@@ -462,7 +462,11 @@ pub fn decoded_parts(
             };
             let (sender, decoder, dates) = (tx.clone(), decoder.clone(), dates.clone());
             let task = name.clone();
-            let done = tokio::task::spawn_blocking(move || {
+            // A thread of its own, not one of the runtime's blocking threads: it waits for the
+            // consumer and for its ranged reads (a local folder's read is a blocking task
+            // itself), and dates spilled at once must not take every blocking thread waiting.
+            let (finished, done) = tokio::sync::oneshot::channel();
+            let decode = move || {
                 let mut gone = false;
                 let r = decoder.decode_parts(&task, stored, &dates, path_date, parts, &mut |part| {
                     // The consumer has stopped: no need to decode the rest.
@@ -473,24 +477,28 @@ pub fn decoded_parts(
                         Ok(())
                     }
                 });
-                match r {
+                let _ = finished.send(match r {
                     Err(_) if gone => false,
                     Err(e) => {
                         let _ = sender.blocking_send((k, Err(e)));
                         false
                     }
                     Ok(()) => true,
-                }
-            })
-            .await;
-            match done {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(e) => {
-                    let e = InputError::unreadable(Location::object(name), format!("decoding task failed: {e}"));
-                    let _ = tx.send((k, Err(e))).await;
-                    return;
-                }
+                });
+            };
+            let failed = match std::thread::Builder::new().name("lakeswap-decode".into()).spawn(decode) {
+                // A decoder that panics drops its end of `done` without an answer.
+                Ok(_) => match done.await {
+                    Ok(true) => None,
+                    Ok(false) => return,
+                    Err(_) => Some("the decoder panicked".to_string()),
+                },
+                Err(e) => Some(format!("cannot start a decoding thread: {e}")),
+            };
+            if let Some(why) = failed {
+                let e = InputError::unreadable(Location::object(name), format!("decoding task failed: {why}"));
+                let _ = tx.send((k, Err(e))).await;
+                return;
             }
         }
     });

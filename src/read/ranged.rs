@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::ObjectStore;
-use object_store::ObjectStoreExt;
 use parquet::errors::ParquetError;
 use parquet::file::reader::{ChunkReader, Length};
 
@@ -40,6 +39,9 @@ pub struct Ranged(Arc<Inner>);
 struct Inner {
     store: Arc<dyn ObjectStore>,
     location: Path,
+    /// The version the first read found: every later read is of it, or fails (an object
+    /// rewritten while it is read would mix two versions).
+    e_tag: Mutex<Option<String>>,
     len: u64,
     runtime: tokio::runtime::Handle,
     /// The span held, from its first byte.
@@ -51,26 +53,52 @@ struct Inner {
 const HEADER_READ: u64 = 64 << 10;
 
 impl Ranged {
-    /// `len` bytes at `location`, read on `runtime` (from a thread outside it: a blocking task's).
-    pub fn new(store: Arc<dyn ObjectStore>, location: Path, len: u64, runtime: tokio::runtime::Handle) -> Self {
-        Ranged(Arc::new(Inner { store, location, len, runtime, held: Mutex::new(None), failure: Mutex::new(None) }))
+    /// The object `meta` lists, read on `runtime` from a thread outside its workers (a thread
+    /// of the caller's own: a read may need one of the runtime's blocking threads).
+    pub fn new(store: Arc<dyn ObjectStore>, meta: &object_store::ObjectMeta, runtime: tokio::runtime::Handle) -> Self {
+        Ranged(Arc::new(Inner {
+            store,
+            location: meta.location.clone(),
+            e_tag: Mutex::new(None),
+            len: meta.size,
+            runtime,
+            held: Mutex::new(None),
+            failure: Mutex::new(None),
+        }))
     }
 
     fn fetch(&self, range: Range<u64>) -> Result<Bytes, String> {
         let i = &self.0;
-        let got = i.runtime.block_on(i.store.get_range(&i.location, range.clone()));
-        let bytes = got.map_err(|e| e.to_string())?;
+        let opts = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
+        let got = i.runtime.block_on(async {
+            let got = i.store.get_opts(&i.location, opts).await?;
+            let e_tag = got.meta.e_tag.clone();
+            Ok::<_, object_store::Error>((e_tag, got.bytes().await?))
+        });
+        let (e_tag, bytes) = got.map_err(|e| e.to_string())?;
+        let mut first = i.e_tag.lock().unwrap_or_else(|e| e.into_inner());
+        match (first.as_ref(), e_tag) {
+            (Some(a), Some(b)) if *a != b => {
+                return Err(format!("the object was rewritten while it was read (version {a}, then {b})"));
+            }
+            (None, Some(b)) => *first = Some(b),
+            _ => {}
+        }
+        drop(first);
         if bytes.len() as u64 != range.end - range.start {
             return Err(format!("the store gave {} bytes for a range of {}", bytes.len(), range.end - range.start));
         }
         Ok(bytes)
     }
 
-    /// `start..end` (`end`: at most the object's length), from the span held or the store.
+    /// `start..end`, from the span held or the store; a range past the object's end is an
+    /// error, as it is for bytes in memory.
     fn bytes(&self, start: u64, end: u64) -> parquet::errors::Result<Bytes> {
-        let end = end.min(self.0.len);
-        if start > end {
-            return Err(ParquetError::EOF(format!("a read at {start}, past the object's {} bytes", self.0.len)));
+        if start > end || end > self.0.len {
+            return Err(ParquetError::EOF(format!(
+                "a read of bytes {start}..{end}, past the object's {} bytes",
+                self.0.len
+            )));
         }
         if let Some((at, held)) = self.0.held.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             if start >= *at && end <= at + held.len() as u64 {
@@ -98,7 +126,7 @@ impl ChunkReader for Ranged {
         // To the end of the span held, when `start` is in it; else a header's worth.
         let end = match self.0.held.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some((at, held)) if start >= *at && start < at + held.len() as u64 => at + held.len() as u64,
-            _ => start.saturating_add(HEADER_READ),
+            _ => start.saturating_add(HEADER_READ).min(self.0.len),
         };
         Ok(self.bytes(start, end)?.reader())
     }
@@ -112,7 +140,6 @@ impl Held for Ranged {
     fn hold(&self, span: Range<u64>) -> Result<(), String> {
         // The span before is let go first: never two held at once.
         *self.0.held.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        let span = span.start..span.end.min(self.0.len);
         let bytes = self.fetch(span.clone())?;
         *self.0.held.lock().unwrap_or_else(|e| e.into_inner()) = Some((span.start, bytes));
         Ok(())
@@ -120,5 +147,38 @@ impl Held for Ranged {
 
     fn failure(&self) -> Option<String> {
         self.0.failure.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::ObjectStoreExt;
+
+    /// Reads within the span held come from it; reads past the object's end are errors, as
+    /// in memory; an object rewritten between two reads fails the second.
+    #[test]
+    fn reads_come_from_the_span_held_and_one_version_of_the_object() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = Path::from("a.parquet");
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        rt.block_on(store.put(&path, bytes.clone().into())).unwrap();
+        let meta = rt.block_on(store.head(&path)).unwrap();
+        let r = Ranged::new(store.clone(), &meta, rt.handle().clone());
+        r.hold(100..400).unwrap();
+        assert_eq!(&r.get_bytes(150, 50).unwrap()[..], &bytes[150..200]);
+        let mut rest = Vec::new();
+        std::io::Read::read_to_end(&mut r.get_read(390).unwrap(), &mut rest).unwrap();
+        assert_eq!(rest, &bytes[390..400], "a reader to the end of the span held");
+        assert_eq!(&r.get_bytes(900, 100).unwrap()[..], &bytes[900..], "outside the span: from the store");
+        assert!(r.get_bytes(990, 11).is_err(), "past the end");
+        assert!(r.failure().is_none());
+        // Rewritten (another version, the same length): the next read from the store fails.
+        rt.block_on(store.put(&path, vec![7u8; 1000].into())).unwrap();
+        assert_eq!(&r.get_bytes(150, 50).unwrap()[..], &bytes[150..200], "the span held is the first version");
+        assert!(r.get_bytes(0, 4).is_err());
+        assert!(r.failure().is_some_and(|m| m.contains("rewritten")), "{:?}", r.failure());
     }
 }

@@ -596,8 +596,8 @@ pub struct CsvBatch {
     pub end: u64,
 }
 
-/// A CSV object's rows as text columns, 65,536 rows at a time: only one batch is held,
-/// however long the object. The column names are the object's own header, or `column_1` …
+/// A CSV object's rows as text columns, 65,536 rows at a time: besides the text, one batch is
+/// held, however long the object. The column names are the object's own header, or `column_1` …
 /// from the first row without one.
 pub struct CsvReader<'b> {
     bytes: &'b [u8],
