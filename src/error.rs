@@ -431,3 +431,9 @@ fn spill_hint(message: &str) -> &'static str {
         "check that --spill-dir names a folder this process can write, or choose another one"
     }
 }
+
+/// What a panic said (its message, when it is text).
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let why = panic.downcast_ref::<&str>().map(|s| s.to_string());
+    why.or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default()
+}

@@ -1202,8 +1202,7 @@ async fn joined<T>(task: Owned<T>) -> Result<T, PartitionError> {
 
 /// A panic inside the engine as the date's error.
 fn panicked(panic: &(dyn std::any::Any + Send)) -> PartitionError {
-    let why = panic.downcast_ref::<&str>().map(|s| s.to_string());
-    let why = why.or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+    let why = crate::error::panic_message(panic);
     PartitionError::Other(format!("the engine failed running the query (a panic: {why})"))
 }
 

@@ -603,6 +603,11 @@ async fn in_memory_error(
     found: crate::error::InputError,
 ) -> PartitionError {
     let Some(m) = object else { return found.into() };
+    // A read the store failed is not the object's: reading it again whole would name nothing
+    // new, and would hold an object the spilled path reads in pieces.
+    if matches!(found, crate::error::InputError::Unreadable { .. }) {
+        return found.into();
+    }
     match read::read_date(input, decoder, std::slice::from_ref(m), date, Some(date)).await {
         Err(e) => e,
         Ok(_) => found.into(),

@@ -561,10 +561,12 @@ impl Decoder {
                     (start, end) = (start.min(s), end.max(s.saturating_add(l)));
                 }
                 if start >= end || end > source.len() {
-                    return Err(InputError::bad(
-                        Location::object(object),
-                        format!("cannot decode row group {i} (truncated or corrupt?): its column chunks lie at bytes {start}..{end} of {}", source.len()),
-                    ));
+                    let why = format!(
+                        "cannot decode row group {i} (truncated or corrupt?): its column chunks lie at bytes \
+                         {start}..{end} of {}",
+                        source.len()
+                    );
+                    return Err(InputError::bad(Location::object(object), why));
                 }
                 source.hold(start..end).map_err(|m| InputError::unreadable(Location::object(object), m))?;
             }

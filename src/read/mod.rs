@@ -465,7 +465,7 @@ pub fn decoded_parts(
             // A thread of its own, not one of the runtime's blocking threads: it waits for the
             // consumer and for its ranged reads (a local folder's read is a blocking task
             // itself), and dates spilled at once must not take every blocking thread waiting.
-            let (finished, done) = tokio::sync::oneshot::channel();
+            let (finished, done) = tokio::sync::oneshot::channel::<Result<bool, String>>();
             let decode = move || {
                 let mut gone = false;
                 let r = decoder.decode_parts(&task, stored, &dates, path_date, parts, &mut |part| {
@@ -477,21 +477,25 @@ pub fn decoded_parts(
                         Ok(())
                     }
                 });
-                let _ = finished.send(match r {
+                match r {
                     Err(_) if gone => false,
                     Err(e) => {
                         let _ = sender.blocking_send((k, Err(e)));
                         false
                     }
                     Ok(()) => true,
-                });
+                }
             };
-            let failed = match std::thread::Builder::new().name("lakeswap-decode".into()).spawn(decode) {
-                // A decoder that panics drops its end of `done` without an answer.
+            let thread = std::thread::Builder::new().name("lakeswap-decode".into()).spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode));
+                let _ = finished.send(r.map_err(|p| crate::error::panic_message(p.as_ref())));
+            });
+            let failed = match thread {
                 Ok(_) => match done.await {
-                    Ok(true) => None,
-                    Ok(false) => return,
-                    Err(_) => Some("the decoder panicked".to_string()),
+                    Ok(Ok(true)) => None,
+                    Ok(Ok(false)) => return,
+                    Ok(Err(panic)) => Some(format!("the decoder panicked: {panic}")),
+                    Err(_) => Some("the decoder stopped without an answer".to_string()),
                 },
                 Err(e) => Some(format!("cannot start a decoding thread: {e}")),
             };

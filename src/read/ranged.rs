@@ -40,7 +40,9 @@ struct Inner {
     store: Arc<dyn ObjectStore>,
     location: Path,
     /// The version the first read found: every later read is of it, or fails (an object
-    /// rewritten while it is read would mix two versions).
+    /// rewritten while it is read would mix two versions). Every read also finds the size
+    /// listed. (A local folder's e-tag misses a rewrite that keeps the size and the time of
+    /// change; the listing's e-tag, which adds it, is not the one its reads report.)
     e_tag: Mutex<Option<String>>,
     len: u64,
     runtime: tokio::runtime::Handle,
@@ -72,10 +74,15 @@ impl Ranged {
         let opts = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
         let got = i.runtime.block_on(async {
             let got = i.store.get_opts(&i.location, opts).await?;
-            let e_tag = got.meta.e_tag.clone();
-            Ok::<_, object_store::Error>((e_tag, got.bytes().await?))
+            let meta = got.meta.clone();
+            Ok::<_, object_store::Error>((meta, got.bytes().await?))
         });
-        let (e_tag, bytes) = got.map_err(|e| e.to_string())?;
+        let (meta, bytes) = got.map_err(|e| e.to_string())?;
+        // Its footer is read at the size listed.
+        if meta.size != i.len {
+            return Err(format!("the object was rewritten since it was listed ({} bytes, now {})", i.len, meta.size));
+        }
+        let e_tag = meta.e_tag;
         let mut first = i.e_tag.lock().unwrap_or_else(|e| e.into_inner());
         match (first.as_ref(), e_tag) {
             (Some(a), Some(b)) if *a != b => {
@@ -157,7 +164,8 @@ mod tests {
     use object_store::ObjectStoreExt;
 
     /// Reads within the span held come from it; reads past the object's end are errors, as
-    /// in memory; an object rewritten between two reads fails the second.
+    /// in memory; an object rewritten between two reads fails the second, and one whose size
+    /// is not the listed one fails the first.
     #[test]
     fn reads_come_from_the_span_held_and_one_version_of_the_object() {
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -180,5 +188,10 @@ mod tests {
         assert_eq!(&r.get_bytes(150, 50).unwrap()[..], &bytes[150..200], "the span held is the first version");
         assert!(r.get_bytes(0, 4).is_err());
         assert!(r.failure().is_some_and(|m| m.contains("rewritten")), "{:?}", r.failure());
+        // Rewritten to another size since it was listed: the first read fails.
+        rt.block_on(store.put(&path, vec![7u8; 1200].into())).unwrap();
+        let r = Ranged::new(store.clone(), &meta, rt.handle().clone());
+        assert!(r.get_bytes(992, 8).is_err());
+        assert!(r.failure().is_some_and(|m| m.contains("since it was listed")), "{:?}", r.failure());
     }
 }
