@@ -237,6 +237,9 @@ async fn spilled_dates_read_objects_in_ranges(kind: Kind) {
     let b = Backend::new(kind);
     let rows = random_orders(63, 2, 6_000);
     b.write_input(&rows, 1).await;
+    // Each object past a part's bytes under 1 MiB (a sixty-fourth): read in ranges, not whole.
+    let objects = b.objects("in").await;
+    assert!(objects.len() == 2 && objects.values().all(|o| o.len() > 16 << 10), "{:?}", objects.keys());
     let spill = tempfile::tempdir().unwrap();
     let o =
         RunOptions { memory_limit: 1 << 20, spill_dir: spill.path().to_path_buf(), ..opts("2026-11-01", "2026-11-02") };
