@@ -616,11 +616,15 @@ async fn typed_from_later_objects(
     Ok(Arc::new(arrow::datatypes::Schema::new(fields)))
 }
 
-/// The record schema of one object: a Parquet footer (a few ranged reads), or a whole text
-/// object decoded.
+/// The record schema of one object: a Parquet footer (a few ranged reads), or a text object
+/// read through.
 async fn reference_schema(decoder: &Decoder, input: &StoreLocation, first: &ObjectMeta) -> Result<SchemaRef> {
     if decoder.format == Format::Parquet {
         return Ok(Arc::new(parquet_reference(input, first).await?.0));
+    }
+    // A large NDJSON object is read as pieces of lines, never held whole.
+    if decoder.format == Format::Ndjson && first.size > read::PIECE as u64 {
+        return read::streamed_schema(input, decoder, first).await.map_err(Error::Input);
     }
     let name = input.display(&first.location);
     let bytes = fetch(input, first).await?;

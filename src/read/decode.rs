@@ -182,9 +182,15 @@ impl Parts {
 pub enum Stored {
     /// Fetched whole.
     Whole(Bytes),
-    /// A Parquet object, read from its store a row group at a time.
+    /// Read from its store in ranges: a Parquet object a row group at a time, an NDJSON object
+    /// from start to end.
     Ranged(Ranged),
 }
+
+/// The most bytes of text a piece of an NDJSON object read as pieces holds ([`Streamed`]), and
+/// the fewest (a part's bytes in between).
+pub const PIECE: usize = 8 << 20;
+const MIN_PIECE: usize = 64 << 10;
 
 /// Rows decoded on their own to see how wide an object's rows are ([`Parts::bytes`]).
 const PROBE_ROWS: u64 = 64;
@@ -292,11 +298,22 @@ impl Decoder {
                 self.check_required(object, &schema)?;
                 Ok(schema)
             }
-            Format::Ndjson => {
-                let rows = self.all_rows(object, bytes.clone(), &[], None, None)?;
-                Ok(rows.first().map_or_else(|| Arc::new(Schema::empty()), |r| r.batch.schema()))
-            }
+            Format::Ndjson => self.json_schema(object, &Stored::Whole(bytes.clone())),
         }
+    }
+
+    /// The record schema of an NDJSON object ([`Decoder::schema_of`]): read through as pieces
+    /// of lines for its fields' types, without keeping its rows (nor, from a store, its bytes).
+    pub fn json_schema(&self, object: &str, stored: &Stored) -> Result<SchemaRef, InputError> {
+        let src = Streamed { object, stored, piece: PIECE };
+        let typed = self.json_typed(&src)?;
+        if typed.rows == 0 {
+            return Ok(Arc::new(Schema::empty()));
+        }
+        let none = RecordBatch::new_empty(typed.nulled.clone());
+        let schema = self.json_rows(none, &typed.numbers, 0, None).batch.schema();
+        self.check_required(object, &schema)?;
+        Ok(schema)
     }
 
     /// Decodes one object into pieces per date, keeping only rows whose date is in `wanted`
@@ -336,7 +353,8 @@ impl Decoder {
     /// [`Decoder::decode`], a part at a time: a Parquet object is decoded in `parts` (at most a
     /// row group) and each part handed to `f` before the next is decoded; a text object is one
     /// part per batch of its rows (a CSV object whose text is past `parts.bytes` is read a batch
-    /// at a time: its text is held whole, decompressed, but one batch of its rows at a time).
+    /// at a time: its text is held whole, decompressed, but one batch of its rows at a time; an
+    /// NDJSON object as pieces of lines, [`Decoder::streams`], its text never held whole).
     /// The parts come in the object's row order.
     /// Which of an object's errors comes first can differ from [`Decoder::decode`] (a bad value
     /// found before a corrupt row group): a caller that must name the same error decodes the
@@ -361,9 +379,24 @@ impl Decoder {
             self.split_by_date(&object, r, wanted, path_date, &mut part)?;
             f(part)
         };
+        let piece = parts.bytes.map_or(PIECE, |b| (b as usize).clamp(MIN_PIECE, PIECE));
         match stored {
+            Stored::Whole(bytes) if self.streams(&object, bytes.len() as u64, parts) => {
+                let stored_bytes = bytes.len() as u64;
+                let stored = Stored::Whole(bytes);
+                let src = Streamed { object: &object, stored: &stored, piece };
+                self.ndjson_parts(&src, stored_bytes, parts, &mut each)
+            }
             Stored::Whole(bytes) => self.rows(&object, bytes, wanted, path_date, parts, &mut each),
-            Stored::Ranged(r) => self.parquet_rows(&object, r, wanted, path_date, parts, &mut each),
+            Stored::Ranged(r) if self.format == Format::Parquet => {
+                self.parquet_rows(&object, r, wanted, path_date, parts, &mut each)
+            }
+            Stored::Ranged(r) => {
+                let stored_bytes = parquet::file::reader::Length::len(&r);
+                let stored = Stored::Ranged(r);
+                let src = Streamed { object: &object, stored: &stored, piece };
+                self.ndjson_parts(&src, stored_bytes, parts, &mut each)
+            }
         }
     }
 
@@ -724,34 +757,46 @@ impl Decoder {
     }
 
     fn ndjson_rows(&self, object: &str, bytes: &Bytes) -> Result<Vec<Rows>, InputError> {
-        let malformed = |fallback: String| match text::first_bad_json_line(bytes) {
-            Some((row, line, why)) => {
-                InputError::bad(at(object, Some(row), Some(line), None), format!("malformed NDJSON: {why}"))
-            }
-            // Every line parses: JSON the reader cannot type (`[{"y": 1}, null]`: a null among
-            // the objects of a list).
-            None if ["for struct array", "for scalar array", "non array element"]
-                .iter()
-                .any(|m| fallback.contains(m)) =>
-            {
-                InputError::bad(
-                    Location::object(object),
-                    format!(
-                        "NDJSON the reader cannot type: {fallback}. A list mixing objects, lists and other values \
-                         (nulls among objects, as in `[{{\"y\": 1}}, null]`, too) is not supported"
-                    ),
-                )
-            }
-            None => InputError::bad(Location::object(object), format!("malformed NDJSON: {fallback}")),
-        };
-        let (inferred, _) =
-            arrow::json::reader::infer_json_schema(Cursor::new(bytes), None).map_err(|e| malformed(e.to_string()))?;
-        if let Some((row, line, field)) = text::first_repeated_field(bytes) {
-            return Err(InputError::bad(
-                at(object, Some(row), Some(line), Some(&field)),
-                "this line's object names the field twice: which value is meant is unknown",
-            ));
+        let (inferred, _) = arrow::json::reader::infer_json_schema(Cursor::new(bytes), None)
+            .map_err(|e| json_malformed(object, || text::first_bad_json_line(bytes), e.to_string()))?;
+        if let Some(found) = text::first_repeated_field(bytes) {
+            return Err(repeated_field(object, found));
         }
+        let JsonRead { inferred, read, numbers } = self.json_read(object, inferred)?;
+        let malformed =
+            |e: arrow::error::ArrowError| json_malformed(object, || text::first_bad_json_line(bytes), e.to_string());
+        let reader = arrow::json::ReaderBuilder::new(read)
+            .with_batch_size(65_536)
+            .with_coerce_primitive(true)
+            .build(Cursor::new(bytes))
+            .map_err(malformed)?;
+        let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(malformed)?;
+        let batches = self.unvalued_nested_text(batches).map_err(malformed)?;
+        self.one_json_type(object, bytes, &inferred)?;
+        self.exact_nested_numbers(object, bytes, &inferred)?;
+        let typed: Vec<(String, DataType)> = numbers
+            .into_iter()
+            .map(|name| {
+                let columns: Vec<_> =
+                    batches.iter().filter_map(|b| b.column_by_name(&name)).map(|c| c.as_string::<i32>()).collect();
+                let ty = text::infer(&columns);
+                (name, ty)
+            })
+            .collect();
+        let lines: Arc<[u64]> = text::ndjson_lines(bytes).into();
+        let mut out = Vec::new();
+        let mut row = 0u64;
+        for b in batches {
+            let n = b.num_rows();
+            let slice: Option<Arc<[u64]>> = lines.get(row as usize..row as usize + n).map(Into::into);
+            out.push(self.json_rows(b, &typed, row, slice));
+            row += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// How an NDJSON object's fields are read, from the types the reader infers for them.
+    fn json_read(&self, object: &str, inferred: Schema) -> Result<JsonRead, InputError> {
         // A JSON line leaves out a field with no value, and an object whose lines all do has no
         // such field: with `optional = true`, an object without the tombstone field has no
         // deletes (a day without any). An object with a field the tombstone looks like a
@@ -780,7 +825,7 @@ impl Decoder {
         // numbers the reader would take for doubles, typed then by the rule of CSV (a double
         // would round an integer past int64: two 20-digit ids would become one key).
         let mut numbers = Vec::new();
-        let read_schema = Arc::new(Schema::new(
+        let read = Arc::new(Schema::new(
             inferred
                 .fields()
                 .iter()
@@ -798,38 +843,211 @@ impl Decoder {
                 })
                 .collect::<Vec<_>>(),
         ));
-        let reader = arrow::json::ReaderBuilder::new(read_schema)
-            .with_batch_size(65_536)
-            .with_coerce_primitive(true)
-            .build(Cursor::new(bytes))
-            .map_err(|e| malformed(e.to_string()))?;
-        let batches: Vec<RecordBatch> =
-            reader.collect::<Result<_, _>>().map_err(|e: arrow::error::ArrowError| malformed(e.to_string()))?;
-        let batches = self.unvalued_nested_text(batches).map_err(|e| malformed(e.to_string()))?;
-        self.one_json_type(object, bytes, &inferred)?;
-        self.exact_nested_numbers(object, bytes, &inferred)?;
-        let typed: Vec<(String, DataType)> = numbers
-            .into_iter()
-            .map(|name| {
-                let columns: Vec<_> =
-                    batches.iter().filter_map(|b| b.column_by_name(&name)).map(|c| c.as_string::<i32>()).collect();
-                let ty = text::infer(&columns);
-                (name, ty)
+        Ok(JsonRead { inferred, read, numbers })
+    }
+
+    /// A batch of an NDJSON object's rows as read (nested places of no value typed Null),
+    /// converted: `typed` gives the type of each number read as text.
+    fn json_rows(
+        &self,
+        b: RecordBatch,
+        typed: &[(String, DataType)],
+        first_row: u64,
+        lines: Option<Arc<[u64]>>,
+    ) -> Rows {
+        let number_type = |name: &str| typed.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
+        let (batch, bad) = self.convert(b, &number_type);
+        let batch = unify::mark_numbers_as_text(batch, &|c| number_type(c) == Some(DataType::Utf8));
+        Rows { batch, first_row, lines, bad, stored: 0 }
+    }
+
+    /// Whether a date read a part at a time reads an NDJSON object of `stored` bytes as pieces
+    /// of lines ([`Decoder::ndjson_parts`]): when its text is past a part's bytes (a compressed
+    /// object's text is taken to be at least eight times its bytes).
+    pub fn streams(&self, object: &str, stored: u64, parts: Parts) -> bool {
+        let text = stored.saturating_mul(if text::compression(object).is_some() { 8 } else { 1 });
+        self.format == Format::Ndjson && parts.bytes.is_some_and(|b| text > b)
+    }
+
+    /// The first two readings of an NDJSON object read as pieces ([`Streamed`]): the types the
+    /// reader infers from every line, then, when it has fields to check or to type by all their
+    /// values, those checks and types. What is found and refused is what [`Decoder::ndjson_rows`]
+    /// finds and refuses (an object with several faults may be refused for another first).
+    fn json_typed(&self, src: &Streamed) -> Result<JsonTyped, InputError> {
+        let object = src.object;
+        let mut reading = src.reading(self.format)?;
+        // (rows before the piece, the piece) the values come from.
+        let (mut rows, mut text_bytes) = (0u64, 0u64);
+        let mut current: Option<(u64, text::LinePiece, arrow::json::reader::ValueIter<Cursor<Bytes>>)> = None;
+        let mut failed: Option<InputError> = None;
+        let inferred = {
+            let values = std::iter::from_fn(|| loop {
+                if let Some((_, _, values)) = current.as_mut() {
+                    if let Some(v) = values.next() {
+                        rows += u64::from(v.is_ok());
+                        return Some(v);
+                    }
+                }
+                // A piece read through: a field named twice on one of its lines is refused.
+                if let Some((first, piece, _)) = current.take() {
+                    if let Some((row, line, field)) = text::first_repeated_field(&piece.text) {
+                        failed = Some(repeated_field(object, (first + row, piece.lines_before + line, field)));
+                        return Some(Err(arrow::error::ArrowError::JsonError(String::new())));
+                    }
+                }
+                match reading.next() {
+                    Ok(None) => return None,
+                    Ok(Some(piece)) => {
+                        text_bytes += piece.text.len() as u64;
+                        let values = arrow::json::reader::ValueIter::new(Cursor::new(piece.text.clone()), None);
+                        current = Some((rows, piece, values));
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        return Some(Err(arrow::error::ArrowError::JsonError(String::new())));
+                    }
+                }
+            });
+            arrow::json::reader::infer_json_schema_from_iterator(values)
+        };
+        let inferred = match (inferred, failed) {
+            (_, Some(e)) => return Err(e),
+            (Ok(s), None) => s,
+            (Err(e), None) => {
+                let bad = || {
+                    let (first, piece, _) = current.as_ref()?;
+                    let (row, line, why) = text::first_bad_json_line(&piece.text)?;
+                    Some((first + row, piece.lines_before + line, why))
+                };
+                return Err(json_malformed(object, bad, e.to_string()));
+            }
+        };
+        drop(current);
+        let read = self.json_read(object, inferred)?;
+        let mut typed = JsonTyped {
+            numbers: read.numbers.iter().map(|n| (n.clone(), DataType::Null)).collect(),
+            nulled: read.read.clone(),
+            read,
+            rows,
+            text_bytes,
+        };
+        if rows == 0 {
+            return Ok(typed);
+        }
+        // The fields typed by all their values: numbers read as text, and nested fields (their
+        // places with no value in any line become Null).
+        let nested: Vec<Field> = typed
+            .read
+            .read
+            .fields()
+            .iter()
+            .filter(|f| matches!(f.data_type(), DataType::List(_) | DataType::Struct(_)))
+            .filter(|f| self.declared(f.name()).is_none() && self.implied_text(f.name()).is_none())
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let by_values: Vec<Field> = typed
+            .read
+            .read
+            .fields()
+            .iter()
+            .filter(|f| typed.read.numbers.contains(f.name()))
+            .map(|f| f.as_ref().clone())
+            .chain(nested.iter().cloned())
+            .collect();
+        let mut inference = vec![text::Inference::default(); typed.read.numbers.len()];
+        let mut met: Vec<Option<DataType>> = vec![None; nested.len()];
+        let mut reading = src.reading(self.format)?;
+        while let Some(piece) = reading.next()? {
+            self.one_json_type(object, &piece.text, &typed.read.inferred)?;
+            self.exact_nested_numbers(object, &piece.text, &typed.read.inferred)?;
+            if by_values.is_empty() {
+                continue;
+            }
+            let malformed = |e: arrow::error::ArrowError| json_malformed(object, || None, e.to_string());
+            let reader = arrow::json::ReaderBuilder::new(Arc::new(Schema::new(by_values.clone())))
+                .with_batch_size(65_536)
+                .with_coerce_primitive(true)
+                .build(Cursor::new(piece.text))
+                .map_err(malformed)?;
+            for b in reader {
+                let b = b.map_err(malformed)?;
+                if b.num_rows() == 0 {
+                    continue;
+                }
+                for (t, name) in inference.iter_mut().zip(&typed.read.numbers) {
+                    if let Some(c) = b.column_by_name(name) {
+                        t.add(c.as_string::<i32>());
+                    }
+                }
+                for (m, f) in met.iter_mut().zip(&nested) {
+                    if let Some(c) = b.column_by_name(f.name()) {
+                        let t = nulled(f.data_type(), &[c.as_ref()]);
+                        *m = Some(match m.take() {
+                            None => t,
+                            Some(m) => meet(&m, &t),
+                        });
+                    }
+                }
+            }
+        }
+        for ((_, t), i) in typed.numbers.iter_mut().zip(&inference) {
+            *t = i.finish();
+        }
+        let fields: Vec<Field> = typed
+            .read
+            .read
+            .fields()
+            .iter()
+            .map(|f| match nested.iter().position(|n| n.name() == f.name()).and_then(|i| met[i].clone()) {
+                Some(t) => f.as_ref().clone().with_data_type(t),
+                None => f.as_ref().clone(),
             })
             .collect();
-        let number_type = |name: &str| typed.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
-        let lines: Arc<[u64]> = text::ndjson_lines(bytes).into();
-        let mut out = Vec::new();
-        let mut row = 0u64;
-        for b in batches {
-            let n = b.num_rows();
-            let (batch, bad) = self.convert(b, &number_type);
-            let batch = unify::mark_numbers_as_text(batch, &|c| number_type(c) == Some(DataType::Utf8));
-            let slice: Option<Arc<[u64]>> = lines.get(row as usize..row as usize + n).map(Into::into);
-            out.push(Rows { batch, first_row: row, lines: slice, bad, stored: 0 });
-            row += n as u64;
+        typed.nulled = Arc::new(Schema::new(fields));
+        Ok(typed)
+    }
+
+    /// An NDJSON object read as pieces of whole lines ([`Streamed`]), converted and handed to
+    /// `f` a batch at a time: besides one piece of its text (the stored bytes, when it was
+    /// fetched whole) and one batch of its rows, nothing of it is held, however large. Two
+    /// readings first type its fields ([`Decoder::json_typed`]); its rows, values and lines are
+    /// those of [`Decoder::ndjson_rows`]. Each batch stands for its share of the `stored`
+    /// bytes by the text it spans.
+    fn ndjson_parts(
+        &self,
+        src: &Streamed,
+        stored: u64,
+        parts: Parts,
+        f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
+    ) -> Result<(), InputError> {
+        let typed = self.json_typed(src)?;
+        if typed.rows == 0 {
+            return Ok(());
         }
-        Ok(out)
+        let object = src.object;
+        let malformed = |e: arrow::error::ArrowError| json_malformed(object, || None, e.to_string());
+        let mut reading = src.reading(self.format)?;
+        let mut row = 0u64;
+        while let Some(piece) = reading.next()? {
+            let lines: Vec<u64> = text::ndjson_lines(&piece.text).into_iter().map(|l| l + piece.lines_before).collect();
+            let share = (u128::from(stored) * piece.text.len() as u128 / u128::from(typed.text_bytes.max(1))) as u64;
+            let reader = arrow::json::ReaderBuilder::new(typed.read.read.clone())
+                .with_batch_size(parts.rows.clamp(1, 65_536))
+                .with_coerce_primitive(true)
+                .build(Cursor::new(piece.text))
+                .map_err(malformed)?;
+            let mut first = 0usize;
+            for b in reader {
+                let b = renulled_batch(b.map_err(malformed)?, &typed.nulled).map_err(malformed)?;
+                let n = b.num_rows();
+                let slice: Option<Arc<[u64]>> = lines.get(first..first + n).map(Into::into);
+                let mut rows = self.json_rows(b, &typed.numbers, row, slice);
+                rows.stored = (u128::from(share) * n as u128 / lines.len().max(1) as u128) as u64;
+                (row, first) = (row + n as u64, first + n);
+                f(rows)?;
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a field that is text on some lines and another JSON value (a number, `true`) on
@@ -888,31 +1106,6 @@ impl Decoder {
     /// The reader types a place inside a list or an object that holds only nulls (`[null]`) as
     /// text; it has no value, like `[]`: typed Null, it takes the type other objects give it.
     fn unvalued_nested_text(&self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>, arrow::error::ArrowError> {
-        // `t` with its text places that hold no value in any of `arrays` as Null.
-        fn nulled(t: &DataType, arrays: &[&dyn Array]) -> DataType {
-            let field = |f: &arrow::datatypes::FieldRef, children: &[&dyn Array]| {
-                Arc::new(f.as_ref().clone().with_data_type(nulled(f.data_type(), children)))
-            };
-            match t {
-                DataType::Utf8 if arrays.iter().all(|a| a.logical_null_count() == a.len()) => DataType::Null,
-                DataType::List(f) => {
-                    let children: Vec<&dyn Array> =
-                        arrays.iter().map(|a| a.as_list::<i32>().values().as_ref()).collect();
-                    DataType::List(field(f, &children))
-                }
-                DataType::Struct(fs) => DataType::Struct(
-                    fs.iter()
-                        .enumerate()
-                        .map(|(i, f)| {
-                            let children: Vec<&dyn Array> =
-                                arrays.iter().map(|a| a.as_struct().column(i).as_ref()).collect();
-                            field(f, &children)
-                        })
-                        .collect(),
-                ),
-                t => t.clone(),
-            }
-        }
         let Some(schema) = batches.first().map(|b| b.schema()) else { return Ok(batches) };
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         let mut changed = false;
@@ -931,33 +1124,8 @@ impl Decoder {
         if !changed {
             return Ok(batches);
         }
-        // `a` as `to`, which it is but for places of no value (all nulls) typed Null.
-        fn renulled(a: &ArrayRef, to: &DataType) -> ArrayRef {
-            match to {
-                t if t == a.data_type() => a.clone(),
-                DataType::Null => Arc::new(arrow::array::NullArray::new(a.len())),
-                DataType::List(f) => {
-                    let l = a.as_list::<i32>();
-                    let values = renulled(l.values(), f.data_type());
-                    Arc::new(arrow::array::ListArray::new(f.clone(), l.offsets().clone(), values, l.nulls().cloned()))
-                }
-                DataType::Struct(fs) => {
-                    let st = a.as_struct();
-                    let columns = st.columns().iter().zip(fs.iter()).map(|(c, f)| renulled(c, f.data_type())).collect();
-                    Arc::new(arrow::array::StructArray::new(fs.clone(), columns, st.nulls().cloned()))
-                }
-                _ => a.clone(),
-            }
-        }
         let schema = Arc::new(Schema::new(fields));
-        batches
-            .iter()
-            .map(|b| {
-                let columns =
-                    b.columns().iter().zip(schema.fields()).map(|(c, f)| renulled(c, f.data_type())).collect();
-                RecordBatch::try_new(schema.clone(), columns)
-            })
-            .collect()
+        batches.into_iter().map(|b| renulled_batch(b, &schema)).collect()
     }
 
     /// Refuses a field whose objects or arrays hold numbers read as doubles (some are
@@ -1219,6 +1387,186 @@ impl Decoder {
     }
 }
 
+/// How an NDJSON object's fields are read ([`Decoder::json_read`]).
+struct JsonRead {
+    /// The fields as the reader infers them (with an optional tombstone it leaves out).
+    inferred: Schema,
+    /// The fields as read: declared and implied ones, and numbers the reader would take for
+    /// doubles, as text.
+    read: SchemaRef,
+    /// The fields read as text that are numbers.
+    numbers: Vec<String>,
+}
+
+/// What the first readings of an NDJSON object read as pieces find ([`Decoder::json_typed`]).
+struct JsonTyped {
+    read: JsonRead,
+    /// Each number read as text, with the type all its values share.
+    numbers: Vec<(String, DataType)>,
+    /// The fields as read, their nested places that hold no value in any line typed Null.
+    nulled: SchemaRef,
+    rows: u64,
+    /// The object's text, in bytes.
+    text_bytes: u64,
+}
+
+/// A text object read as pieces of whole lines, as many times as needed, decompressed as it is
+/// read: from its stored bytes in memory, or from its store from start to end.
+pub struct Streamed<'s> {
+    pub object: &'s str,
+    pub stored: &'s Stored,
+    /// About how many bytes of text a piece holds.
+    pub piece: usize,
+}
+
+/// One reading of a [`Streamed`] object.
+struct Reading<'s> {
+    src: &'s Streamed<'s>,
+    format: Format,
+    pieces: text::Pieces<Box<dyn std::io::Read + 's>>,
+    first: bool,
+}
+
+impl<'s> Streamed<'s> {
+    fn reading(&'s self, format: Format) -> Result<Reading<'s>, InputError> {
+        let stored: Box<dyn std::io::Read + 's> = match self.stored {
+            Stored::Whole(b) => Box::new(&b[..]),
+            Stored::Ranged(r) => Box::new(r.sequential(self.piece as u64)),
+        };
+        let text = text::decompressing(self.object, stored).map_err(|e| self.error(e))?;
+        Ok(Reading { src: self, format, pieces: text::Pieces::new(text, self.piece), first: true })
+    }
+
+    /// A failed read: the store's (worth a retry) or the compressed text's.
+    fn error(&self, e: std::io::Error) -> InputError {
+        let failure = match self.stored {
+            Stored::Ranged(r) => r.failure(),
+            Stored::Whole(_) => None,
+        };
+        match (failure, text::compression(self.object)) {
+            (Some(m), _) => InputError::unreadable(Location::object(self.object), m),
+            (None, Some(_)) => InputError::bad(Location::object(self.object), text::decompress_error(self.object, e)),
+            (None, None) => InputError::unreadable(Location::object(self.object), e.to_string()),
+        }
+    }
+}
+
+impl Reading<'_> {
+    /// The next piece; the first is past a byte-order mark (as [`Decoder::text_bytes`] reads
+    /// it) and refused when it is another format's.
+    fn next(&mut self) -> Result<Option<text::LinePiece>, InputError> {
+        let Some(mut piece) = self.pieces.next_piece().map_err(|e| self.src.error(e))? else { return Ok(None) };
+        if std::mem::take(&mut self.first) {
+            if self.format == Format::Ndjson && piece.text.starts_with(b"\xEF\xBB\xBF") {
+                piece.text = piece.text.slice(3..);
+            }
+            if let Some(what) = sniff(&piece.text) {
+                let why = format!("not {:?} text: {what}", self.format);
+                return Err(InputError::bad(Location::object(self.src.object), why));
+            }
+        }
+        Ok(Some(piece))
+    }
+}
+
+/// An NDJSON object the reader could not read: at its first line that is not JSON (`bad`),
+/// or as the reader says.
+fn json_malformed(object: &str, bad: impl FnOnce() -> Option<(u64, u64, String)>, fallback: String) -> InputError {
+    match bad() {
+        Some((row, line, why)) => {
+            InputError::bad(at(object, Some(row), Some(line), None), format!("malformed NDJSON: {why}"))
+        }
+        // Every line parses: JSON the reader cannot type (`[{"y": 1}, null]`: a null among
+        // the objects of a list).
+        None if ["for struct array", "for scalar array", "non array element"].iter().any(|m| fallback.contains(m)) => {
+            InputError::bad(
+                Location::object(object),
+                format!(
+                    "NDJSON the reader cannot type: {fallback}. A list mixing objects, lists and other values \
+                     (nulls among objects, as in `[{{\"y\": 1}}, null]`, too) is not supported"
+                ),
+            )
+        }
+        None => InputError::bad(Location::object(object), format!("malformed NDJSON: {fallback}")),
+    }
+}
+
+/// A line whose object names a field twice: `(row, line, field)`.
+fn repeated_field(object: &str, (row, line, field): (u64, u64, String)) -> InputError {
+    InputError::bad(
+        at(object, Some(row), Some(line), Some(&field)),
+        "this line's object names the field twice: which value is meant is unknown",
+    )
+}
+
+/// `t` with its text places that hold no value in any of `arrays` as Null.
+fn nulled(t: &DataType, arrays: &[&dyn Array]) -> DataType {
+    let field = |f: &arrow::datatypes::FieldRef, children: &[&dyn Array]| {
+        Arc::new(f.as_ref().clone().with_data_type(nulled(f.data_type(), children)))
+    };
+    match t {
+        DataType::Utf8 if arrays.iter().all(|a| a.logical_null_count() == a.len()) => DataType::Null,
+        DataType::List(f) => {
+            let children: Vec<&dyn Array> = arrays.iter().map(|a| a.as_list::<i32>().values().as_ref()).collect();
+            DataType::List(field(f, &children))
+        }
+        DataType::Struct(fs) => DataType::Struct(
+            fs.iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    let children: Vec<&dyn Array> = arrays.iter().map(|a| a.as_struct().column(i).as_ref()).collect();
+                    field(f, &children)
+                })
+                .collect(),
+        ),
+        t => t.clone(),
+    }
+}
+
+/// One type of [`nulled`] from the types it gives two runs of a field's values: a place is of
+/// no value (Null) only where it is in both.
+fn meet(a: &DataType, b: &DataType) -> DataType {
+    let field = |x: &arrow::datatypes::FieldRef, y: &arrow::datatypes::FieldRef| {
+        Arc::new(x.as_ref().clone().with_data_type(meet(x.data_type(), y.data_type())))
+    };
+    match (a, b) {
+        (DataType::Null, t) | (t, DataType::Null) => t.clone(),
+        (DataType::List(x), DataType::List(y)) => DataType::List(field(x, y)),
+        (DataType::Struct(xs), DataType::Struct(ys)) => {
+            DataType::Struct(xs.iter().zip(ys.iter()).map(|(x, y)| field(x, y)).collect())
+        }
+        (t, _) => t.clone(),
+    }
+}
+
+/// `a` as `to`, which it is but for places of no value (all nulls) typed Null.
+fn renulled(a: &ArrayRef, to: &DataType) -> ArrayRef {
+    match to {
+        t if t == a.data_type() => a.clone(),
+        DataType::Null => Arc::new(arrow::array::NullArray::new(a.len())),
+        DataType::List(f) => {
+            let l = a.as_list::<i32>();
+            let values = renulled(l.values(), f.data_type());
+            Arc::new(arrow::array::ListArray::new(f.clone(), l.offsets().clone(), values, l.nulls().cloned()))
+        }
+        DataType::Struct(fs) => {
+            let st = a.as_struct();
+            let columns = st.columns().iter().zip(fs.iter()).map(|(c, f)| renulled(c, f.data_type())).collect();
+            Arc::new(arrow::array::StructArray::new(fs.clone(), columns, st.nulls().cloned()))
+        }
+        _ => a.clone(),
+    }
+}
+
+/// A batch with its columns as `schema` types them ([`renulled`]).
+fn renulled_batch(b: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
+    if b.schema().fields().iter().zip(schema.fields()).all(|(x, y)| x.data_type() == y.data_type()) {
+        return Ok(b);
+    }
+    let columns = b.columns().iter().zip(schema.fields()).map(|(c, f)| renulled(c, f.data_type())).collect();
+    RecordBatch::try_new(schema.clone(), columns)
+}
+
 /// The footer of a Parquet object held in memory.
 fn parquet_meta<R: parquet::file::reader::ChunkReader>(
     object: &str,
@@ -1383,4 +1731,126 @@ pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
 /// An integer, float or decimal type: a column of one holds numbers, not instants.
 fn is_number(t: &DataType) -> bool {
     t.is_integer() || t.is_floating() || t.is_decimal()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn decoder(declared: &[(&str, &str)]) -> Decoder {
+        Decoder {
+            format: Format::Ndjson,
+            delimiter: b',',
+            header: true,
+            date_source: DateSource::Path,
+            tz: Tz::UTC,
+            declared: declared.iter().map(|(c, t)| (c.to_string(), text::parse_type(t).unwrap())).collect(),
+            required: Vec::new(),
+            tombstone: None,
+            run: None,
+        }
+    }
+
+    /// What an object reads to: its rows (one batch), row numbers, lines and bad values, or
+    /// the error.
+    /// Rows (one batch), their numbers, lines and bad values.
+    type Outcome = (RecordBatch, Vec<u64>, Vec<u64>, Vec<String>);
+
+    fn outcome(rows: Result<Vec<Rows>, InputError>) -> Result<Outcome, String> {
+        let rows = rows.map_err(|e| e.to_string())?;
+        let schema = rows.first().map_or_else(|| Arc::new(Schema::empty()), |r| r.batch.schema());
+        let batch = arrow::compute::concat_batches(&schema, rows.iter().map(|r| &r.batch)).unwrap();
+        let mut numbers = Vec::new();
+        let mut lines = Vec::new();
+        let mut bad = Vec::new();
+        for r in &rows {
+            numbers.extend(r.first_row..r.first_row + r.batch.num_rows() as u64);
+            lines.extend(r.lines.iter().flat_map(|l| l.iter().copied()));
+            bad.extend(r.bad.iter().map(|(i, c, why)| format!("{} {c} {why}", r.first_row + *i as u64)));
+        }
+        Ok((batch, numbers, lines, bad))
+    }
+
+    fn streamed(d: &Decoder, name: &str, stored: &Bytes, piece: usize) -> Result<Vec<Rows>, InputError> {
+        let whole = Stored::Whole(stored.clone());
+        let src = Streamed { object: name, stored: &whole, piece };
+        let mut rows = Vec::new();
+        d.ndjson_parts(&src, stored.len() as u64, Parts { rows: 7, bytes: None }, &mut |r| {
+            rows.push(r);
+            Ok(())
+        })?;
+        Ok(rows)
+    }
+
+    /// An NDJSON object read as pieces of lines (of every size, down to a line each) gives the
+    /// rows, row numbers, lines, types and errors of the object decoded whole, and its schema
+    /// for planning is that of its rows.
+    #[test]
+    fn ndjson_read_as_pieces_is_the_object_read_whole() {
+        let mut many = String::from("\u{feff}");
+        for i in 0..300 {
+            let score = if i == 297 { "2.5".to_string() } else { i.to_string() };
+            let tags = if i == 250 { r#"["x"]"# } else { "[null]" };
+            many +=
+                &format!(r#"{{"id": "k{i}", "v": {}, "score": {score}, "tags": {tags}, "s": {{"a": null}}}}"#, i % 4);
+            many += if i % 50 == 0 { "\r\n  \n" } else { "\n" };
+        }
+        let texts: Vec<(&str, String)> = vec![
+            ("good", many.clone()),
+            ("no final newline", "{\"a\": 1}\n{\"a\": 2.5}".into()),
+            ("blank only", "\n  \n".into()),
+            ("empty", String::new()),
+            ("bad late", format!("{many}{{\"id\": \"k\", \n")),
+            ("bad early", format!("{{\"id\": 1\n{many}")),
+            ("repeated late", format!("{many}{{\"id\": \"k\", \"id\": \"j\"}}\n")),
+            ("text and number", format!("{many}{{\"id\": 7}}\n")),
+            ("nested inexact", "{\"n\": [0.5]}\n{\"n\": [9007199254740993]}\n".into()),
+            ("cannot type", "{\"n\": [{\"y\": 1}]}\n{\"n\": [null]}\n".into()),
+            ("bom inside", "{\"a\": 1}\n\u{feff}{\"a\": 2}\n".to_string()),
+            ("parquet", "PAR1 not text".into()),
+            ("number too wide", "{\"a\": 1}\n{\"a\": 123456789012345678901234567890}\n".into()),
+        ];
+        for declared in [vec![], vec![("score", "double"), ("id", "string")]] {
+            let d = decoder(&declared);
+            for (what, t) in &texts {
+                let bytes = Bytes::from(t.clone());
+                let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                gz.write_all(t.as_bytes()).unwrap();
+                let gz = Bytes::from(gz.finish().unwrap());
+                let whole = outcome(d.text_bytes("o.json", bytes.clone()).and_then(|b| d.ndjson_rows("o.json", &b)));
+                // What the whole reading finds, for the record.
+                let says = |what: &str| whole.as_ref().err().is_some_and(|e| e.contains(what));
+                match *what {
+                    "good" => {
+                        let (b, _, lines, _) = whole.as_ref().unwrap();
+                        assert_eq!((b.num_rows(), lines[1], lines[51]), (300, 3, 54));
+                        let ty = |c: &str| b.schema().field_with_name(c).unwrap().data_type().to_string();
+                        assert_eq!(ty("score"), "Float64");
+                        assert!(ty("tags").contains("Utf8") && ty("s").contains("Null"), "{}", b.schema());
+                    }
+                    "bad late" => assert!(says("line 307"), "{whole:?}"),
+                    "bad early" => assert!(says("line 1"), "{whole:?}"),
+                    "repeated late" => assert!(says("twice") && says("line 307"), "{whole:?}"),
+                    // Unless declared text, which reads every value as text.
+                    "text and number" => assert!(says("more than one JSON type") == declared.is_empty(), "{whole:?}"),
+                    "nested inexact" => assert!(says("read as a double"), "{whole:?}"),
+                    "cannot type" | "bom inside" | "parquet" => assert!(whole.is_err(), "{what}: {whole:?}"),
+                    _ => {}
+                }
+                for piece in [1, 7, 64, 1000, 1 << 20] {
+                    for (name, stored) in [("o.json", &bytes), ("o.json.gz", &gz)] {
+                        let got = outcome(streamed(&d, name, stored, piece));
+                        let got = got.map_err(|e| e.replace("o.json.gz", "o.json"));
+                        assert!(got == whole, "{what}, pieces of {piece} bytes, {name}:\n{got:?}\nagainst\n{whole:?}");
+                    }
+                }
+                let schema = d.schema_of("o.json", &bytes).map_err(|e| e.to_string());
+                match &whole {
+                    Ok((b, ..)) => assert_eq!(schema.unwrap(), b.schema(), "{what}"),
+                    Err(e) => assert_eq!(&schema.unwrap_err(), e, "{what}"),
+                }
+            }
+        }
+    }
 }

@@ -27,7 +27,7 @@ pub mod text;
 pub mod unify;
 pub use decode::{
     footer_schema, in_name_order, parquet_footer, row_group_dates, rows_bytes, tombstone_missing, DateSource, Decoded,
-    Decoder, FooterError, Parts, Stored, Tombstone,
+    Decoder, FooterError, Parts, Stored, Tombstone, PIECE,
 };
 pub use text::{parse_type, per_second, Declared};
 
@@ -411,12 +411,39 @@ pub fn decoded<'a>(
         .buffered(ahead.max(1))
 }
 
+/// The record schema of an NDJSON object too large to fetch whole (past [`decode::PIECE`]):
+/// read from its store as pieces of lines ([`Decoder::json_schema`]), on a thread of its own
+/// (its reads wait on the runtime).
+pub async fn streamed_schema(
+    input: &StoreLocation,
+    decoder: &Decoder,
+    m: &ObjectMeta,
+) -> Result<SchemaRef, InputError> {
+    let name = input.display(&m.location);
+    let stored = Stored::Ranged(ranged::Ranged::new(input.store.clone(), m, tokio::runtime::Handle::current()));
+    let (decoder, object) = (decoder.clone(), name.clone());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new().name("lakeswap-decode".into()).spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoder.json_schema(&object, &stored)));
+        let _ = tx.send(r.map_err(|p| crate::error::panic_message(p.as_ref())));
+    });
+    let failed =
+        |why: String| InputError::unreadable(Location::object(name.clone()), format!("decoding task failed: {why}"));
+    thread.map_err(|e| failed(format!("cannot start a decoding thread: {e}")))?;
+    match rx.await {
+        Ok(Ok(r)) => r,
+        Ok(Err(panic)) => Err(failed(format!("the decoder panicked: {panic}"))),
+        Err(_) => Err(failed("the decoder stopped without an answer".into())),
+    }
+}
+
 /// Fetches and decodes objects a part at a time ([`Decoder::decode_parts`]), in the objects'
 /// order: each part, or an object's error, with the index of its object. Parts are cut as
 /// `parts` says. The next object is fetched while one is decoded, and a part is decoded while
 /// the consumer works on the last one. An object within a part's bytes is fetched whole; a
-/// larger Parquet object a row group at a time (text objects are still fetched whole). Memory
-/// then holds about two such objects' or row groups' stored bytes and a few parts. A decoder
+/// larger Parquet object a row group at a time, a larger NDJSON object a piece of lines at a
+/// time (CSV objects are fetched whole). Memory then holds about two such objects' or row
+/// groups' stored bytes and a few parts. A decoder
 /// that dies ends the stream with an error, never silently.
 pub fn decoded_parts(
     input: StoreLocation,
@@ -437,8 +464,10 @@ pub fn decoded_parts(
                     let name = input.display(&m.location);
                     let unreadable =
                         |e: object_store::Error| InputError::unreadable(Location::object(name.clone()), e.to_string());
-                    // A Parquet object past a part's bytes is read a row group at a time.
-                    if decoder.format == Format::Parquet && parts.bytes.is_some_and(|b| m.size > b) {
+                    // A Parquet object past a part's bytes is read a row group at a time, an
+                    // NDJSON object from start to end as pieces of lines.
+                    let ranged = matches!(decoder.format, Format::Parquet | Format::Ndjson);
+                    if ranged && parts.bytes.is_some_and(|b| m.size > b) {
                         let runtime = tokio::runtime::Handle::current();
                         let ranged = ranged::Ranged::new(input.store.clone(), &m, runtime);
                         return Ok((name, Stored::Ranged(ranged)));

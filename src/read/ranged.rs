@@ -2,6 +2,7 @@
 //! group's column chunks in one ranged read, held until the next row group's replace them.
 //! Memory then holds one row group's stored bytes, whatever the object's size, where a whole
 //! object would be fetched first (a spilled date's objects larger than a part of the budget).
+//! A large NDJSON object is read the same way from start to end ([`Ranged::sequential`]).
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -116,6 +117,41 @@ impl Ranged {
             *self.0.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.clone());
             ParquetError::External(m.into())
         })
+    }
+}
+
+/// An object read from its start to its end, `step` bytes a request ([`Ranged::sequential`]).
+pub struct Sequential {
+    ranged: Ranged,
+    at: u64,
+    step: u64,
+    buf: Bytes,
+}
+
+impl Ranged {
+    /// The object as a reader, read from its store `step` bytes at a time; a failed read is
+    /// also kept as [`Held::failure`].
+    pub fn sequential(&self, step: u64) -> Sequential {
+        Sequential { ranged: self.clone(), at: 0, step: step.max(1), buf: Bytes::new() }
+    }
+}
+
+impl std::io::Read for Sequential {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        use bytes::Buf;
+        if self.buf.is_empty() {
+            let len = self.ranged.0.len;
+            if self.at >= len || out.is_empty() {
+                return Ok(0);
+            }
+            let end = self.at.saturating_add(self.step).min(len);
+            self.buf = self.ranged.bytes(self.at, end).map_err(|e| std::io::Error::other(e.to_string()))?;
+            self.at = end;
+        }
+        let n = out.len().min(self.buf.len());
+        out[..n].copy_from_slice(&self.buf[..n]);
+        self.buf.advance(n);
+        Ok(n)
     }
 }
 

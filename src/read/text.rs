@@ -997,22 +997,101 @@ pub fn first_repeated_field(bytes: &[u8]) -> Option<(u64, u64, String)> {
     None
 }
 
+/// The compression a text object's name says it has: `gzip` (`*.gz`), `zstd` (`*.zst`), or none.
+pub fn compression(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if lower.ends_with(".gz") || lower.ends_with(".gzip") {
+        Some("gzip")
+    } else if lower.ends_with(".zst") || lower.ends_with(".zstd") {
+        Some("zstd")
+    } else {
+        None
+    }
+}
+
+/// Why a compressed object could not be read.
+pub fn decompress_error(name: &str, e: impl std::fmt::Display) -> String {
+    format!("cannot decompress the {} object: {e}", compression(name).unwrap_or("compressed"))
+}
+
 /// Decompresses a text object named `*.gz` or `*.zst`; other objects are returned as they are.
 pub fn decompress(name: &str, bytes: bytes::Bytes) -> Result<bytes::Bytes, String> {
     use std::io::Read;
-    let lower = name.to_ascii_lowercase();
-    if lower.ends_with(".gz") || lower.ends_with(".gzip") {
-        let mut out = Vec::with_capacity(bytes.len() * 4);
-        flate2::read::MultiGzDecoder::new(&bytes[..])
-            .read_to_end(&mut out)
-            .map_err(|e| format!("cannot decompress the gzip object: {e}"))?;
-        Ok(out.into())
-    } else if lower.ends_with(".zst") || lower.ends_with(".zstd") {
-        zstd::stream::decode_all(&bytes[..])
-            .map(Into::into)
-            .map_err(|e| format!("cannot decompress the zstd object: {e}"))
-    } else {
-        Ok(bytes)
+    match compression(name) {
+        Some("gzip") => {
+            let mut out = Vec::with_capacity(bytes.len() * 4);
+            flate2::read::MultiGzDecoder::new(&bytes[..])
+                .read_to_end(&mut out)
+                .map_err(|e| decompress_error(name, e))?;
+            Ok(out.into())
+        }
+        Some(_) => zstd::stream::decode_all(&bytes[..]).map(Into::into).map_err(|e| decompress_error(name, e)),
+        None => Ok(bytes),
+    }
+}
+
+/// A text object's stored bytes as its text, decompressed as they are read ([`decompress`],
+/// without holding the text).
+pub fn decompressing<'r>(name: &str, stored: impl std::io::Read + 'r) -> std::io::Result<Box<dyn std::io::Read + 'r>> {
+    Ok(match compression(name) {
+        Some("gzip") => Box::new(flate2::read::MultiGzDecoder::new(stored)),
+        Some(_) => Box::new(zstd::stream::read::Decoder::new(stored)?),
+        None => Box::new(stored),
+    })
+}
+
+/// A piece of a text object: whole lines ([`Pieces`]).
+pub struct LinePiece {
+    pub text: bytes::Bytes,
+    /// The lines before the piece (its first line is `lines_before + 1`).
+    pub lines_before: u64,
+}
+
+/// A text's lines, read a piece of about `size` bytes of whole lines at a time (a line longer
+/// than that is a piece of its own): besides the piece, only the start of the next line is held.
+/// A piece ends with a `\n`, except the text's last.
+pub struct Pieces<R> {
+    text: R,
+    size: usize,
+    /// The text read past the last piece's end.
+    carry: Vec<u8>,
+    ended: bool,
+    lines: u64,
+}
+
+impl<R: std::io::Read> Pieces<R> {
+    pub fn new(text: R, size: usize) -> Self {
+        Pieces { text, size: size.max(1), carry: Vec::new(), ended: false, lines: 0 }
+    }
+
+    pub fn next_piece(&mut self) -> std::io::Result<Option<LinePiece>> {
+        use std::io::Read;
+        let mut buf = std::mem::take(&mut self.carry);
+        let mut goal = self.size;
+        let cut = loop {
+            while !self.ended && buf.len() < goal {
+                let want = (goal - buf.len()).max(64 << 10) as u64;
+                if (&mut self.text).take(want).read_to_end(&mut buf)? == 0 {
+                    self.ended = true;
+                }
+            }
+            if self.ended {
+                break buf.len();
+            }
+            match memchr::memrchr(b'\n', &buf) {
+                Some(at) => break at + 1,
+                // A line longer than a piece: read on to its end.
+                None => goal = buf.len() + self.size,
+            }
+        };
+        if cut == 0 {
+            return Ok(None);
+        }
+        self.carry = buf[cut..].to_vec();
+        buf.truncate(cut);
+        let lines_before = self.lines;
+        self.lines += memchr::memchr_iter(b'\n', &buf).count() as u64;
+        Ok(Some(LinePiece { text: buf.into(), lines_before }))
     }
 }
 

@@ -512,6 +512,100 @@ FROM events GROUP BY currency
     assert_eq!(m, s);
 }
 
+/// NDJSON objects larger than a part of the budget are read as pieces of lines when spilled (from
+/// the store from start to end, or decompressed as read): a number typed by a value near the
+/// end, a nested field with a value in one line only, a byte-order mark, blank lines and a
+/// gzip object give the in-memory bytes; a bad line late in an object, the same error.
+#[test]
+fn a_large_ndjson_object_is_read_a_piece_at_a_time_when_spilled() {
+    use std::io::Write;
+    let lake = Lake::new();
+    let rows = 40_000;
+    let lines = |n: usize, from: usize, day: usize| -> String {
+        let mut t = String::new();
+        for i in from..from + n {
+            // One version in ten is repeated exactly, one key in seven has a second version.
+            let (key, version) = match i % 10 {
+                9 => (i - 1, 1 + (i - 1) % 7 / 6),
+                _ => (i, 1 + i % 7 / 6),
+            };
+            let score = if i == rows - 3 || i == rows + 5 { "2.5".to_string() } else { (key % 1000).to_string() };
+            let tags = match key {
+                k if k == rows - 100 => r#"["late"]"#.to_string(),
+                k if k % 3 == 0 => "[null]".to_string(),
+                _ => "[]".to_string(),
+            };
+            let currency = ["USD", "EUR", "GBP"][key % 3];
+            t += &format!(
+                r#"{{"order_id": "o{day}-{key:07}", "source_version": {version}, "currency": "{currency}", "amount": {}.{:02}, "score": {score}, "tags": {tags}, "empty": [null], "customer_id": "c{}"}}"#,
+                key % 500,
+                key % 100,
+                key % 997
+            );
+            t += if i % 1000 == 0 { "\n\n" } else { "\n" };
+        }
+        t
+    };
+    for (n, day) in ["2026-11-01", "2026-11-02", "2026-11-03"].into_iter().enumerate() {
+        let folder = lake.input().join(format!("event_date={day}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        let bom = if n == 1 { "\u{feff}" } else { "" };
+        std::fs::write(folder.join("events.json"), format!("{bom}{}", lines(rows, 0, n))).unwrap();
+        // A compressed object: its stored bytes in a part's, its text past them.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(lines(300, rows, n).as_bytes()).unwrap();
+        std::fs::write(folder.join("more.json.gz"), gz.finish().unwrap()).unwrap();
+    }
+    let sql = r#"
+[aggregate]
+sql = """
+SELECT currency, count(*) AS orders, sum(score) AS score, arrow_typeof(min(score)) AS score_type,
+       min(arrow_typeof(tags)) AS tags_type, min(arrow_typeof(empty)) AS empty_type,
+       sum(amount) AS revenue, count(DISTINCT customer_id) AS customers
+FROM events GROUP BY currency
+"""
+"#;
+    let cfg = config(&lake, "ndjson.toml", "key = [\"order_id\"]\nversion = \"source_version\"", sql);
+    let t = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("format = \"parquet\"", "format = \"ndjson\"\nschema = { amount = \"decimal(12,2)\" }");
+    std::fs::write(&cfg, t).unwrap();
+    let [(mem, mem_files, _), (sp, sp_files, sp_sum)] = both(&lake, &cfg);
+    assert!(mem.status.success() && sp.status.success(), "{}\n{}", text(&mem), text(&sp));
+    assert!(spilled(&sp_sum).iter().all(|&b| b > 0), "{sp_sum}");
+    assert!(mem_files == sp_files, "the spilled partitions differ from the in-memory ones");
+    let out = read_batch(&lake.partition_file("2026-11-02"));
+    let column = |name: &str| {
+        let c = out.column_by_name(name).unwrap();
+        let c = c.as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
+        c.iter().map(|v| v.unwrap().to_string()).collect::<Vec<_>>()
+    };
+    assert!(column("score_type").iter().all(|t| t == "Float64"), "{out:?}");
+    assert!(column("tags_type").iter().all(|t| t.starts_with("List(Utf8") || t.contains("Utf8")), "{out:?}");
+    assert!(column("empty_type").iter().all(|t| t.contains("Null")), "{out:?}");
+    // Lines late in the object that are not JSON, or name a field twice: the same error, in
+    // memory and spilled.
+    let p = lake.input().join("event_date=2026-11-02/events.json");
+    let good = std::fs::read_to_string(&p).unwrap();
+    for (bad, says) in [
+        (r#"{"order_id": "o9", "source_version": 1, "currency": "USD", "amount": 1.00, "score": 1, "#, "line 40041"),
+        (r#"{"order_id": "o9", "order_id": "o8", "source_version": 1, "currency": "USD", "amount": 1.00}"#, "twice"),
+    ] {
+        std::fs::write(&p, format!("{good}{bad}\n")).unwrap();
+        let [(mem, _, mem_sum), (sp, _, sp_sum)] = both(&lake, &cfg);
+        assert_eq!((mem.status.code(), sp.status.code()), (Some(3), Some(3)), "{}", text(&sp));
+        // Found when the run is planned (its types are read from every text object) or when the
+        // date is read.
+        let error = |s: &serde_json::Value| match &s["partitions"][1]["error"] {
+            serde_json::Value::Null => s["error"].clone(),
+            e => e.clone(),
+        };
+        let (m, s) = (error(&mem_sum), error(&sp_sum));
+        assert!(m.as_str().unwrap().contains(says) && m.as_str().unwrap().contains("events.json"), "{m}");
+        assert_eq!(m, s);
+    }
+}
+
 /// A null in one column of a two-column key: the same object, row and column named in memory
 /// and spilled (the buckets meet the rows in another order), the first row in input order.
 #[test]
