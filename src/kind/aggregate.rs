@@ -381,7 +381,9 @@ impl Aggregate {
             let s = match crate::plan::object_schema(decoder, input, m).await {
                 Ok(s) => s,
                 // Named as the in-memory path names it.
-                Err(crate::Error::Input(e)) => return Err(in_memory_error(input, decoder, Some(m), date, e).await),
+                Err(crate::Error::Input(e)) => {
+                    return Err(in_memory_error(input, decoder, Some(m), date, e, cx.spill.limit()).await)
+                }
                 Err(e) => return Err(PartitionError::Other(e.to_string())),
             };
             schemas.push((input.display(&m.location), s));
@@ -422,7 +424,7 @@ impl Aggregate {
         while let Some((object, d)) = next {
             let mut d = match d.and_then(|mut d| d.bad.remove(&date).map_or(Ok(d), Err)) {
                 Ok(d) => d,
-                Err(e) => return Err(in_memory_error(input, decoder, p.inputs.get(object), date, e).await),
+                Err(e) => return Err(in_memory_error(input, decoder, p.inputs.get(object), date, e, limit).await),
             };
             let (record, wide, key, tz) = (record.clone(), wide.clone(), key.clone(), decoder.tz);
             let object = object as u32;
@@ -594,18 +596,24 @@ impl Aggregate {
 
 /// The error a bad object fails its date with on the in-memory path: the object read again as
 /// that path reads it (which of its errors comes first can depend on how it is cut into
-/// parts); `found` when that finds none.
+/// parts); `found` when that finds none. An NDJSON object read as pieces of lines is not read
+/// again whole (a spilled date's pieces find its errors as the whole object's reading does).
 async fn in_memory_error(
     input: &crate::store::StoreLocation,
     decoder: &read::Decoder,
     object: Option<&object_store::ObjectMeta>,
     date: chrono::NaiveDate,
     found: crate::error::InputError,
+    limit: u64,
 ) -> PartitionError {
     let Some(m) = object else { return found.into() };
     // A read the store failed is not the object's: reading it again whole would name nothing
     // new, and would hold an object the spilled path reads in pieces.
     if matches!(found, crate::error::InputError::Unreadable { .. }) {
+        return found.into();
+    }
+    let cut = read::Parts { rows: 1 << 16, bytes: Some(limit / 64) };
+    if decoder.streams(m.location.as_ref(), m.size, cut) {
         return found.into();
     }
     match read::read_date(input, decoder, std::slice::from_ref(m), date, Some(date)).await {

@@ -870,37 +870,40 @@ impl Decoder {
     }
 
     /// The first two readings of an NDJSON object read as pieces ([`Streamed`]): the types the
-    /// reader infers from every line, then, when it has fields to check or to type by all their
-    /// values, those checks and types. What is found and refused is what [`Decoder::ndjson_rows`]
-    /// finds and refuses (an object with several faults may be refused for another first).
+    /// reader infers from every line, then its rows read as [`Decoder::ndjson_rows`] reads them,
+    /// checked, and its numbers and nested fields typed by all their values (without keeping
+    /// the rows). What is found and refused is what [`Decoder::ndjson_rows`] finds and refuses
+    /// (an object with several faults may be refused for another first).
     fn json_typed(&self, src: &Streamed) -> Result<JsonTyped, InputError> {
         let object = src.object;
         let mut reading = src.reading(self.format)?;
-        // (rows before the piece, the piece) the values come from.
-        let (mut rows, mut text_bytes) = (0u64, 0u64);
-        let mut current: Option<(u64, text::LinePiece, arrow::json::reader::ValueIter<Cursor<Bytes>>)> = None;
+        // The rows the reader's inference counted, and the rows (non-blank lines) before the
+        // piece the values come from, as the lines that name errors count them.
+        let (mut rows, mut text_bytes, mut before) = (0u64, 0u64, 0u64);
+        let mut current: Option<(text::LinePiece, arrow::json::reader::ValueIter<Cursor<Bytes>>)> = None;
         let mut failed: Option<InputError> = None;
         let inferred = {
             let values = std::iter::from_fn(|| loop {
-                if let Some((_, _, values)) = current.as_mut() {
+                if let Some((_, values)) = current.as_mut() {
                     if let Some(v) = values.next() {
                         rows += u64::from(v.is_ok());
                         return Some(v);
                     }
                 }
                 // A piece read through: a field named twice on one of its lines is refused.
-                if let Some((first, piece, _)) = current.take() {
+                if let Some((piece, _)) = current.take() {
                     if let Some((row, line, field)) = text::first_repeated_field(&piece.text) {
-                        failed = Some(repeated_field(object, (first + row, piece.lines_before + line, field)));
+                        failed = Some(repeated_field(object, (before + row, piece.lines_before + line, field)));
                         return Some(Err(arrow::error::ArrowError::JsonError(String::new())));
                     }
+                    before += text::ndjson_row_count(&piece.text);
                 }
                 match reading.next() {
                     Ok(None) => return None,
                     Ok(Some(piece)) => {
                         text_bytes += piece.text.len() as u64;
                         let values = arrow::json::reader::ValueIter::new(Cursor::new(piece.text.clone()), None);
-                        current = Some((rows, piece, values));
+                        current = Some((piece, values));
                     }
                     Err(e) => {
                         failed = Some(e);
@@ -913,16 +916,24 @@ impl Decoder {
         let inferred = match (inferred, failed) {
             (_, Some(e)) => return Err(e),
             (Ok(s), None) => s,
+            // The first line that is not JSON, here or further on (a line that is JSON but not
+            // an object fails the inference before one further on that is not JSON).
             (Err(e), None) => {
-                let bad = || {
-                    let (first, piece, _) = current.as_ref()?;
-                    let (row, line, why) = text::first_bad_json_line(&piece.text)?;
-                    Some((first + row, piece.lines_before + line, why))
-                };
-                return Err(json_malformed(object, bad, e.to_string()));
+                let mut piece = current.map(|(p, _)| p);
+                while let Some(p) = piece {
+                    if let Some((row, line, why)) = text::first_bad_json_line(&p.text) {
+                        return Err(json_malformed(
+                            object,
+                            || Some((before + row, p.lines_before + line, why)),
+                            e.to_string(),
+                        ));
+                    }
+                    before += text::ndjson_row_count(&p.text);
+                    piece = reading.next()?;
+                }
+                return Err(json_malformed(object, || None, e.to_string()));
             }
         };
-        drop(current);
         let read = self.json_read(object, inferred)?;
         let mut typed = JsonTyped {
             numbers: read.numbers.iter().map(|n| (n.clone(), DataType::Null)).collect(),
@@ -934,8 +945,8 @@ impl Decoder {
         if rows == 0 {
             return Ok(typed);
         }
-        // The fields typed by all their values: numbers read as text, and nested fields (their
-        // places with no value in any line become Null).
+        // Read as the whole object is, then checked; numbers read as text and nested fields
+        // (their places with no value in any line become Null) typed by all their values.
         let nested: Vec<Field> = typed
             .read
             .read
@@ -945,32 +956,19 @@ impl Decoder {
             .filter(|f| self.declared(f.name()).is_none() && self.implied_text(f.name()).is_none())
             .map(|f| f.as_ref().clone())
             .collect();
-        let by_values: Vec<Field> = typed
-            .read
-            .read
-            .fields()
-            .iter()
-            .filter(|f| typed.read.numbers.contains(f.name()))
-            .map(|f| f.as_ref().clone())
-            .chain(nested.iter().cloned())
-            .collect();
         let mut inference = vec![text::Inference::default(); typed.read.numbers.len()];
         let mut met: Vec<Option<DataType>> = vec![None; nested.len()];
         let mut reading = src.reading(self.format)?;
+        let mut before = 0u64;
         while let Some(piece) = reading.next()? {
-            self.one_json_type(object, &piece.text, &typed.read.inferred)?;
-            self.exact_nested_numbers(object, &piece.text, &typed.read.inferred)?;
-            if by_values.is_empty() {
-                continue;
-            }
-            let malformed = |e: arrow::error::ArrowError| json_malformed(object, || None, e.to_string());
-            let reader = arrow::json::ReaderBuilder::new(Arc::new(Schema::new(by_values.clone())))
+            let malformed = piece_malformed(object, &piece, before);
+            let reader = arrow::json::ReaderBuilder::new(typed.read.read.clone())
                 .with_batch_size(65_536)
                 .with_coerce_primitive(true)
-                .build(Cursor::new(piece.text))
-                .map_err(malformed)?;
+                .build(Cursor::new(piece.text.clone()))
+                .map_err(&malformed)?;
             for b in reader {
-                let b = b.map_err(malformed)?;
+                let b = b.map_err(&malformed)?;
                 if b.num_rows() == 0 {
                     continue;
                 }
@@ -989,6 +987,9 @@ impl Decoder {
                     }
                 }
             }
+            self.one_json_type(object, &piece.text, &typed.read.inferred)?;
+            self.exact_nested_numbers(object, &piece.text, &typed.read.inferred)?;
+            before += text::ndjson_row_count(&piece.text);
         }
         for ((_, t), i) in typed.numbers.iter_mut().zip(&inference) {
             *t = i.finish();
@@ -1025,20 +1026,21 @@ impl Decoder {
             return Ok(());
         }
         let object = src.object;
-        let malformed = |e: arrow::error::ArrowError| json_malformed(object, || None, e.to_string());
         let mut reading = src.reading(self.format)?;
-        let mut row = 0u64;
+        let (mut row, mut before) = (0u64, 0u64);
         while let Some(piece) = reading.next()? {
+            let malformed = piece_malformed(object, &piece, before);
+            before += text::ndjson_row_count(&piece.text);
             let lines: Vec<u64> = text::ndjson_lines(&piece.text).into_iter().map(|l| l + piece.lines_before).collect();
             let share = (u128::from(stored) * piece.text.len() as u128 / u128::from(typed.text_bytes.max(1))) as u64;
             let reader = arrow::json::ReaderBuilder::new(typed.read.read.clone())
                 .with_batch_size(parts.rows.clamp(1, 65_536))
                 .with_coerce_primitive(true)
-                .build(Cursor::new(piece.text))
-                .map_err(malformed)?;
+                .build(Cursor::new(piece.text.clone()))
+                .map_err(&malformed)?;
             let mut first = 0usize;
             for b in reader {
-                let b = renulled_batch(b.map_err(malformed)?, &typed.nulled).map_err(malformed)?;
+                let b = renulled_batch(b.map_err(&malformed)?, &typed.nulled).map_err(&malformed)?;
                 let n = b.num_rows();
                 let slice: Option<Arc<[u64]>> = lines.get(first..first + n).map(Into::into);
                 let mut rows = self.json_rows(b, &typed.numbers, row, slice);
@@ -1491,6 +1493,22 @@ fn json_malformed(object: &str, bad: impl FnOnce() -> Option<(u64, u64, String)>
     }
 }
 
+/// The reader's error in a piece of an NDJSON object after `before` rows: at the piece's first
+/// line that is not JSON, when there is one.
+fn piece_malformed<'a>(
+    object: &'a str,
+    piece: &'a text::LinePiece,
+    before: u64,
+) -> impl Fn(arrow::error::ArrowError) -> InputError + 'a {
+    move |e| {
+        let bad = || {
+            let (row, line, why) = text::first_bad_json_line(&piece.text)?;
+            Some((before + row, piece.lines_before + line, why))
+        };
+        json_malformed(object, bad, e.to_string())
+    }
+}
+
 /// A line whose object names a field twice: `(row, line, field)`.
 fn repeated_field(object: &str, (row, line, field): (u64, u64, String)) -> InputError {
     InputError::bad(
@@ -1796,13 +1814,14 @@ mod tests {
                 &format!(r#"{{"id": "k{i}", "v": {}, "score": {score}, "tags": {tags}, "s": {{"a": null}}}}"#, i % 4);
             many += if i % 50 == 0 { "\r\n  \n" } else { "\n" };
         }
+        let body = many.trim_start_matches('\u{feff}');
         let texts: Vec<(&str, String)> = vec![
             ("good", many.clone()),
             ("no final newline", "{\"a\": 1}\n{\"a\": 2.5}".into()),
             ("blank only", "\n  \n".into()),
             ("empty", String::new()),
             ("bad late", format!("{many}{{\"id\": \"k\", \n")),
-            ("bad early", format!("{{\"id\": 1\n{many}")),
+            ("bad early", format!("{{\"id\": 1\n{body}")),
             ("repeated late", format!("{many}{{\"id\": \"k\", \"id\": \"j\"}}\n")),
             ("text and number", format!("{many}{{\"id\": 7}}\n")),
             ("nested inexact", "{\"n\": [0.5]}\n{\"n\": [9007199254740993]}\n".into()),
@@ -1810,6 +1829,13 @@ mod tests {
             ("bom inside", "{\"a\": 1}\n\u{feff}{\"a\": 2}\n".to_string()),
             ("parquet", "PAR1 not text".into()),
             ("number too wide", "{\"a\": 1}\n{\"a\": 123456789012345678901234567890}\n".into()),
+            // Lines the inference reads and the reader refuses.
+            ("list then text", format!("{many}{{\"tags\": \"y\"}}\n")),
+            ("nbsp line", format!("{many}\u{a0}\n{{\"id\": \"z\"}}\n")),
+            ("form feed", format!("{many}\u{c}\n")),
+            // A line that is JSON but not an object, and one further on that is not JSON.
+            ("not an object first", format!("[1]\n{body}{{\"id\": \n")),
+            ("repeated early", format!("{{\"id\": \"k\", \"id\": \"j\"}}\n{body}")),
         ];
         for declared in [vec![], vec![("score", "double"), ("id", "string")]] {
             let d = decoder(&declared);
@@ -1835,7 +1861,12 @@ mod tests {
                     // Unless declared text, which reads every value as text.
                     "text and number" => assert!(says("more than one JSON type") == declared.is_empty(), "{whole:?}"),
                     "nested inexact" => assert!(says("read as a double"), "{whole:?}"),
-                    "cannot type" | "bom inside" | "parquet" => assert!(whole.is_err(), "{what}: {whole:?}"),
+                    "cannot type" | "bom inside" | "parquet" | "list then text" | "form feed" => {
+                        assert!(whole.is_err(), "{what}: {whole:?}")
+                    }
+                    "nbsp line" => assert!(says("line 307"), "{whole:?}"),
+                    "not an object first" => assert!(says("line 308"), "{whole:?}"),
+                    "repeated early" => assert!(says("twice") && says("line 1"), "{whole:?}"),
                     _ => {}
                 }
                 for piece in [1, 7, 64, 1000, 1 << 20] {

@@ -869,6 +869,12 @@ fn quotes(text: &[u8], delimiter: u8) -> Quotes {
     Quotes { open: false, text_after }
 }
 
+/// The non-blank lines of NDJSON text, as [`ndjson_lines`] counts them: the rows before a
+/// piece of lines, for the rows [`first_bad_json_line`] and [`first_repeated_field`] name.
+pub fn ndjson_row_count(bytes: &[u8]) -> u64 {
+    bytes.split(|&b| b == b'\n').filter(|l| l.iter().any(|b| !b.is_ascii_whitespace())).count() as u64
+}
+
 /// The line (1-based) of every non-blank line of NDJSON text: row `i` is on `lines[i]`.
 pub fn ndjson_lines(bytes: &[u8]) -> Vec<u64> {
     let mut lines = Vec::new();
@@ -1067,10 +1073,10 @@ impl<R: std::io::Read> Pieces<R> {
     pub fn next_piece(&mut self) -> std::io::Result<Option<LinePiece>> {
         use std::io::Read;
         let mut buf = std::mem::take(&mut self.carry);
-        let mut goal = self.size;
+        let (mut goal, mut scanned) = (self.size, 0);
         let cut = loop {
             while !self.ended && buf.len() < goal {
-                let want = (goal - buf.len()).max(64 << 10) as u64;
+                let want = (goal - buf.len()) as u64;
                 if (&mut self.text).take(want).read_to_end(&mut buf)? == 0 {
                     self.ended = true;
                 }
@@ -1078,10 +1084,10 @@ impl<R: std::io::Read> Pieces<R> {
             if self.ended {
                 break buf.len();
             }
-            match memchr::memrchr(b'\n', &buf) {
-                Some(at) => break at + 1,
-                // A line longer than a piece: read on to its end.
-                None => goal = buf.len() + self.size,
+            match memchr::memrchr(b'\n', &buf[scanned..]) {
+                Some(at) => break scanned + at + 1,
+                // A line longer than a piece (held whole, as a record is): read on to its end.
+                None => (scanned, goal) = (buf.len(), buf.len() + self.size),
             }
         };
         if cut == 0 {
