@@ -252,6 +252,41 @@ async fn spilled_dates_read_objects_in_ranges(kind: Kind) {
     }
 }
 
+/// Dates spilled under a tiny budget read their NDJSON objects (larger than a part of it, plain
+/// and gzip) from the store as pieces of lines: the model's numbers.
+async fn spilled_ndjson_objects_are_read_in_pieces(kind: Kind) {
+    use std::io::Write;
+    let b = Backend::new(kind);
+    let rows = random_orders(64, 2, 6_000);
+    let mut by_date: std::collections::BTreeMap<_, Vec<_>> = std::collections::BTreeMap::new();
+    for r in &rows {
+        by_date.entry(r.date).or_default().push(r.clone());
+    }
+    for (date, rows) in &by_date {
+        let (a, z) = rows.split_at(rows.len() / 2);
+        b.put("in", &format!("event_date={date}/a.json"), ndjson_bytes(a)).await;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&ndjson_bytes(z)).unwrap();
+        b.put("in", &format!("event_date={date}/z.json.gz"), gz.finish().unwrap()).await;
+    }
+    let objects = b.objects("in").await;
+    assert!(objects.len() == 4 && objects.values().all(|o| o.len() > 16 << 10), "{:?}", objects.keys());
+    let mut cfg = b.job().config.clone();
+    cfg.input.format = lakeswap::config::Format::Ndjson;
+    cfg.input.schema.insert("amount".into(), "decimal(12,2)".into());
+    let job = lakeswap::Job::from_config(cfg, "test.toml").unwrap();
+    let spill = tempfile::tempdir().unwrap();
+    let o =
+        RunOptions { memory_limit: 1 << 20, spill_dir: spill.path().to_path_buf(), ..opts("2026-11-01", "2026-11-02") };
+    let s = run::run(&job, &o).await.unwrap();
+    assert_eq!(actions(&s), [Action::Created; 2], "{}", lakeswap::report::table(&s));
+    assert!(s.partitions.iter().all(|p| p.spilled_bytes > 0), "{}", lakeswap::report::table(&s));
+    let out = b.partitions().await;
+    for (date, want) in model(&rows) {
+        assert_eq!(partition_rows(&out[&format!("event_date={date}/part-00000.parquet")]), want, "{date}");
+    }
+}
+
 macro_rules! suite {
     ($name:ident, $kind:expr $(, $attr:meta)?) => {
         mod $name {
@@ -295,6 +330,11 @@ macro_rules! suite {
             $(#[$attr])?
             async fn spilled_dates_read_objects_in_ranges() {
                 super::spilled_dates_read_objects_in_ranges($kind).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn spilled_ndjson_objects_are_read_in_pieces() {
+                super::spilled_ndjson_objects_are_read_in_pieces($kind).await
             }
             #[tokio::test(flavor = "multi_thread")]
             $(#[$attr])?
