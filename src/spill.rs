@@ -746,8 +746,8 @@ pub fn estimate(format: crate::read::Format, objects: &[object_store::ObjectMeta
     objects
         .iter()
         .map(|m| {
-            let name = m.location.as_ref();
-            let packed = name.ends_with(".gz") || name.ends_with(".zst") || name.ends_with(".zstd");
+            // Compressed as the reader finds it (`.gz`, `.GZ`, `.gzip`, `.zst` …).
+            let packed = crate::read::text::compression(m.location.as_ref()).is_some();
             let factor = match (format, packed) {
                 (Format::Parquet, _) => 12,
                 (Format::Ndjson, true) => 20,

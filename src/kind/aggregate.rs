@@ -597,7 +597,8 @@ impl Aggregate {
 /// The error a bad object fails its date with on the in-memory path: the object read again as
 /// that path reads it (which of its errors comes first can depend on how it is cut into
 /// parts); `found` when that finds none. An NDJSON object read as pieces of lines is not read
-/// again whole (a spilled date's pieces find its errors as the whole object's reading does).
+/// again whole: its pieces find a fault as the whole object's reading does (of several, another
+/// may come first, as for a Parquet object's parts).
 async fn in_memory_error(
     input: &crate::store::StoreLocation,
     decoder: &read::Decoder,

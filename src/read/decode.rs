@@ -187,8 +187,8 @@ pub enum Stored {
     Ranged(Ranged),
 }
 
-/// The most bytes of text a piece of an NDJSON object read as pieces holds ([`Streamed`]), and
-/// the fewest (a part's bytes in between).
+/// The most bytes of text a piece of an NDJSON object read as pieces of lines holds, and the
+/// fewest (a part's bytes in between).
 pub const PIECE: usize = 8 << 20;
 const MIN_PIECE: usize = 64 << 10;
 
@@ -862,7 +862,7 @@ impl Decoder {
     }
 
     /// Whether a date read a part at a time reads an NDJSON object of `stored` bytes as pieces
-    /// of lines ([`Decoder::ndjson_parts`]): when its text is past a part's bytes (a compressed
+    /// of lines (`Decoder::ndjson_parts`): when its text is past a part's bytes (a compressed
     /// object's text is taken to be at least eight times its bytes).
     pub fn streams(&self, object: &str, stored: u64, parts: Parts) -> bool {
         let text = stored.saturating_mul(if text::compression(object).is_some() { 8 } else { 1 });
@@ -1068,8 +1068,9 @@ impl Decoder {
         f: &mut dyn FnMut(Rows) -> Result<(), InputError>,
     ) -> Result<(), InputError> {
         let typed = self.json_typed(src)?;
+        // Lines the inference passes over as blank (Unicode spaces) that the reader refuses.
         if typed.rows == 0 {
-            return Ok(());
+            return self.json_reader_error(src, &typed.read.read)?.map_or(Ok(()), Err);
         }
         let object = src.object;
         let mut reading = src.reading(self.format)?;
@@ -1882,6 +1883,8 @@ mod tests {
             // A line that is JSON but not an object, and one further on that is not JSON.
             ("not an object first", format!("[1]\n{body}{{\"id\": \n")),
             ("repeated early", format!("{{\"id\": \"k\", \"id\": \"j\"}}\n{body}")),
+            // Lines the inference takes for blank and the reader refuses, and nothing else.
+            ("nbsp only", "\u{a0}\n\u{3000}\n".into()),
         ];
         for declared in [vec![], vec![("score", "double"), ("id", "string")]] {
             let d = decoder(&declared);
@@ -1911,6 +1914,7 @@ mod tests {
                         assert!(whole.is_err(), "{what}: {whole:?}")
                     }
                     "nbsp line" => assert!(says("line 307"), "{whole:?}"),
+                    "nbsp only" => assert!(says("line 1"), "{whole:?}"),
                     "not an object first" => assert!(says("line 308"), "{whole:?}"),
                     "repeated early" => assert!(says("twice") && says("line 1"), "{whole:?}"),
                     _ => {}
@@ -1927,7 +1931,7 @@ mod tests {
                 match (&whole, d.schema_of("o.json", &bytes).map_err(|e| e.to_string())) {
                     (Ok((b, ..)), schema) => assert_eq!(schema.unwrap(), b.schema(), "{what}"),
                     (Err(e), Err(schema)) => assert_eq!(&schema, e, "{what}"),
-                    (Err(e), Ok(_)) => assert!(["nbsp line", "form feed"].contains(what), "{what}: {e}"),
+                    (Err(e), Ok(_)) => assert!(["nbsp line", "form feed", "nbsp only"].contains(what), "{what}: {e}"),
                 }
             }
         }
