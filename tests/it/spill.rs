@@ -104,6 +104,24 @@ fn both_under(
     out.try_into().unwrap()
 }
 
+/// A config over the lake's `format` text objects (`amount` declared `decimal(12,2)`), keyed by
+/// `order_id` and versioned, computing `sql`.
+fn text_config(lake: &Lake, format: &str, sql: &str) -> PathBuf {
+    let cfg = config(lake, &format!("{format}.toml"), "key = [\"order_id\"]\nversion = \"source_version\"", sql);
+    let declared = format!("format = \"{format}\"\nschema = {{ amount = \"decimal(12,2)\" }}");
+    let t = std::fs::read_to_string(&cfg).unwrap().replace("format = \"parquet\"", &declared);
+    std::fs::write(&cfg, t).unwrap();
+    cfg
+}
+
+/// Runs `cfg` in memory and spilled ([`both`]): both succeed, every date spills, the same files.
+fn same_spilled(lake: &Lake, cfg: &Path) {
+    let [(mem, mem_files, _), (sp, sp_files, sp_sum)] = both(lake, cfg);
+    assert!(mem.status.success() && sp.status.success(), "{}\n{}", text(&mem), text(&sp));
+    assert!(spilled(&sp_sum).iter().all(|&b| b > 0), "{sp_sum}");
+    assert!(mem_files == sp_files, "the spilled partitions differ from the in-memory ones");
+}
+
 #[test]
 fn a_partition_spilled_under_a_tiny_limit_gives_the_in_memory_bytes() {
     let lake = Lake::new();
@@ -487,15 +505,8 @@ SELECT currency, count(*) AS orders, sum(score) AS score, arrow_typeof(min(score
 FROM events GROUP BY currency
 """
 "#;
-    let cfg = config(&lake, "csv.toml", "key = [\"order_id\"]\nversion = \"source_version\"", sql);
-    let t = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("format = \"parquet\"", "format = \"csv\"\nschema = { amount = \"decimal(12,2)\" }");
-    std::fs::write(&cfg, t).unwrap();
-    let [(mem, mem_files, _), (sp, sp_files, sp_sum)] = both(&lake, &cfg);
-    assert!(mem.status.success() && sp.status.success(), "{}\n{}", text(&mem), text(&sp));
-    assert!(spilled(&sp_sum).iter().all(|&b| b > 0), "{sp_sum}");
-    assert!(mem_files == sp_files, "the spilled partitions differ from the in-memory ones");
+    let cfg = text_config(&lake, "csv", sql);
+    same_spilled(&lake, &cfg);
     let out = read_batch(&lake.partition_file("2026-11-02"));
     let types = out.column_by_name("score_type").unwrap();
     let types = types.as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
@@ -565,15 +576,8 @@ SELECT currency, count(*) AS orders, sum(score) AS score, arrow_typeof(min(score
 FROM events GROUP BY currency
 """
 "#;
-    let cfg = config(&lake, "ndjson.toml", "key = [\"order_id\"]\nversion = \"source_version\"", sql);
-    let t = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("format = \"parquet\"", "format = \"ndjson\"\nschema = { amount = \"decimal(12,2)\" }");
-    std::fs::write(&cfg, t).unwrap();
-    let [(mem, mem_files, _), (sp, sp_files, sp_sum)] = both(&lake, &cfg);
-    assert!(mem.status.success() && sp.status.success(), "{}\n{}", text(&mem), text(&sp));
-    assert!(spilled(&sp_sum).iter().all(|&b| b > 0), "{sp_sum}");
-    assert!(mem_files == sp_files, "the spilled partitions differ from the in-memory ones");
+    let cfg = text_config(&lake, "ndjson", sql);
+    same_spilled(&lake, &cfg);
     let out = read_batch(&lake.partition_file("2026-11-02"));
     let column = |name: &str| {
         let c = out.column_by_name(name).unwrap();
