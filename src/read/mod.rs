@@ -413,27 +413,50 @@ pub fn decoded<'a>(
 
 /// The record schema of an NDJSON object too large to fetch whole (past [`decode::PIECE`]):
 /// read from its store as pieces of lines ([`Decoder::json_schema`]), on a thread of its own
-/// (its reads wait on the runtime).
+/// (its reads wait on the runtime). Dropped before it answers, it stops reading.
 pub async fn streamed_schema(
     input: &StoreLocation,
     decoder: &Decoder,
     m: &ObjectMeta,
 ) -> Result<SchemaRef, InputError> {
     let name = input.display(&m.location);
-    let stored = Stored::Ranged(ranged::Ranged::new(input.store.clone(), m, tokio::runtime::Handle::current()));
+    let abandoned = ranged::Abandoned::default();
+    let runtime = tokio::runtime::Handle::current();
+    let stored = Stored::Ranged(ranged::Ranged::until(input.store.clone(), m, runtime, abandoned.clone()));
     let (decoder, object) = (decoder.clone(), name.clone());
+    on_own_thread(abandoned, move || decoder.json_schema(&object, &stored)).await.unwrap_or_else(|why| {
+        Err(InputError::unreadable(Location::object(name), format!("decoding task failed: {why}")))
+    })
+}
+
+/// Runs `work` on a thread of its own, not one of the runtime's: work that waits on the
+/// runtime (ranged reads; a local folder's read is a blocking task itself) or on a consumer.
+/// Its result, or why there is none: the thread could not start, or `work` panicked. When the
+/// caller's future is dropped first, `abandoned` is set (reads made [`ranged::Ranged::until`]
+/// it then fail and `work` ends early).
+async fn on_own_thread<T: Send + 'static>(
+    abandoned: ranged::Abandoned,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    struct SetOnDrop(ranged::Abandoned);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.set();
+        }
+    }
+    let _gone = SetOnDrop(abandoned);
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let thread = std::thread::Builder::new().name("lakeswap-decode".into()).spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoder.json_schema(&object, &stored)));
-        let _ = tx.send(r.map_err(|p| crate::error::panic_message(p.as_ref())));
-    });
-    let failed =
-        |why: String| InputError::unreadable(Location::object(name.clone()), format!("decoding task failed: {why}"));
-    thread.map_err(|e| failed(format!("cannot start a decoding thread: {e}")))?;
+    std::thread::Builder::new()
+        .name("lakeswap-decode".into())
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            let _ = tx.send(r.map_err(|p| crate::error::panic_message(p.as_ref())));
+        })
+        .map_err(|e| format!("cannot start a decoding thread: {e}"))?;
     match rx.await {
-        Ok(Ok(r)) => r,
-        Ok(Err(panic)) => Err(failed(format!("the decoder panicked: {panic}"))),
-        Err(_) => Err(failed("the decoder stopped without an answer".into())),
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(panic)) => Err(format!("the decoder panicked: {panic}")),
+        Err(_) => Err("the decoder stopped without an answer".into()),
     }
 }
 
@@ -491,10 +514,8 @@ pub fn decoded_parts(
             };
             let (sender, decoder, dates) = (tx.clone(), decoder.clone(), dates.clone());
             let task = name.clone();
-            // A thread of its own, not one of the runtime's blocking threads: it waits for the
-            // consumer and for its ranged reads (a local folder's read is a blocking task
-            // itself), and dates spilled at once must not take every blocking thread waiting.
-            let (finished, done) = tokio::sync::oneshot::channel::<Result<bool, String>>();
+            // A thread of its own: it waits for the consumer and for its ranged reads, and
+            // dates spilled at once must not take every blocking thread of the runtime waiting.
             let decode = move || {
                 let mut gone = false;
                 let r = decoder.decode_parts(&task, stored, &dates, path_date, parts, &mut |part| {
@@ -515,18 +536,10 @@ pub fn decoded_parts(
                     Ok(()) => true,
                 }
             };
-            let thread = std::thread::Builder::new().name("lakeswap-decode".into()).spawn(move || {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode));
-                let _ = finished.send(r.map_err(|p| crate::error::panic_message(p.as_ref())));
-            });
-            let failed = match thread {
-                Ok(_) => match done.await {
-                    Ok(Ok(true)) => None,
-                    Ok(Ok(false)) => return,
-                    Ok(Err(panic)) => Some(format!("the decoder panicked: {panic}")),
-                    Err(_) => Some("the decoder stopped without an answer".to_string()),
-                },
-                Err(e) => Some(format!("cannot start a decoding thread: {e}")),
+            let failed = match on_own_thread(ranged::Abandoned::default(), decode).await {
+                Ok(true) => None,
+                Ok(false) => return,
+                Err(why) => Some(why),
             };
             if let Some(why) = failed {
                 let e = InputError::unreadable(Location::object(name), format!("decoding task failed: {why}"));

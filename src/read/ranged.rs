@@ -5,6 +5,7 @@
 //! A large NDJSON object is read the same way from start to end ([`Ranged::sequential`]).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -50,6 +51,24 @@ struct Inner {
     /// The span held, from its first byte.
     held: Mutex<Option<(u64, Bytes)>>,
     failure: Mutex<Option<String>>,
+    /// Set when nobody waits for the reading any more: later reads fail.
+    abandoned: Abandoned,
+}
+
+/// Set when the caller waiting for a reading on a thread of its own has gone (its future was
+/// dropped): the thread's next read from the store fails, so that it stops instead of reading
+/// on to the end of the object ([`crate::read::on_own_thread`]).
+#[derive(Clone, Debug, Default)]
+pub struct Abandoned(Arc<AtomicBool>);
+
+impl Abandoned {
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// Bytes read beyond a requested start when the length is not known (a page header).
@@ -59,6 +78,16 @@ impl Ranged {
     /// The object `meta` lists, read on `runtime` from a thread outside its workers (a thread
     /// of the caller's own: a read may need one of the runtime's blocking threads).
     pub fn new(store: Arc<dyn ObjectStore>, meta: &object_store::ObjectMeta, runtime: tokio::runtime::Handle) -> Self {
+        Ranged::until(store, meta, runtime, Abandoned::default())
+    }
+
+    /// [`Ranged::new`], whose reads fail once `abandoned` is set.
+    pub fn until(
+        store: Arc<dyn ObjectStore>,
+        meta: &object_store::ObjectMeta,
+        runtime: tokio::runtime::Handle,
+        abandoned: Abandoned,
+    ) -> Self {
         Ranged(Arc::new(Inner {
             store,
             location: meta.location.clone(),
@@ -67,11 +96,15 @@ impl Ranged {
             runtime,
             held: Mutex::new(None),
             failure: Mutex::new(None),
+            abandoned,
         }))
     }
 
     fn fetch(&self, range: Range<u64>) -> Result<Bytes, String> {
         let i = &self.0;
+        if i.abandoned.is_set() {
+            return Err("the reading was abandoned: nobody waits for it any more".into());
+        }
         let opts = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
         let got = i.runtime.block_on(async {
             let got = i.store.get_opts(&i.location, opts).await?;

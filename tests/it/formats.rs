@@ -1978,3 +1978,59 @@ fn a_float32_list_value_and_a_double_declared_a_timestamp_are_not_rounded_or_gue
     assert!(text(&o).contains("column `t`: Float64 values cannot be read as Date32"), "{}", text(&o));
     assert!(!text(&o).contains("Cast error"), "{}", text(&o));
 }
+
+/// Planning reads a large NDJSON object's schema from its store, a piece of lines at a time,
+/// on a thread of its own. When planning is dropped before it answers (the run stopped, or
+/// another object failed first), that thread stops at its next read instead of reading on to
+/// the end of the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_schema_reading_stops_at_its_next_read() {
+    use crate::common::faults::{FaultStore, Mode};
+    use object_store::ObjectStoreExt;
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut loc = lakeswap::store::open("memory://abandoned-schema", &Default::default(), "test", true).unwrap();
+    let counter = FaultStore::new(loc.store.clone(), Mode::None);
+    loc.store = counter.clone();
+    // About five pieces of lines; planning reads them twice.
+    let line = "{\"event_date\":\"2026-11-01\",\"order_id\":\"o-1\",\"amount\":12.5,\"note\":\"a line of some length to fill a piece\"}\n";
+    let text = line.repeat(5 * lakeswap::read::PIECE / line.len());
+    let path = loc.child(&["events.json"]);
+    loc.store.put(&path, bytes::Bytes::from(text).into()).await.unwrap();
+    let meta = loc.store.head(&path).await.unwrap();
+    let decoder = lakeswap::read::Decoder {
+        format: lakeswap::config::Format::Ndjson,
+        delimiter: b',',
+        header: true,
+        date_source: lakeswap::read::DateSource::Column("event_date".into()),
+        tz: chrono_tz::UTC,
+        declared: Default::default(),
+        required: vec!["event_date".into()],
+        tombstone: None,
+        run: None,
+    };
+    let before = counter.gets.load(SeqCst);
+    let schema = lakeswap::read::streamed_schema(&loc, &decoder, &meta).await.unwrap();
+    assert!(schema.field_with_name("amount").is_ok(), "{schema:?}");
+    let whole = counter.gets.load(SeqCst) - before;
+    assert!(whole >= 10, "the whole reading took {whole} reads");
+
+    let before = counter.gets.load(SeqCst);
+    {
+        let planning = lakeswap::read::streamed_schema(&loc, &decoder, &meta);
+        tokio::pin!(planning);
+        loop {
+            tokio::select! {
+                r = &mut planning => panic!("answered before it was dropped: {r:?}"),
+                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {
+                    if counter.gets.load(SeqCst) > before {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    // Longer than the whole reading takes here (well under a second).
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let after = counter.gets.load(SeqCst) - before;
+    assert!(after <= 2, "{after} reads after planning was dropped at its first; the whole reading takes {whole}");
+}
