@@ -596,9 +596,11 @@ impl Aggregate {
 
 /// The error a bad object fails its date with on the in-memory path: the object read again as
 /// that path reads it (which of its errors comes first can depend on how it is cut into
-/// parts); `found` when that finds none. An NDJSON object read as pieces of lines is not read
-/// again whole: its pieces find a fault as the whole object's reading does (of several, another
-/// may come first, as for a Parquet object's parts).
+/// parts); `found` when that finds none. Not read again whole: an object whose in-memory
+/// estimate passes a quarter of the budget (it would take the memory the spilled path kept
+/// free), and an NDJSON object read as pieces of lines (its pieces find a fault as the whole
+/// object's reading does). Their error is the first fault their parts find, as precisely
+/// named; of several faults, the in-memory path may name another first.
 async fn in_memory_error(
     input: &crate::store::StoreLocation,
     decoder: &read::Decoder,
@@ -615,6 +617,9 @@ async fn in_memory_error(
     }
     let cut = read::Parts { rows: 1 << 16, bytes: Some(limit / 64) };
     if decoder.streams(m.location.as_ref(), m.size, cut) {
+        return found.into();
+    }
+    if spill::estimate(decoder.format, std::slice::from_ref(m)) > limit / 4 {
         return found.into();
     }
     match read::read_date(input, decoder, std::slice::from_ref(m), date, Some(date)).await {
