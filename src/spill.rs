@@ -174,6 +174,23 @@ impl Area {
         }
     }
 
+    /// A meter of its own, drawing nothing from the budget: over once what it counts passes
+    /// `bytes` (at least one unit). For reading one object again whole to name its error
+    /// within a part of the budget.
+    pub fn meter_within(&self, bytes: u64, stored: u64) -> Meter {
+        let units = (bytes / UNIT).clamp(1, u64::from(u32::MAX));
+        let permits = Arc::new(tokio::sync::Semaphore::new(units as usize));
+        let held = permits.clone().try_acquire_many_owned(0).expect("no permits asked of an open semaphore");
+        Meter {
+            permits,
+            units,
+            limit: self.limit,
+            stored,
+            state: std::sync::Mutex::new(Metered { held: Some(held), decoded: 0, stored: 0 }),
+            over: AtomicBool::new(false),
+        }
+    }
+
     /// Whether `bytes` more may stay in memory until the run ends (a partition's key hashes,
     /// its computed file): yes while everything so kept stays within an eighth of the budget.
     /// Counted when the answer is yes.

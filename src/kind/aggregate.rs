@@ -380,9 +380,9 @@ impl Aggregate {
         for m in &p.inputs {
             let s = match crate::plan::object_schema(decoder, input, m).await {
                 Ok(s) => s,
-                // Named as the in-memory path names it.
+                // Named as the in-memory path names it, where that fits the budget.
                 Err(crate::Error::Input(e)) => {
-                    return Err(in_memory_error(input, decoder, Some(m), date, e, cx.spill.limit()).await)
+                    return Err(in_memory_error(input, decoder, Some(m), date, e, cx.spill).await)
                 }
                 Err(e) => return Err(PartitionError::Other(e.to_string())),
             };
@@ -424,7 +424,7 @@ impl Aggregate {
         while let Some((object, d)) = next {
             let mut d = match d.and_then(|mut d| d.bad.remove(&date).map_or(Ok(d), Err)) {
                 Ok(d) => d,
-                Err(e) => return Err(in_memory_error(input, decoder, p.inputs.get(object), date, e, limit).await),
+                Err(e) => return Err(in_memory_error(input, decoder, p.inputs.get(object), date, e, cx.spill).await),
             };
             let (record, wide, key, tz) = (record.clone(), wide.clone(), key.clone(), decoder.tz);
             let object = object as u32;
@@ -595,19 +595,19 @@ impl Aggregate {
 }
 
 /// The error a bad object fails its date with on the in-memory path: the object read again as
-/// that path reads it (which of its errors comes first can depend on how it is cut into
-/// parts); `found` when that finds none. Not read again whole: an object whose in-memory
-/// estimate passes a quarter of the budget (it would take the memory the spilled path kept
-/// free), and an NDJSON object read as pieces of lines (its pieces find a fault as the whole
-/// object's reading does). Their error is the first fault their parts find, as precisely
-/// named; of several faults, the in-memory path may name another first.
+/// that path reads it, under the same budget (which of its errors comes first can depend on
+/// how it is cut into parts); `found` when that finds none. Read again only within a quarter
+/// of the budget, by its estimate and then by what it decodes to (a meter of its own): past
+/// that, and for an NDJSON object read as pieces of lines, the error is the first fault its
+/// parts found, as precisely named (of several faults, the in-memory path may name another
+/// first). Which error a date names can then depend on whether it was spilled.
 async fn in_memory_error(
     input: &crate::store::StoreLocation,
     decoder: &read::Decoder,
     object: Option<&object_store::ObjectMeta>,
     date: chrono::NaiveDate,
     found: crate::error::InputError,
-    limit: u64,
+    area: &spill::Area,
 ) -> PartitionError {
     let Some(m) = object else { return found.into() };
     // A read the store failed is not the object's: reading it again whole would name nothing
@@ -615,14 +615,17 @@ async fn in_memory_error(
     if matches!(found, crate::error::InputError::Unreadable { .. }) {
         return found.into();
     }
-    let cut = read::Parts { rows: 1 << 16, bytes: Some(limit / 64) };
-    if decoder.streams(m.location.as_ref(), m.size, cut) {
+    let within = area.limit() / 4;
+    let cut = read::Parts { rows: 1 << 16, bytes: Some(area.limit() / 64) };
+    if decoder.streams(m.location.as_ref(), m.size, cut)
+        || spill::estimate(decoder.format, std::slice::from_ref(m)) > within
+    {
         return found.into();
     }
-    if spill::estimate(decoder.format, std::slice::from_ref(m)) > limit / 4 {
-        return found.into();
-    }
-    match read::read_date(input, decoder, std::slice::from_ref(m), date, Some(date)).await {
+    let meter = Arc::new(area.meter_within(within, m.size));
+    let again = read::read_date_within(input, decoder, std::slice::from_ref(m), date, Some(date), Some(meter.clone()));
+    match again.await {
+        Err(_) if meter.is_over() => found.into(),
         Err(e) => e,
         Ok(_) => found.into(),
     }

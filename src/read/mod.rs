@@ -413,7 +413,8 @@ pub fn decoded<'a>(
 
 /// The record schema of an NDJSON object too large to fetch whole (past [`decode::PIECE`]):
 /// read from its store as pieces of lines ([`Decoder::json_schema`]), on a thread of its own
-/// (its reads wait on the runtime). Dropped before it answers, it stops reading.
+/// (its reads wait on the runtime). Dropped before it answers, its thread makes no further
+/// read (the read under way, and the parsing of its piece, finish first).
 pub async fn streamed_schema(
     input: &StoreLocation,
     decoder: &Decoder,
@@ -424,7 +425,7 @@ pub async fn streamed_schema(
     let runtime = tokio::runtime::Handle::current();
     let stored = Stored::Ranged(ranged::Ranged::until(input.store.clone(), m, runtime, abandoned.clone()));
     let (decoder, object) = (decoder.clone(), name.clone());
-    on_own_thread(abandoned, move || decoder.json_schema(&object, &stored)).await.unwrap_or_else(|why| {
+    on_own_thread(Some(abandoned), move || decoder.json_schema(&object, &stored)).await.unwrap_or_else(|why| {
         Err(InputError::unreadable(Location::object(name), format!("decoding task failed: {why}")))
     })
 }
@@ -432,16 +433,18 @@ pub async fn streamed_schema(
 /// Runs `work` on a thread of its own, not one of the runtime's: work that waits on the
 /// runtime (ranged reads; a local folder's read is a blocking task itself) or on a consumer.
 /// Its result, or why there is none: the thread could not start, or `work` panicked. When the
-/// caller's future is dropped first, `abandoned` is set (reads made [`ranged::Ranged::until`]
-/// it then fail and `work` ends early).
+/// caller's future is dropped first, `abandoned` (if given) is set: reads made
+/// [`ranged::Ranged::until`] it then fail, and `work` ends at its next read.
 async fn on_own_thread<T: Send + 'static>(
-    abandoned: ranged::Abandoned,
+    abandoned: Option<ranged::Abandoned>,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {
-    struct SetOnDrop(ranged::Abandoned);
+    struct SetOnDrop(Option<ranged::Abandoned>);
     impl Drop for SetOnDrop {
         fn drop(&mut self) {
-            self.0.set();
+            if let Some(a) = &self.0 {
+                a.set();
+            }
         }
     }
     let _gone = SetOnDrop(abandoned);
@@ -536,7 +539,7 @@ pub fn decoded_parts(
                     Ok(()) => true,
                 }
             };
-            let failed = match on_own_thread(ranged::Abandoned::default(), decode).await {
+            let failed = match on_own_thread(None, decode).await {
                 Ok(true) => None,
                 Ok(false) => return,
                 Err(why) => Some(why),

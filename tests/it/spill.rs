@@ -703,25 +703,9 @@ fn a_merge_keeps_its_computed_files_on_disk_under_a_small_budget() {
     assert!(tables[0] == tables[1], "the files kept on disk were committed with other bytes");
 }
 
-/// An object larger than one part (64 Ki rows) with a bad value early and a row under the
-/// wrong date folder later. In memory the folder is checked first: row 70,000 is named.
-/// Spilled, an object is read again whole to name that same error only while its in-memory
-/// estimate is within a quarter of the budget; this one (under 1 MiB) is far past it, so it is
-/// not read again and the date fails with the first fault its parts find: row 3's value,
-/// named by object, row and column.
-#[test]
-fn a_large_bad_object_fails_within_the_budget_when_spilled() {
-    let lake = Lake::new();
-    let mut rows: Vec<Order> = (0..100_000)
-        .map(|i| Order {
-            customer: format!("{}", i % 500),
-            ..order(&format!("o{i:06}"), 1, "2026-11-01", "USD", 100, "placed")
-        })
-        .collect();
-    rows[3].customer = "not a number".into();
-    rows[70_000].date = d("2026-11-02");
-    // One object, one row group, in the 2026-11-01 folder.
-    write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &batch(&rows));
+/// The error each run of the bad input of `lake` (Parquet, `customer_id` declared int64) fails
+/// the date 2026-11-01 with, one run per budget in `limits`; nothing is committed.
+fn bad_input_errors(lake: &Lake, limits: &[&str]) -> Vec<String> {
     let toml = format!(
         "[job]\nname = \"revenue_daily\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\
          schema = {{ customer_id = \"int64\" }}\n\n[identity]\nkey = [\"order_id\"]\nversion = \"source_version\"\n{MEASURES}\n\
@@ -729,11 +713,11 @@ fn a_large_bad_object_fails_within_the_budget_when_spilled() {
         lake.input().display(),
         lake.output().display()
     );
-    let cfg = write(&lake, "bad.toml", toml);
+    let cfg = write(lake, "bad.toml", toml);
     let spill = lake.dir.path().join("spill");
     std::fs::create_dir_all(&spill).unwrap();
     let mut errors = Vec::new();
-    for limit in ["8GiB", "1MiB"] {
+    for limit in limits {
         let s = lake.dir.path().join("summary.json");
         let o = cli(
             &[
@@ -756,6 +740,34 @@ fn a_large_bad_object_fails_within_the_budget_when_spilled() {
         errors.push(s["partitions"][0]["error"].as_str().unwrap().to_string());
         assert!(!lake.partition_file("2026-11-01").exists());
     }
+    errors
+}
+
+/// `n` orders of 2026-11-01 numbered from `first`, with customers that are numbers.
+fn numbered_orders(first: usize, n: usize) -> Vec<Order> {
+    (first..first + n)
+        .map(|i| Order {
+            customer: format!("{}", i % 500),
+            ..order(&format!("o{i:06}"), 1, "2026-11-01", "USD", 100, "placed")
+        })
+        .collect()
+}
+
+/// An object larger than one part (64 Ki rows) with a bad value early and a row under the
+/// wrong date folder later. In memory the folder is checked first: row 70,000 is named.
+/// Spilled, an object is read again whole to name that same error only within a quarter of
+/// the budget; this one's estimate (12× its stored bytes) is far past a quarter of 1 MiB, so
+/// it is not read again and the date fails with the first fault its parts find: row 3's
+/// value, named by object, row and column.
+#[test]
+fn a_large_bad_object_fails_within_the_budget_when_spilled() {
+    let lake = Lake::new();
+    let mut rows = numbered_orders(0, 100_000);
+    rows[3].customer = "not a number".into();
+    rows[70_000].date = d("2026-11-02");
+    // One object, one row group, in the 2026-11-01 folder.
+    write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &batch(&rows));
+    let errors = bad_input_errors(&lake, &["8GiB", "1MiB"]);
     assert!(errors[0].contains("70000") || errors[0].contains("70,000"), "the in-memory error: {}", errors[0]);
     assert!(
         errors[1].contains("part-00000.parquet")
@@ -765,6 +777,32 @@ fn a_large_bad_object_fails_within_the_budget_when_spilled() {
         "spilled past a quarter of the budget: {}",
         errors[1]
     );
+}
+
+/// The same two faults in a small object (several parts of a sixty-fourth of 1 MiB, within a
+/// quarter of it) among seven good ones that make the date spill under 1 MiB: the spilled
+/// date reads the bad object again whole and names the in-memory path's error, row 800.
+#[test]
+fn a_small_bad_object_of_a_spilled_date_fails_with_the_in_memory_error() {
+    let lake = Lake::new();
+    let folder = lake.input().join("event_date=2026-11-01");
+    let mut bad = numbered_orders(0, 1_000);
+    bad[3].customer = "not a number".into();
+    bad[800].date = d("2026-11-02");
+    write_parquet(&folder.join("part-00000.parquet"), &batch(&bad));
+    for k in 1..=7 {
+        write_parquet(&folder.join(format!("part-{k:05}.parquet")), &batch(&numbered_orders(k * 1_000, 1_000)));
+    }
+    // As the run estimates them: the date past the budget, the bad object within a quarter.
+    let size = |k: usize| std::fs::metadata(folder.join(format!("part-{k:05}.parquet"))).unwrap().len();
+    assert!(
+        (0..8).map(size).sum::<u64>() * 12 > 1 << 20 && size(0) * 12 <= 1 << 18,
+        "{:?}",
+        (0..8).map(size).collect::<Vec<_>>()
+    );
+    let errors = bad_input_errors(&lake, &["8GiB", "1MiB"]);
+    assert!(errors[0].contains("row 800,"), "the in-memory error: {}", errors[0]);
+    assert_eq!(errors[0], errors[1], "spilled, the bad object read again names another error");
 }
 
 /// Dates of `n` rows whose `note` is one of ten values of `width` bytes (dictionary-encoded,
@@ -996,4 +1034,54 @@ async fn a_large_parquet_object_is_read_a_row_group_at_a_time_when_spilled() {
         assert!(!lake.partition_file("2026-11-01").exists());
     }
     assert!(failed > 6, "only {failed} of {calls} failed reads failed the date");
+}
+
+/// A large NDJSON object's schema is read from its store a piece of lines at a time, on a
+/// thread of its own (a spilled date's objects; planning). When the reading is abandoned — its
+/// future dropped by a stop signal, or by a library caller — that thread makes no further read
+/// of the object: here the reading is dropped while its first read waits at a gate, the read
+/// is let through, and no second read follows, where the whole reading makes several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_schema_reading_makes_no_further_read() {
+    use crate::common::faults::{FaultStore, Mode};
+    use object_store::ObjectStoreExt;
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut loc = lakeswap::store::open("memory://abandoned-schema", &Default::default(), "test", true).unwrap();
+    let counter = FaultStore::new(loc.store.clone(), Mode::None);
+    loc.store = counter.clone();
+    // A piece of lines and a little more: at least two reads for each of the reading's passes.
+    let line = "{\"event_date\":\"2026-11-01\",\"order_id\":\"o-1\",\"amount\":12.5}\n";
+    let text = line.repeat(lakeswap::read::PIECE / line.len() + 100);
+    let path = loc.child(&["events.json"]);
+    loc.store.put(&path, bytes::Bytes::from(text).into()).await.unwrap();
+    let meta = loc.store.head(&path).await.unwrap();
+    let decoder = lakeswap::read::Decoder {
+        format: lakeswap::config::Format::Ndjson,
+        delimiter: b',',
+        header: true,
+        date_source: lakeswap::read::DateSource::Column("event_date".into()),
+        tz: chrono_tz::UTC,
+        declared: Default::default(),
+        required: vec!["event_date".into()],
+        tombstone: None,
+        run: None,
+    };
+    let whole = lakeswap::read::streamed_schema(&loc, &decoder, &meta).await.unwrap();
+    assert!(whole.field_with_name("amount").is_ok(), "{whole:?}");
+    let reads = counter.gets.swap(0, SeqCst);
+    assert!(reads >= 4, "the whole reading made {reads} reads");
+
+    let (gate, arrived) = counter.gate_reads("events.json");
+    {
+        let reading = lakeswap::read::streamed_schema(&loc, &decoder, &meta);
+        tokio::pin!(reading);
+        tokio::select! {
+            r = &mut reading => panic!("answered with its first read held: {r:?}"),
+            _ = arrived.notified() => {}
+        }
+    }
+    gate.add_permits(100);
+    // Long enough for the first piece to be read through and the next read asked for.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(counter.gets.load(SeqCst), 1, "reads of a reading abandoned at its first (whole: {reads})");
 }

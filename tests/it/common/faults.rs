@@ -51,6 +51,8 @@ pub struct Schedule {
     mode: Mutex<Mode>,
     crashed: AtomicBool,
     gate: Mutex<Option<(String, Arc<tokio::sync::Semaphore>)>>,
+    /// Reads of paths containing the pattern wait here, as writes do at `gate`.
+    read_gate: Mutex<Option<(String, Arc<tokio::sync::Semaphore>)>>,
     arrived: Arc<tokio::sync::Notify>,
     /// Multipart uploads started.
     pub multipart: AtomicUsize,
@@ -97,6 +99,7 @@ impl Schedule {
             mode: Mutex::new(mode),
             crashed: AtomicBool::new(false),
             gate: Mutex::new(None),
+            read_gate: Mutex::new(None),
             arrived: Arc::new(tokio::sync::Notify::new()),
             multipart: AtomicUsize::new(0),
             gets: AtomicUsize::new(0),
@@ -119,6 +122,13 @@ impl FaultStore {
     pub fn gate(&self, pattern: &str) -> (Arc<tokio::sync::Semaphore>, Arc<tokio::sync::Notify>) {
         let s = Arc::new(tokio::sync::Semaphore::new(0));
         *self.gate.lock().unwrap() = Some((pattern.to_string(), s.clone()));
+        (s, self.arrived.clone())
+    }
+
+    /// Holds reads (`get`) of paths containing `pattern` as [`FaultStore::gate`] holds writes.
+    pub fn gate_reads(&self, pattern: &str) -> (Arc<tokio::sync::Semaphore>, Arc<tokio::sync::Notify>) {
+        let s = Arc::new(tokio::sync::Semaphore::new(0));
+        *self.read_gate.lock().unwrap() = Some((pattern.to_string(), s.clone()));
         (s, self.arrived.clone())
     }
 
@@ -178,9 +188,13 @@ impl FaultStore {
 
     async fn pass_gate(&self, path: &Path) {
         let gate = self.gate.lock().unwrap().clone();
+        Self::wait_at(gate, path, &self.arrived).await;
+    }
+
+    async fn wait_at(gate: Option<(String, Arc<tokio::sync::Semaphore>)>, path: &Path, arrived: &tokio::sync::Notify) {
         if let Some((pattern, sem)) = gate {
             if path.as_ref().contains(&pattern) {
-                self.arrived.notify_one();
+                arrived.notify_one();
                 let _ = sem.acquire().await.map(|p| p.forget());
             }
         }
@@ -202,6 +216,8 @@ impl ObjectStore for FaultStore {
     }
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.gets.fetch_add(1, Ordering::SeqCst);
+        let gate = self.read_gate.lock().unwrap().clone();
+        Self::wait_at(gate, location, &self.arrived).await;
         let head = options.head;
         let got = self.call("get", location.as_ref(), self.inner.get_opts(location, options)).await;
         if let (Ok(g), false) = (&got, head) {
