@@ -75,21 +75,6 @@ async fn malformed_csv_names_the_object() {
     );
 }
 
-/// A Parquet decoder of objects dated by their `event_date` column, nothing declared.
-fn parquet_decoder() -> lakeswap::read::Decoder {
-    lakeswap::read::Decoder {
-        format: lakeswap::config::Format::Parquet,
-        delimiter: b',',
-        header: true,
-        date_source: lakeswap::read::DateSource::Column("event_date".into()),
-        tz: chrono_tz::UTC,
-        declared: Default::default(),
-        required: vec!["event_date".into()],
-        tombstone: None,
-        run: None,
-    }
-}
-
 /// A flat object is read once for the whole range, but a row group whose date statistics rule
 /// out every wanted date is never decoded: here its bytes are garbage, and a run over the other
 /// date does not notice, while asking for its date does.
@@ -113,7 +98,7 @@ fn flat_layout_skips_row_groups_without_a_wanted_date() {
         let (start, len) = c.byte_range();
         buf[start as usize..(start + len) as usize].fill(0xA5);
     }
-    let decoder = parquet_decoder();
+    let decoder = dated_decoder(lakeswap::config::Format::Parquet);
     let bytes = bytes::Bytes::from(buf);
     let pieces = decoder.decode("events.parquet", bytes.clone(), &[d("2026-11-01")], None).unwrap().pieces;
     let decoded: usize = pieces.iter().map(|p| p.batch.num_rows()).sum();
@@ -147,7 +132,7 @@ fn parquet_parts_sized_by_bytes_hold_about_the_bytes_asked_for() {
     w.write(&b).unwrap();
     w.close().unwrap();
     let bytes = bytes::Bytes::from(buf);
-    let decoder = parquet_decoder();
+    let decoder = dated_decoder(lakeswap::config::Format::Parquet);
     let whole = decoder.decode("events.parquet", bytes.clone(), &[d("2026-11-01")], None).unwrap().pieces;
     let (n, size): (usize, u64) =
         whole.iter().fold((0, 0), |(n, b), p| (n + p.batch.num_rows(), b + rows_bytes(&p.batch)));

@@ -1055,17 +1055,7 @@ async fn an_abandoned_schema_reading_makes_no_further_read() {
     let path = loc.child(&["events.json"]);
     loc.store.put(&path, bytes::Bytes::from(text).into()).await.unwrap();
     let meta = loc.store.head(&path).await.unwrap();
-    let decoder = lakeswap::read::Decoder {
-        format: lakeswap::config::Format::Ndjson,
-        delimiter: b',',
-        header: true,
-        date_source: lakeswap::read::DateSource::Column("event_date".into()),
-        tz: chrono_tz::UTC,
-        declared: Default::default(),
-        required: vec!["event_date".into()],
-        tombstone: None,
-        run: None,
-    };
+    let decoder = dated_decoder(lakeswap::config::Format::Ndjson);
     let whole = lakeswap::read::streamed_schema(&loc, &decoder, &meta).await.unwrap();
     assert!(whole.field_with_name("amount").is_ok(), "{whole:?}");
     let reads = counter.gets.swap(0, SeqCst);

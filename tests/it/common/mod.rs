@@ -41,6 +41,21 @@ pub fn order(id: &str, version: i64, date: &str, currency: &str, cents: i128, st
     }
 }
 
+/// A decoder of `format` objects dated by their `event_date` column, nothing declared.
+pub fn dated_decoder(format: lakeswap::config::Format) -> lakeswap::read::Decoder {
+    lakeswap::read::Decoder {
+        format,
+        delimiter: b',',
+        header: true,
+        date_source: lakeswap::read::DateSource::Column("event_date".into()),
+        tz: chrono_tz::UTC,
+        declared: Default::default(),
+        required: vec!["event_date".into()],
+        tombstone: None,
+        run: None,
+    }
+}
+
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("order_id", DataType::Utf8, true),
