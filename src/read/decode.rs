@@ -765,11 +765,7 @@ impl Decoder {
         let JsonRead { inferred, read, numbers } = self.json_read(object, inferred)?;
         let malformed =
             |e: arrow::error::ArrowError| json_malformed(object, || text::first_bad_json_line(bytes), e.to_string());
-        let reader = arrow::json::ReaderBuilder::new(read)
-            .with_batch_size(65_536)
-            .with_coerce_primitive(true)
-            .build(Cursor::new(bytes))
-            .map_err(malformed)?;
+        let reader = json_reader(read, 65_536, Cursor::new(bytes)).map_err(malformed)?;
         let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(malformed)?;
         let batches = self.unvalued_nested_text(batches).map_err(malformed)?;
         self.one_json_type(object, bytes, &inferred)?;
@@ -967,19 +963,17 @@ impl Decoder {
             .map(|f| f.as_ref().clone())
             .chain(nested.iter().cloned())
             .collect();
+        let by_values = Arc::new(Schema::new(by_values));
         let mut inference = vec![text::Inference::default(); typed.read.numbers.len()];
         let mut met: Vec<Option<DataType>> = vec![None; nested.len()];
         let mut check = || -> Result<(), InputError> {
             let mut reading = src.reading(self.format)?;
             let mut before = 0u64;
             while let Some(piece) = reading.next()? {
-                if !by_values.is_empty() {
+                if !by_values.fields().is_empty() {
                     let malformed = piece_malformed(object, &piece, before);
-                    let reader = arrow::json::ReaderBuilder::new(Arc::new(Schema::new(by_values.clone())))
-                        .with_batch_size(65_536)
-                        .with_coerce_primitive(true)
-                        .build(Cursor::new(piece.text.clone()))
-                        .map_err(&malformed)?;
+                    let reader =
+                        json_reader(by_values.clone(), 65_536, Cursor::new(piece.text.clone())).map_err(&malformed)?;
                     for b in reader {
                         let b = b.map_err(&malformed)?;
                         if b.num_rows() == 0 {
@@ -1038,11 +1032,7 @@ impl Decoder {
         let mut before = 0u64;
         while let Some(piece) = reading.next()? {
             let malformed = piece_malformed(src.object, &piece, before);
-            let reader = arrow::json::ReaderBuilder::new(read.clone())
-                .with_batch_size(65_536)
-                .with_coerce_primitive(true)
-                .build(Cursor::new(piece.text.clone()));
-            let failed = match reader {
+            let failed = match json_reader(read.clone(), 65_536, Cursor::new(piece.text.clone())) {
                 Err(e) => Some(e),
                 Ok(r) => r.into_iter().find_map(Result::err),
             };
@@ -1080,11 +1070,9 @@ impl Decoder {
             before += text::ndjson_row_count(&piece.text);
             let lines: Vec<u64> = text::ndjson_lines(&piece.text).into_iter().map(|l| l + piece.lines_before).collect();
             let share = (u128::from(stored) * piece.text.len() as u128 / u128::from(typed.text_bytes.max(1))) as u64;
-            let reader = arrow::json::ReaderBuilder::new(typed.read.read.clone())
-                .with_batch_size(parts.rows.clamp(1, 65_536))
-                .with_coerce_primitive(true)
-                .build(Cursor::new(piece.text.clone()))
-                .map_err(&malformed)?;
+            let rows = parts.rows.clamp(1, 65_536);
+            let reader =
+                json_reader(typed.read.read.clone(), rows, Cursor::new(piece.text.clone())).map_err(&malformed)?;
             let mut first = 0usize;
             for b in reader {
                 let b = renulled_batch(b.map_err(&malformed)?, &typed.nulled).map_err(&malformed)?;
@@ -1223,10 +1211,7 @@ impl Decoder {
         if nested.is_empty() {
             return Ok(());
         }
-        let batches = arrow::json::ReaderBuilder::new(Arc::new(Schema::new(nested.clone())))
-            .with_batch_size(65_536)
-            .with_coerce_primitive(true)
-            .build(Cursor::new(bytes))
+        let batches = json_reader(Arc::new(Schema::new(nested.clone())), 65_536, Cursor::new(bytes))
             .and_then(|r| r.collect::<Result<Vec<_>, _>>())
             .map_err(|e| InputError::bad(Location::object(object), format!("malformed NDJSON: {e}")))?;
         // A number read as a double that is not what was written (see `float_as_written`).
@@ -1516,6 +1501,16 @@ impl Reading<'_> {
         }
         Ok(Some(piece))
     }
+}
+
+/// Arrow's NDJSON reader of `text` with the fields `read`, `rows` rows a batch: a number or a
+/// boolean in a field read as text is read as its text, as every reading of NDJSON reads it.
+fn json_reader<R: std::io::BufRead>(
+    read: SchemaRef,
+    rows: usize,
+    text: R,
+) -> Result<arrow::json::Reader<R>, arrow::error::ArrowError> {
+    arrow::json::ReaderBuilder::new(read).with_batch_size(rows).with_coerce_primitive(true).build(text)
 }
 
 /// An NDJSON object the reader could not read: at its first line that is not JSON (`bad`),
