@@ -805,6 +805,45 @@ fn a_small_bad_object_of_a_spilled_date_fails_with_the_in_memory_error() {
     assert_eq!(errors[0], errors[1], "spilled, the bad object read again names another error");
 }
 
+/// The same two faults in a small object whose rows are far wider than its bytes (a currency of
+/// 1,000 bytes, stored once in its dictionary): by its estimate within a quarter of 1 MiB, so
+/// the spilled date starts to read it again whole, but what it decodes to passes that quarter,
+/// so the reading stops there and the date names the first fault its parts found, row 3's
+/// value, not the in-memory path's row 800.
+#[test]
+fn a_bad_object_wider_than_a_quarter_of_the_budget_is_not_read_again_whole() {
+    let lake = Lake::new();
+    let folder = lake.input().join("event_date=2026-11-01");
+    let mut bad = numbered_orders(0, 1_000);
+    for o in &mut bad {
+        o.currency = "U".repeat(1_000);
+    }
+    bad[3].customer = "not a number".into();
+    bad[800].date = d("2026-11-02");
+    write_parquet(&folder.join("part-00000.parquet"), &batch(&bad));
+    for k in 1..=7 {
+        write_parquet(&folder.join(format!("part-{k:05}.parquet")), &batch(&numbered_orders(k * 1_000, 1_000)));
+    }
+    // As the run estimates them: the date past the budget, the bad object within a quarter;
+    // decoded, its currencies alone are ~1 MB.
+    let size = |k: usize| std::fs::metadata(folder.join(format!("part-{k:05}.parquet"))).unwrap().len();
+    assert!(
+        (0..8).map(size).sum::<u64>() * 12 > 1 << 20 && size(0) * 12 <= 1 << 18,
+        "{:?}",
+        (0..8).map(size).collect::<Vec<_>>()
+    );
+    let errors = bad_input_errors(&lake, &["8GiB", "1MiB"]);
+    assert!(errors[0].contains("row 800,"), "the in-memory error: {}", errors[0]);
+    assert!(
+        errors[1].contains("part-00000.parquet")
+            && errors[1].contains("row 3,")
+            && errors[1].contains("customer_id")
+            && errors[1].contains("not a number"),
+        "read again past a quarter of the budget: {}",
+        errors[1]
+    );
+}
+
 /// Dates of `n` rows whose `note` is one of ten values of `width` bytes (dictionary-encoded,
 /// so the files are far smaller than their rows), in `objects` files a date.
 fn notes(lake: &Lake, n: usize, width: usize, objects: usize) {
