@@ -769,14 +769,42 @@ fn a_large_bad_object_fails_within_the_budget_when_spilled() {
     write_parquet(&lake.input().join("event_date=2026-11-01/part-00000.parquet"), &batch(&rows));
     let errors = bad_input_errors(&lake, &["8GiB", "1MiB"]);
     assert!(errors[0].contains("70000") || errors[0].contains("70,000"), "the in-memory error: {}", errors[0]);
+    assert!(names_row_3s_value(&errors[1]), "spilled past a quarter of the budget: {}", errors[1]);
+}
+
+/// Whether an error names the bad value of row 3 of `part-00000.parquet`: its object, row and
+/// column, and the value.
+fn names_row_3s_value(e: &str) -> bool {
+    e.contains("part-00000.parquet") && e.contains("row 3,") && e.contains("customer_id") && e.contains("not a number")
+}
+
+/// The errors of a date of eight objects of 1,000 orders, in memory (8 GiB) and spilled
+/// (1 MiB), the first object of which is `bad`. As the run estimates them, the date is past
+/// 1 MiB and the bad object within a quarter of it: a spilled date starts to read it again
+/// whole.
+fn errors_with_a_small_bad_object(bad: &[Order]) -> Vec<String> {
+    let lake = Lake::new();
+    let folder = lake.input().join("event_date=2026-11-01");
+    write_parquet(&folder.join("part-00000.parquet"), &batch(bad));
+    for k in 1..=7 {
+        write_parquet(&folder.join(format!("part-{k:05}.parquet")), &batch(&numbered_orders(k * 1_000, 1_000)));
+    }
+    let size = |k: usize| std::fs::metadata(folder.join(format!("part-{k:05}.parquet"))).unwrap().len();
     assert!(
-        errors[1].contains("part-00000.parquet")
-            && errors[1].contains("row 3,")
-            && errors[1].contains("customer_id")
-            && errors[1].contains("not a number"),
-        "spilled past a quarter of the budget: {}",
-        errors[1]
+        (0..8).map(size).sum::<u64>() * 12 > 1 << 20 && size(0) * 12 <= 1 << 18,
+        "{:?}",
+        (0..8).map(size).collect::<Vec<_>>()
     );
+    bad_input_errors(&lake, &["8GiB", "1MiB"])
+}
+
+/// 1,000 orders with the same two faults as above: a bad value at row 3, a row under the wrong
+/// date folder at row 800 (which the in-memory path names).
+fn two_faults() -> Vec<Order> {
+    let mut bad = numbered_orders(0, 1_000);
+    bad[3].customer = "not a number".into();
+    bad[800].date = d("2026-11-02");
+    bad
 }
 
 /// The same two faults in a small object (several parts of a sixty-fourth of 1 MiB, within a
@@ -784,64 +812,24 @@ fn a_large_bad_object_fails_within_the_budget_when_spilled() {
 /// date reads the bad object again whole and names the in-memory path's error, row 800.
 #[test]
 fn a_small_bad_object_of_a_spilled_date_fails_with_the_in_memory_error() {
-    let lake = Lake::new();
-    let folder = lake.input().join("event_date=2026-11-01");
-    let mut bad = numbered_orders(0, 1_000);
-    bad[3].customer = "not a number".into();
-    bad[800].date = d("2026-11-02");
-    write_parquet(&folder.join("part-00000.parquet"), &batch(&bad));
-    for k in 1..=7 {
-        write_parquet(&folder.join(format!("part-{k:05}.parquet")), &batch(&numbered_orders(k * 1_000, 1_000)));
-    }
-    // As the run estimates them: the date past the budget, the bad object within a quarter.
-    let size = |k: usize| std::fs::metadata(folder.join(format!("part-{k:05}.parquet"))).unwrap().len();
-    assert!(
-        (0..8).map(size).sum::<u64>() * 12 > 1 << 20 && size(0) * 12 <= 1 << 18,
-        "{:?}",
-        (0..8).map(size).collect::<Vec<_>>()
-    );
-    let errors = bad_input_errors(&lake, &["8GiB", "1MiB"]);
+    let errors = errors_with_a_small_bad_object(&two_faults());
     assert!(errors[0].contains("row 800,"), "the in-memory error: {}", errors[0]);
     assert_eq!(errors[0], errors[1], "spilled, the bad object read again names another error");
 }
 
-/// The same two faults in a small object whose rows are far wider than its bytes (a currency of
-/// 1,000 bytes, stored once in its dictionary): by its estimate within a quarter of 1 MiB, so
-/// the spilled date starts to read it again whole, but what it decodes to passes that quarter,
-/// so the reading stops there and the date names the first fault its parts found, row 3's
-/// value, not the in-memory path's row 800.
+/// The same, the bad object's rows far wider than its bytes (a currency of 1,000 bytes, stored
+/// once in its dictionary: ~1 MB decoded): the spilled date starts to read it again whole, but
+/// what it decodes to passes a quarter of the budget, so the reading stops there and the date
+/// names the first fault its parts found, row 3's value, not the in-memory path's row 800.
 #[test]
 fn a_bad_object_wider_than_a_quarter_of_the_budget_is_not_read_again_whole() {
-    let lake = Lake::new();
-    let folder = lake.input().join("event_date=2026-11-01");
-    let mut bad = numbered_orders(0, 1_000);
+    let mut bad = two_faults();
     for o in &mut bad {
         o.currency = "U".repeat(1_000);
     }
-    bad[3].customer = "not a number".into();
-    bad[800].date = d("2026-11-02");
-    write_parquet(&folder.join("part-00000.parquet"), &batch(&bad));
-    for k in 1..=7 {
-        write_parquet(&folder.join(format!("part-{k:05}.parquet")), &batch(&numbered_orders(k * 1_000, 1_000)));
-    }
-    // As the run estimates them: the date past the budget, the bad object within a quarter;
-    // decoded, its currencies alone are ~1 MB.
-    let size = |k: usize| std::fs::metadata(folder.join(format!("part-{k:05}.parquet"))).unwrap().len();
-    assert!(
-        (0..8).map(size).sum::<u64>() * 12 > 1 << 20 && size(0) * 12 <= 1 << 18,
-        "{:?}",
-        (0..8).map(size).collect::<Vec<_>>()
-    );
-    let errors = bad_input_errors(&lake, &["8GiB", "1MiB"]);
+    let errors = errors_with_a_small_bad_object(&bad);
     assert!(errors[0].contains("row 800,"), "the in-memory error: {}", errors[0]);
-    assert!(
-        errors[1].contains("part-00000.parquet")
-            && errors[1].contains("row 3,")
-            && errors[1].contains("customer_id")
-            && errors[1].contains("not a number"),
-        "read again past a quarter of the budget: {}",
-        errors[1]
-    );
+    assert!(names_row_3s_value(&errors[1]), "read again past a quarter of the budget: {}", errors[1]);
 }
 
 /// Dates of `n` rows whose `note` is one of ten values of `width` bytes (dictionary-encoded,
