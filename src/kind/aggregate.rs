@@ -597,10 +597,11 @@ impl Aggregate {
 /// The error a bad object fails its date with on the in-memory path: the object read again as
 /// that path reads it, under the same budget (which of its errors comes first can depend on
 /// how it is cut into parts); `found` when that finds none. Read again only within a quarter
-/// of the budget, by its estimate and then by what it decodes to (a meter of its own): past
-/// that, and for an NDJSON object read as pieces of lines, the error is the first fault its
-/// parts found, as precisely named (of several faults, the in-memory path may name another
-/// first). Which error a date names can then depend on whether it was spilled.
+/// of the budget, by its estimate and then by what it decodes to (a meter of its own, of at
+/// least 1 MiB, counting rows as a date read in memory counts them): past that, and for an
+/// NDJSON object read as pieces of lines, the error is the first fault its parts found, as
+/// precisely named (of several faults, the in-memory path may name another first). Which
+/// error a date names can then depend on whether it was spilled.
 async fn in_memory_error(
     input: &crate::store::StoreLocation,
     decoder: &read::Decoder,

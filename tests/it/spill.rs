@@ -798,8 +798,8 @@ fn errors_with_a_small_bad_object(bad: &[Order]) -> Vec<String> {
     bad_input_errors(&lake, &["8GiB", "1MiB"])
 }
 
-/// 1,000 orders with the same two faults as above: a bad value at row 3, a row under the wrong
-/// date folder at row 800 (which the in-memory path names).
+/// 1,000 orders with the same two kinds of fault as above: a bad value at row 3, a row under
+/// the wrong date folder at row 800 (which the in-memory path names).
 fn two_faults() -> Vec<Order> {
     let mut bad = numbered_orders(0, 1_000);
     bad[3].customer = "not a number".into();
@@ -819,17 +819,19 @@ fn a_small_bad_object_of_a_spilled_date_fails_with_the_in_memory_error() {
 
 /// The same, the bad object's rows far wider than its bytes (a currency of 1,000 bytes, stored
 /// once in its dictionary: ~1 MB decoded): the spilled date starts to read it again whole, but
-/// what it decodes to passes a quarter of the budget, so the reading stops there and the date
-/// names the first fault its parts found, row 3's value, not the in-memory path's row 800.
+/// what it decodes to passes the re-read's meter (a quarter of the budget, at least 1 MiB,
+/// counting twice the rows' bytes as the in-memory path does), so the reading stops there and
+/// the date names the first fault its parts found, row 3's value, not the in-memory path's
+/// row 800.
 #[test]
-fn a_bad_object_wider_than_a_quarter_of_the_budget_is_not_read_again_whole() {
+fn a_bad_object_that_decodes_past_the_re_reads_meter_is_not_read_again_whole() {
     let mut bad = two_faults();
     for o in &mut bad {
         o.currency = "U".repeat(1_000);
     }
     let errors = errors_with_a_small_bad_object(&bad);
     assert!(errors[0].contains("row 800,"), "the in-memory error: {}", errors[0]);
-    assert!(names_row_3s_value(&errors[1]), "read again past a quarter of the budget: {}", errors[1]);
+    assert!(names_row_3s_value(&errors[1]), "decoded past the re-read's meter: {}", errors[1]);
 }
 
 /// Dates of `n` rows whose `note` is one of ten values of `width` bytes (dictionary-encoded,
