@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use lakeswap::config::{Format, JobConfig};
-use lakeswap::read::{assemble, DateSource, Decoder};
+use lakeswap::read::{assemble, Decoder};
 use proptest::prelude::*;
 
 const VALID: &str = r#"[job]
@@ -29,15 +29,9 @@ fn decoder(format: Format) -> Decoder {
         .map(|(c, t)| (c.to_string(), lakeswap::read::parse_type(t).unwrap()))
         .collect();
     Decoder {
-        format,
-        delimiter: b',',
-        header: true,
-        date_source: DateSource::Column("event_date".into()),
-        tz: chrono_tz::UTC,
         declared,
         required: ["event_date", "order_id", "source_version"].map(String::from).to_vec(),
-        tombstone: None,
-        run: None,
+        ..dated_decoder(format)
     }
 }
 
