@@ -116,8 +116,10 @@ pub async fn plan(
     dates: Option<&[NaiveDate]>,
 ) -> Result<Plan> {
     let column = &cfg.partition.column;
-    let folders =
-        if cfg.partition.from_timestamp.is_none() { list::hive_folders(input, column).await? } else { BTreeMap::new() };
+    let list::DateFolders { dated: folders, undated } = match cfg.partition.from_timestamp {
+        None => list::hive_folders(input, column).await?,
+        Some(_) => list::DateFolders::default(),
+    };
     let layout = if folders.is_empty() { Layout::Flat } else { Layout::Hive };
 
     let mut inputs: BTreeMap<NaiveDate, Vec<ObjectMeta>> = BTreeMap::new();
@@ -219,6 +221,17 @@ pub async fn plan(
                 DateSource::Column(column.clone())
             } else if layout == Layout::Hive {
                 DateSource::Path
+            } else if !undated.is_empty() {
+                return Err(config_err(
+                    cfg,
+                    "partition.column",
+                    format!(
+                        "the input {} has no column `{column}`, and its `{column}=` folders do not name dates: {}. \
+                         Name each folder by its date (`{column}=2026-11-01/`)",
+                        input.url,
+                        undated.join(", ")
+                    ),
+                ));
             } else {
                 return Err(config_err(
                     cfg,

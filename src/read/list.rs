@@ -143,10 +143,20 @@ fn check_local_tree(input: &StoreLocation, prefix: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The `<column>=<date>/` folders directly under the input, by date (several folder names can
-/// spell one date: all of them are read). Empty when the input is not Hive partitioned. In a
-/// Hive layout, anything else beside the date folders is refused by name.
-pub async fn hive_folders(input: &StoreLocation, column: &str) -> Result<BTreeMap<NaiveDate, Vec<Path>>> {
+/// The `<column>=<date>/` folders directly under the input.
+#[derive(Debug, Default)]
+pub struct DateFolders {
+    /// By date (several folder names can spell one date: all of them are read). Empty when
+    /// the input is not Hive partitioned.
+    pub dated: BTreeMap<NaiveDate, Vec<Path>>,
+    /// When none is dated: the folders named `<column>=` whose value is not a date, each with
+    /// why (`event_date=2026-11-01 00:00:00/`), for an error to name.
+    pub undated: Vec<String>,
+}
+
+/// The `<column>=<date>/` folders directly under the input ([`DateFolders`]). In a Hive
+/// layout, anything else beside the date folders is refused by name.
+pub async fn hive_folders(input: &StoreLocation, column: &str) -> Result<DateFolders> {
     let res = input
         .store
         .list_with_delimiter(Some(&input.prefix))
@@ -155,20 +165,25 @@ pub async fn hive_folders(input: &StoreLocation, column: &str) -> Result<BTreeMa
     let want = format!("{column}=");
     let mut out: BTreeMap<NaiveDate, Vec<Path>> = BTreeMap::new();
     let mut strays: Vec<String> = Vec::new();
+    let mut undated: Vec<String> = Vec::new();
     for p in &res.common_prefixes {
         let name = p.filename().unwrap_or_default().to_string();
         let decoded = percent_decode(&name);
         match decoded.strip_prefix(&want) {
             Some(v) => match NaiveDate::parse_from_str(v.trim(), "%Y-%m-%d") {
                 Ok(d) => out.entry(d).or_default().push(p.clone()),
-                Err(_) => strays.push(format!("{name}/ (`{v}` is not a date YYYY-MM-DD)")),
+                Err(_) => {
+                    undated.push(format!("{name}/ (`{v}` is not a date YYYY-MM-DD)"));
+                    strays.push(format!("{name}/ (`{v}` is not a date YYYY-MM-DD)"));
+                }
             },
             None if is_data_name(&name) => strays.push(format!("{name}/")),
             None => {}
         }
     }
     if out.is_empty() {
-        return Ok(out);
+        undated.sort();
+        return Ok(DateFolders { dated: out, undated });
     }
     for m in &res.objects {
         let name = m.location.filename().unwrap_or_default().to_string();
@@ -192,7 +207,7 @@ pub async fn hive_folders(input: &StoreLocation, column: &str) -> Result<BTreeMa
     for folders in out.values_mut() {
         folders.sort();
     }
-    Ok(out)
+    Ok(DateFolders { dated: out, undated: Vec::new() })
 }
 
 /// `%XX` escapes decoded (object stores keep `:` and spaces of folder names escaped).

@@ -204,6 +204,15 @@ async fn date_folders_spelled_two_ways_are_both_read(kind: Kind) {
     assert_eq!(code(&o), 3, "{}", text(&o));
     let t = text(&o);
     assert!(t.contains("event_date=2026-11-31/ (`2026-11-31` is not a date") && t.contains("stray.parquet"), "{t}");
+    // With no date folder at all, and no date column in the objects, the error names the
+    // folders that meant to be date folders, not only the config key.
+    let q = Place::new(kind);
+    let order = ["order_id", "source_version", "customer_id", "currency", "amount", "status"];
+    q.put("event_date=Nov-01/a.csv", csv_in_order(&rows, &order)).await;
+    let o = q.run(&q.config("csv", TYPES, "", "UTC"), &["--date", "2026-11-01"]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("partition.column") && t.contains("event_date=Nov-01/ (`Nov-01` is not a date"), "{t}");
 }
 
 #[test]
