@@ -6,8 +6,14 @@
 //! analyzer rule gives computed floats the same where values are grouped or matched: the
 //! group keys of an aggregate, the arguments of a distinct aggregate, the partition keys of a
 //! window, the rows of a `DISTINCT` (and so of `UNION`), the keys of a `DISTINCT ON`, and the
-//! keys of a join (and so of `INTERSECT` and `EXCEPT`). Comparisons (`=`, `<`) follow IEEE
-//! already and are left alone.
+//! keys of a join (and so of `INTERSECT` and `EXCEPT`).
+//!
+//! Every float the query computes has them too ([`OneZeroOneNan`]): the engine compares floats
+//! by IEEE's total order, where `-0.0 < 0.0` and a NaN with its sign bit set (`inf - inf`,
+//! `-x` of a NaN on x86) is below every number. Such a NaN was the `min` and passed `x < 0`,
+//! and `-0.0` missed `IN (0.0)`, `CASE x WHEN 0.0` and `nullif(x, 0.0)`. With one zero and one
+//! NaN the total order is SQL's as DuckDB and PostgreSQL have it: `-0.0 = 0.0`, `NaN = NaN`,
+//! and a NaN above every number.
 
 use std::sync::Arc;
 
@@ -23,7 +29,8 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
-const NAME: &str = "one_zero_one_nan";
+/// The function giving a float one zero and one NaN (it cannot fail).
+pub(super) const NAME: &str = "one_zero_one_nan";
 
 /// A float with one zero and one NaN; other types as they are.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -72,12 +79,78 @@ pub struct OneZeroOneNan;
 
 impl AnalyzerRule for OneZeroOneNan {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        // Every float computed by an expression, then by an aggregate or a window function.
+        let plan = super::rewrite_exprs(plan, |e, schema| Ok(computed(e, schema)))?;
+        let plan = plan.transform_up_with_subqueries(outputs)?.data;
         plan.transform_up_with_subqueries(node).map(|t| t.data)
     }
 
     fn name(&self) -> &str {
         "lakeswap_one_zero_one_nan"
     }
+}
+
+/// A float an expression computes, with one zero and one NaN: literals made so, other
+/// expressions wrapped. Columns are left as they are (the input's floats and the nodes'
+/// outputs have them), and so are aggregate and window functions ([`outputs`]).
+fn computed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
+    match e {
+        Expr::Literal(ScalarValue::Float64(Some(v)), m) if v.is_nan() || v == 0.0 => {
+            let one = if v.is_nan() { f64::NAN } else { 0.0 };
+            Transformed::new_transformed(
+                Expr::Literal(ScalarValue::Float64(Some(one)), m),
+                one.to_bits() != v.to_bits(),
+            )
+        }
+        Expr::Literal(ScalarValue::Float32(Some(v)), m) if v.is_nan() || v == 0.0 => {
+            let one = if v.is_nan() { f32::NAN } else { 0.0 };
+            Transformed::new_transformed(
+                Expr::Literal(ScalarValue::Float32(Some(one)), m),
+                one.to_bits() != v.to_bits(),
+            )
+        }
+        Expr::Literal(..)
+        | Expr::Column(_)
+        | Expr::OuterReferenceColumn(..)
+        | Expr::Alias(_)
+        | Expr::AggregateFunction(_)
+        | Expr::WindowFunction(_)
+        | Expr::GroupingSet(_)
+        | Expr::Placeholder(_)
+        | Expr::ScalarSubquery(_) => Transformed::no(e),
+        e => {
+            let new = one_zero(e.clone(), schema);
+            let changed = new != e;
+            Transformed::new_transformed(new, changed)
+        }
+    }
+}
+
+/// An aggregate or a window node whose functions give floats, under a projection that gives
+/// them one zero and one NaN (`sum` of `inf` and `-inf` is a NaN with its sign bit set on
+/// x86), every name kept.
+fn outputs(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    let computed_from = match &p {
+        LogicalPlan::Aggregate(a) => a.schema.fields().len() - a.aggr_expr.len(),
+        LogicalPlan::Window(w) => w.input.schema().fields().len(),
+        _ => return Ok(Transformed::no(p)),
+    };
+    let schema = p.schema().clone();
+    if !schema.fields().iter().skip(computed_from).any(|f| is_float(f.data_type())) {
+        return Ok(Transformed::no(p));
+    }
+    let exprs: Vec<Expr> = schema
+        .iter()
+        .enumerate()
+        .map(|(i, (q, f))| {
+            let column = Expr::Column(Column::from((q, f)));
+            match i >= computed_from && is_float(f.data_type()) {
+                true => one_zero(column, &schema).alias_qualified(q.cloned(), f.name()),
+                false => column,
+            }
+        })
+        .collect();
+    Ok(Transformed::yes(LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(p))?)))
 }
 
 fn node(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {

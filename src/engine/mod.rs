@@ -366,6 +366,7 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     rules.insert(at, Arc::new(unlike::WholeDecimals));
     rules.insert(at + 1, Arc::new(unlike::DoubleQuotients));
     rules.insert(at + 2, Arc::new(unlike::FloatsOverDecimals));
+    rules.insert(at + 3, Arc::new(unlike::ExactMedians));
     if let Some(zone) = zone {
         let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
@@ -1381,7 +1382,9 @@ fn cannot_fail(plan: &LogicalPlan) -> bool {
                             | Op::IsDistinctFrom
                             | Op::IsNotDistinctFrom
                     ),
-                    Expr::ScalarFunction(f) => matches!(f.func.name(), "coalesce" | "nullif"),
+                    Expr::ScalarFunction(f) => {
+                        matches!(f.func.name(), "coalesce" | "nullif") || f.func.name() == floats::NAME
+                    }
                     Expr::Cast(c) => schema
                         .as_ref()
                         .and_then(|s| {

@@ -1,6 +1,8 @@
 //! Expressions DataFusion computes otherwise than SQL does, refused before anything runs
 //! (G8): a user who writes them means SQL's result, and would get another with exit 0.
 
+use std::sync::Arc;
+
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -137,6 +139,57 @@ impl AnalyzerRule for WholeDecimals {
     }
 }
 
+/// An analyzer rule run before type coercion: the `median` of a `decimal(p,s)` is a
+/// `decimal(p+1,s+1)`, exact. The engine gives it the column's own type and cuts the midpoint
+/// of an even count toward zero (the median of 0.01 and 0.02 was 0.01, of -0.01 and -0.02
+/// -0.01); one more place holds every midpoint. A decimal of the most digits its type holds
+/// has no place to spare, and its median is refused.
+#[derive(Debug, Default)]
+pub struct ExactMedians;
+
+impl AnalyzerRule for ExactMedians {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        use datafusion::common::tree_node::Transformed;
+        use datafusion::logical_expr::{cast, WindowFunctionDefinition};
+        // The argument one place wider, or the refusal.
+        let wider = |args: &mut Vec<Expr>, schema: &DFSchema, x: &Expr| -> Result<bool> {
+            let [arg] = args.as_mut_slice() else { return Ok(false) };
+            let to = match arg.get_type(schema) {
+                Ok(DataType::Decimal128(p, s)) if p < 38 => DataType::Decimal128(p + 1, s + 1),
+                Ok(DataType::Decimal256(p, s)) if p < 76 => DataType::Decimal256(p + 1, s + 1),
+                Ok(t @ (DataType::Decimal128(..) | DataType::Decimal256(..))) => {
+                    return plan_err!(
+                        "`{x}`: the median of an even count is the midpoint of two values, which can need one \
+                         more decimal place than a {t} holds, and the engine would cut it; write the median of \
+                         a narrower decimal (CAST(x AS DECIMAL(37, …))) or of a double"
+                    )
+                }
+                _ => return Ok(false),
+            };
+            *arg = cast(arg.clone(), to);
+            Ok(true)
+        };
+        super::rewrite_exprs(plan, |x, schema| match x {
+            Expr::AggregateFunction(mut f) if f.func.name() == "median" => {
+                let shown = Expr::AggregateFunction(f.clone());
+                let changed = wider(&mut f.params.args, schema, &shown)?;
+                Ok(Transformed::new_transformed(Expr::AggregateFunction(f), changed))
+            }
+            Expr::WindowFunction(mut w) if matches!(&w.fun, WindowFunctionDefinition::AggregateUDF(f) if f.name() == "median") =>
+            {
+                let shown = Expr::WindowFunction(w.clone());
+                let changed = wider(&mut w.params.args, schema, &shown)?;
+                Ok(Transformed::new_transformed(Expr::WindowFunction(w), changed))
+            }
+            x => Ok(Transformed::no(x)),
+        })
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_exact_medians"
+    }
+}
+
 /// An analyzer rule run before type coercion: a division whose result would be a decimal (a
 /// decimal or an integer divided by a decimal, `count(*) / 1e6`, `100.0 * a / b`) is computed
 /// in double, as DuckDB computes it. DataFusion gives the quotient its dividend's scale plus 4 and cuts the
@@ -175,8 +228,10 @@ fn decimal_quotient(b: &datafusion::logical_expr::BinaryExpr, schema: &DFSchema)
 }
 
 /// An analyzer rule run before type coercion: a float beside a decimal (`f > 0.5`,
-/// `f IN (1.0, 2.5)`, `f BETWEEN 0.1 AND 0.2`, `coalesce(f, 0.0)`, `CASE … ELSE 0.0`, a double
-/// column times a decimal column) is computed in the float's type, as DuckDB computes it.
+/// `f IN (1.0, 2.5)`, `f BETWEEN 0.1 AND 0.2`, `coalesce(f, 0.0)`, `nvl2(x, f, d)`, `CASE … ELSE
+/// 0.0`, a double column times a decimal column, `f IN (SELECT d …)`, a float and a decimal column
+/// beside each other in a `UNION`, or matched by `INTERSECT` or `EXCEPT`) is computed in the
+/// float's type, as DuckDB computes it.
 /// DataFusion made the float a `decimal(30,15)`: digits past the 15th were cut
 /// (`1.0000000000000002 > 1.0` was false, `1e-20 > 0.0` was false), and a NaN or a value past
 /// 10^15 failed the date.
@@ -188,7 +243,7 @@ impl AnalyzerRule for FloatsOverDecimals {
         use datafusion::common::tree_node::Transformed;
         use datafusion::logical_expr::expr::{Between, Case, InList, ScalarFunction};
         use datafusion::logical_expr::{cast, BinaryExpr, Operator::*};
-        super::rewrite_exprs(plan, |x, schema| {
+        let plan = super::rewrite_exprs(plan, |x, schema| {
             let decimal =
                 |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Decimal128(..) | DataType::Decimal256(..)));
             // The float type a group of operands is computed in, when they mix floats and decimals:
@@ -287,8 +342,21 @@ impl AnalyzerRule for FloatsOverDecimals {
                         c.else_expr.map(|e| Box::new(r(*e))),
                     )))
                 }
+                // `x IN (SELECT d …)`, `x > ANY (SELECT d …)`: the subquery's column made the
+                // float's type, or the decimal compared with a float column made a double.
+                Expr::InSubquery(mut q) => match double_beside(&mut q.expr, &mut q.subquery, schema)? {
+                    true => yes(Expr::InSubquery(q)),
+                    false => Ok(Transformed::no(Expr::InSubquery(q))),
+                },
+                Expr::SetComparison(mut q) => match double_beside(&mut q.expr, &mut q.subquery, schema)? {
+                    true => yes(Expr::SetComparison(q)),
+                    false => Ok(Transformed::no(Expr::SetComparison(q))),
+                },
                 Expr::ScalarFunction(f)
-                    if matches!(f.func.name(), "coalesce" | "nullif" | "greatest" | "least" | "nvl" | "ifnull") =>
+                    if matches!(
+                        f.func.name(),
+                        "coalesce" | "nullif" | "greatest" | "least" | "nvl" | "ifnull" | "nvl2"
+                    ) =>
                 {
                     match float_of(&f.args.iter().collect::<Vec<_>>()) {
                         Some(t) => yes(Expr::ScalarFunction(ScalarFunction::new_udf(
@@ -300,10 +368,104 @@ impl AnalyzerRule for FloatsOverDecimals {
                 }
                 x => Ok(Transformed::no(x)),
             }
+        })?;
+        // Columns beside each other in a `UNION` (and the keys an `INTERSECT` or `EXCEPT`
+        // matches on): a decimal beside a float made double.
+        plan.transform_up_with_subqueries(|p| match p {
+            LogicalPlan::Union(u) => {
+                let width = u.inputs.first().map_or(0, |i| i.schema().fields().len());
+                let mixed: Vec<usize> = (0..width)
+                    .filter(|&c| {
+                        let types =
+                            || u.inputs.iter().filter_map(|i| i.schema().fields().get(c)).map(|f| f.data_type());
+                        types().any(DataType::is_floating)
+                            && types().any(|t| matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)))
+                    })
+                    .collect();
+                if mixed.is_empty() {
+                    return Ok(Transformed::no(LogicalPlan::Union(u)));
+                }
+                let inputs = u
+                    .inputs
+                    .iter()
+                    .map(|i| mixed.iter().try_fold(i.as_ref().clone(), |p, &c| as_double(p, c)).map(Arc::new))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Transformed::yes(LogicalPlan::Union(datafusion::logical_expr::Union::try_new_with_loose_types(
+                    inputs,
+                )?)))
+            }
+            LogicalPlan::Join(mut j) => {
+                let (left, right) = (j.left.schema().clone(), j.right.schema().clone());
+                let mut changed = false;
+                for (l, r) in j.on.iter_mut() {
+                    let (lt, rt) = (l.get_type(&left), r.get_type(&right));
+                    let float = |t: &Result<DataType>| t.as_ref().is_ok_and(DataType::is_floating);
+                    let dec =
+                        |t: &Result<DataType>| matches!(t, Ok(DataType::Decimal128(..) | DataType::Decimal256(..)));
+                    if float(&lt) && dec(&rt) {
+                        *r = datafusion::logical_expr::cast(r.clone(), DataType::Float64);
+                        changed = true;
+                    } else if dec(&lt) && float(&rt) {
+                        *l = datafusion::logical_expr::cast(l.clone(), DataType::Float64);
+                        changed = true;
+                    }
+                }
+                match changed {
+                    true => Ok(Transformed::yes(LogicalPlan::Join(j).recompute_schema()?)),
+                    false => Ok(Transformed::no(LogicalPlan::Join(j))),
+                }
+            }
+            p => Ok(Transformed::no(p)),
         })
+        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
         "lakeswap_floats_over_decimals"
     }
+}
+
+/// `expr` compared with the values of `subquery`: when one is a float and the other a decimal,
+/// the decimal made a double. Whether anything changed.
+fn double_beside(
+    expr: &mut Box<Expr>,
+    subquery: &mut datafusion::logical_expr::Subquery,
+    schema: &DFSchema,
+) -> Result<bool> {
+    let is_decimal = |t: &DataType| matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..));
+    let Some(inner) = subquery.subquery.schema().fields().first().map(|f| f.data_type().clone()) else {
+        return Ok(false);
+    };
+    let Ok(outer) = expr.get_type(schema) else { return Ok(false) };
+    if outer.is_floating() && is_decimal(&inner) {
+        subquery.subquery = Arc::new(as_double(subquery.subquery.as_ref().clone(), 0)?);
+        Ok(true)
+    } else if is_decimal(&outer) && inner.is_floating() {
+        **expr = datafusion::logical_expr::cast(expr.as_ref().clone(), DataType::Float64);
+        Ok(true)
+    } else {
+        Ok(false)
+    }
+}
+
+/// `plan` with its column `c` made a double (a projection over it; names kept).
+fn as_double(plan: LogicalPlan, c: usize) -> Result<LogicalPlan> {
+    use datafusion::common::Column;
+    use datafusion::logical_expr::{cast, Projection};
+    let schema = plan.schema().clone();
+    if !matches!(schema.field(c).data_type(), DataType::Decimal128(..) | DataType::Decimal256(..)) {
+        return Ok(plan);
+    }
+    let exprs: Vec<Expr> = schema
+        .iter()
+        .enumerate()
+        .map(|(i, (q, f))| {
+            let column = Expr::Column(Column::from((q, f)));
+            match i == c {
+                true => cast(column, DataType::Float64).alias_qualified(q.cloned(), f.name()),
+                false => column,
+            }
+        })
+        .collect();
+    Ok(LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(plan))?))
 }
