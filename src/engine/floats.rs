@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::{AggregateFunction, GroupingSet, ScalarFunction, WindowFunction};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
@@ -80,7 +80,40 @@ pub struct OneZeroOneNan;
 impl AnalyzerRule for OneZeroOneNan {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         // Every float computed by an expression, then by an aggregate or a window function.
-        let plan = super::rewrite_exprs(plan, |e, schema| Ok(computed(e, schema)))?;
+        let plan = plan
+            .transform_up_with_subqueries(|p| {
+                let schema = super::input_schema(&p);
+                let names = NamePreserver::new(&p);
+                let t = p.map_expressions(|e| match e {
+                    // Each member under its own name, as the grouping set keeps its name.
+                    Expr::GroupingSet(gs) => {
+                        let member = |m: Expr| -> Result<Expr> {
+                            let name = m.schema_name().to_string();
+                            let t = m.transform_up(|e| Ok(computed(e, &schema)))?;
+                            Ok(if t.transformed { t.data.alias(name) } else { t.data })
+                        };
+                        let members = |v: Vec<Expr>| v.into_iter().map(member).collect::<Result<Vec<_>>>();
+                        let new = Expr::GroupingSet(match gs.clone() {
+                            GroupingSet::Rollup(v) => GroupingSet::Rollup(members(v)?),
+                            GroupingSet::Cube(v) => GroupingSet::Cube(members(v)?),
+                            GroupingSet::GroupingSets(v) => {
+                                GroupingSet::GroupingSets(v.into_iter().map(members).collect::<Result<Vec<_>>>()?)
+                            }
+                        });
+                        let changed = new != Expr::GroupingSet(gs);
+                        Ok(Transformed::new_transformed(new, changed))
+                    }
+                    e => {
+                        let name = names.save(&e);
+                        Ok(e.transform_up(|e| Ok(computed(e, &schema)))?.update_data(|e| name.restore(e)))
+                    }
+                })?;
+                match t.transformed {
+                    true => Ok(Transformed::yes(t.data.recompute_schema()?)),
+                    false => Ok(t),
+                }
+            })?
+            .data;
         let plan = plan.transform_up_with_subqueries(outputs)?.data;
         plan.transform_up_with_subqueries(node).map(|t| t.data)
     }
@@ -130,6 +163,30 @@ fn computed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
 /// them one zero and one NaN (`sum` of `inf` and `-inf` is a NaN with its sign bit set on
 /// x86), every name kept.
 fn outputs(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    // `HAVING` over the aggregate: the filter stays on the aggregate (a correlated subquery's
+    // must, for the engine to see it returns one row), its outputs given one zero and one NaN
+    // where it reads them, and the projection above it.
+    if let LogicalPlan::Filter(f) = &p {
+        if let LogicalPlan::Projection(proj) = f.input.as_ref() {
+            if matches!(proj.input.as_ref(), LogicalPlan::Aggregate(_)) && ours(proj) {
+                let schema = proj.input.schema().clone();
+                let wrapped: Vec<Column> = proj
+                    .expr
+                    .iter()
+                    .zip(schema.iter())
+                    .filter(|(e, _)| !matches!(e, Expr::Column(_)))
+                    .map(|(_, (q, f))| Column::from((q, f)))
+                    .collect();
+                let predicate = f.predicate.clone().transform_up(|e| match e {
+                    Expr::Column(c) if wrapped.contains(&c) => Ok(Transformed::yes(one_zero(Expr::Column(c), &schema))),
+                    e => Ok(Transformed::no(e)),
+                })?;
+                let filter = datafusion::logical_expr::Filter::try_new(predicate.data, proj.input.clone())?;
+                let above = Projection::try_new(proj.expr.clone(), Arc::new(LogicalPlan::Filter(filter)))?;
+                return Ok(Transformed::yes(LogicalPlan::Projection(above)));
+            }
+        }
+    }
     let computed_from = match &p {
         LogicalPlan::Aggregate(a) => a.schema.fields().len() - a.aggr_expr.len(),
         LogicalPlan::Window(w) => w.input.schema().fields().len(),
@@ -151,6 +208,17 @@ fn outputs(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         })
         .collect();
     Ok(Transformed::yes(LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(p))?)))
+}
+
+/// Whether `p` is a projection [`outputs`] put over an aggregate: columns, and columns given
+/// one zero and one NaN under their own names.
+fn ours(p: &Projection) -> bool {
+    p.expr.iter().all(|e| match e {
+        Expr::Column(_) => true,
+        Expr::Alias(a) => matches!(a.expr.as_ref(), Expr::ScalarFunction(f)
+            if f.func.name() == NAME && matches!(f.args.as_slice(), [Expr::Column(c)] if c.name == a.name)),
+        _ => false,
+    })
 }
 
 fn node(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
@@ -249,9 +317,14 @@ fn top(e: Expr, schema: &DFSchema) -> Expr {
             Expr::WindowFunction(Box::new(w))
         }
         Expr::GroupingSet(gs) => {
+            // A column has one zero and one NaN already (the input's, or a node's output); an
+            // alias of its own would lose its qualifier (`events.x`).
             let member = |e: Expr| {
                 let name = e.schema_name().to_string();
-                let new = one_zero(e.clone(), schema);
+                let new = match &e {
+                    Expr::Column(_) => e.clone(),
+                    _ => one_zero(e.clone(), schema),
+                };
                 if new == e {
                     e
                 } else {

@@ -283,6 +283,13 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
                list's elements cannot be read in the query"
             .to_string();
     }
+    // `1e300`: the parser reads a number with an exponent as a decimal of negative scale.
+    if msg.contains("exceeds the minimum supported scale") || msg.contains("exceeds the maximum supported scale") {
+        msg = format!(
+            "a number written with an exponent is an exact decimal, and this one has more digits than a decimal \
+             holds ({msg}); write it as a double: CAST('1e300' AS DOUBLE)"
+        );
+    }
     // A text column empty in every row of its objects reads as type Null.
     if msg.contains("for Null") || msg.contains("take Null") || msg.contains("(Null") {
         msg.push_str(NULL_HINT);

@@ -352,11 +352,26 @@ impl AnalyzerRule for FloatsOverDecimals {
                     true => yes(Expr::SetComparison(q)),
                     false => Ok(Transformed::no(Expr::SetComparison(q))),
                 },
+                // `nvl2(x, a, b)` is `CASE WHEN x IS NOT NULL THEN a ELSE b END`: the engine
+                // gives `x` a part in the result's type (a float `x` made decimals a
+                // `decimal(30,15)`, a decimal `x` made a float `a` one).
+                Expr::ScalarFunction(f) if f.func.name() == "nvl2" && f.args.len() == 3 => {
+                    let t = float_of(&f.args[1..].iter().collect::<Vec<_>>());
+                    let [x, a, b] = <[Expr; 3]>::try_from(f.args).map_err(|_| {
+                        datafusion::common::DataFusionError::Internal("nvl2 takes three arguments".into())
+                    })?;
+                    let r = |e: Expr| match &t {
+                        Some(t) => to(e, t),
+                        None => e,
+                    };
+                    yes(Expr::Case(Case::new(
+                        None,
+                        vec![(Box::new(x.is_not_null()), Box::new(r(a)))],
+                        Some(Box::new(r(b))),
+                    )))
+                }
                 Expr::ScalarFunction(f)
-                    if matches!(
-                        f.func.name(),
-                        "coalesce" | "nullif" | "greatest" | "least" | "nvl" | "ifnull" | "nvl2"
-                    ) =>
+                    if matches!(f.func.name(), "coalesce" | "nullif" | "greatest" | "least" | "nvl" | "ifnull") =>
                 {
                     match float_of(&f.args.iter().collect::<Vec<_>>()) {
                         Some(t) => yes(Expr::ScalarFunction(ScalarFunction::new_udf(
@@ -370,16 +385,29 @@ impl AnalyzerRule for FloatsOverDecimals {
             }
         })?;
         // Columns beside each other in a `UNION` (and the keys an `INTERSECT` or `EXCEPT`
-        // matches on): a decimal beside a float made double.
+        // matches on): a decimal beside a float made that float.
         plan.transform_up_with_subqueries(|p| match p {
-            LogicalPlan::Union(u) => {
+            LogicalPlan::Union(mut u) => {
+                // An input's types as its expressions give them: `UNION BY NAME` wraps each input
+                // in a projection stating the first input's types.
+                u.inputs = u
+                    .inputs
+                    .into_iter()
+                    .map(|i| Arc::unwrap_or_clone(i).recompute_schema().map(Arc::new))
+                    .collect::<Result<Vec<_>>>()?;
                 let width = u.inputs.first().map_or(0, |i| i.schema().fields().len());
-                let mixed: Vec<usize> = (0..width)
-                    .filter(|&c| {
+                // Each column's float type, where floats meet decimals: float32 when every float is one.
+                let mixed: Vec<(usize, DataType)> = (0..width)
+                    .filter_map(|c| {
                         let types =
                             || u.inputs.iter().filter_map(|i| i.schema().fields().get(c)).map(|f| f.data_type());
-                        types().any(DataType::is_floating)
-                            && types().any(|t| matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)))
+                        let decimals =
+                            types().any(|t| matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)));
+                        let float = types().filter(|t| t.is_floating()).fold(None, |acc, t| match (acc, t) {
+                            (Some(DataType::Float64), _) | (_, DataType::Float64) => Some(DataType::Float64),
+                            _ => Some(DataType::Float32),
+                        });
+                        float.filter(|_| decimals).map(|t| (c, t))
                     })
                     .collect();
                 if mixed.is_empty() {
@@ -388,7 +416,7 @@ impl AnalyzerRule for FloatsOverDecimals {
                 let inputs = u
                     .inputs
                     .iter()
-                    .map(|i| mixed.iter().try_fold(i.as_ref().clone(), |p, &c| as_double(p, c)).map(Arc::new))
+                    .map(|i| mixed.iter().try_fold(i.as_ref().clone(), |p, (c, t)| as_float(p, *c, t)).map(Arc::new))
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Transformed::yes(LogicalPlan::Union(datafusion::logical_expr::Union::try_new_with_loose_types(
                     inputs,
@@ -402,11 +430,11 @@ impl AnalyzerRule for FloatsOverDecimals {
                     let float = |t: &Result<DataType>| t.as_ref().is_ok_and(DataType::is_floating);
                     let dec =
                         |t: &Result<DataType>| matches!(t, Ok(DataType::Decimal128(..) | DataType::Decimal256(..)));
-                    if float(&lt) && dec(&rt) {
-                        *r = datafusion::logical_expr::cast(r.clone(), DataType::Float64);
+                    if let (true, true, Ok(t)) = (float(&lt), dec(&rt), &lt) {
+                        *r = datafusion::logical_expr::cast(r.clone(), t.clone());
                         changed = true;
-                    } else if dec(&lt) && float(&rt) {
-                        *l = datafusion::logical_expr::cast(l.clone(), DataType::Float64);
+                    } else if let (true, true, Ok(t)) = (dec(&lt), float(&rt), &rt) {
+                        *l = datafusion::logical_expr::cast(l.clone(), t.clone());
                         changed = true;
                     }
                 }
@@ -426,7 +454,7 @@ impl AnalyzerRule for FloatsOverDecimals {
 }
 
 /// `expr` compared with the values of `subquery`: when one is a float and the other a decimal,
-/// the decimal made a double. Whether anything changed.
+/// the decimal made that float. Whether anything changed.
 fn double_beside(
     expr: &mut Box<Expr>,
     subquery: &mut datafusion::logical_expr::Subquery,
@@ -438,18 +466,18 @@ fn double_beside(
     };
     let Ok(outer) = expr.get_type(schema) else { return Ok(false) };
     if outer.is_floating() && is_decimal(&inner) {
-        subquery.subquery = Arc::new(as_double(subquery.subquery.as_ref().clone(), 0)?);
+        subquery.subquery = Arc::new(as_float(subquery.subquery.as_ref().clone(), 0, &outer)?);
         Ok(true)
     } else if is_decimal(&outer) && inner.is_floating() {
-        **expr = datafusion::logical_expr::cast(expr.as_ref().clone(), DataType::Float64);
+        **expr = datafusion::logical_expr::cast(expr.as_ref().clone(), inner);
         Ok(true)
     } else {
         Ok(false)
     }
 }
 
-/// `plan` with its column `c` made a double (a projection over it; names kept).
-fn as_double(plan: LogicalPlan, c: usize) -> Result<LogicalPlan> {
+/// `plan` with its decimal column `c` made the float `to` (a projection over it; names kept).
+fn as_float(plan: LogicalPlan, c: usize, to: &DataType) -> Result<LogicalPlan> {
     use datafusion::common::Column;
     use datafusion::logical_expr::{cast, Projection};
     let schema = plan.schema().clone();
@@ -462,7 +490,7 @@ fn as_double(plan: LogicalPlan, c: usize) -> Result<LogicalPlan> {
         .map(|(i, (q, f))| {
             let column = Expr::Column(Column::from((q, f)));
             match i == c {
-                true => cast(column, DataType::Float64).alias_qualified(q.cloned(), f.name()),
+                true => cast(column, to.clone()).alias_qualified(q.cloned(), f.name()),
                 false => column,
             }
         })

@@ -342,6 +342,13 @@ fn floats_computed_in_the_query_have_one_zero_and_one_nan() {
         "SELECT currency, isnan(sum(y)) AS s FROM (SELECT currency, CASE WHEN status = 'placed' THEN \
          CAST('inf' AS DOUBLE) ELSE CAST('-inf' AS DOUBLE) END AS y FROM events) GROUP BY currency HAVING sum(y) > 0"
             .to_string(),
+        // Grouping sets of a computed float and of a float column; a correlated subquery's
+        // `HAVING` over a float aggregate.
+        format!("SELECT currency, -z AS nz, count(*) AS m FROM {zeros} GROUP BY ROLLUP (currency, -z)"),
+        format!("SELECT currency, z, count(*) AS m FROM {zeros} GROUP BY CUBE (currency, z)"),
+        "SELECT count(*) AS n FROM events e WHERE CAST(amount AS DOUBLE) >= (SELECT avg(CAST(e2.amount AS DOUBLE)) \
+         FROM events e2 WHERE e2.currency = e.currency GROUP BY e2.currency HAVING avg(CAST(e2.amount AS DOUBLE)) > 0)"
+            .to_string(),
     ];
     for sql in queries {
         let lake = Lake::new();
@@ -376,9 +383,24 @@ fn floats_beside_decimals_are_doubles_and_decimal_medians_are_exact() {
         format!("SELECT count(*) AS n FROM (SELECT {up} AS x FROM events) WHERE x IN (SELECT amount FROM events)"),
         format!("SELECT count(*) AS n FROM (SELECT {up} AS x FROM events) WHERE x = ANY (SELECT amount FROM events)"),
         format!("SELECT count(*) AS n FROM events WHERE amount IN (SELECT {up} FROM events)"),
+        // BY NAME: the inputs' columns in other orders.
+        format!(
+            "SELECT count(DISTINCT v) AS n FROM (SELECT {tiny} AS v, order_id FROM events \
+             UNION ALL BY NAME SELECT order_id, amount AS v FROM events)"
+        ),
+        // A float32 beside a decimal is a float32, as in DuckDB: every amount matches itself.
+        "SELECT count(*) AS n FROM (SELECT CAST(amount AS REAL) AS v FROM events INTERSECT SELECT amount AS v FROM events)"
+            .to_string(),
+        // `nvl2`'s first argument only tests for null: the decimals stay exact decimals.
+        "SELECT sum(nvl2(CAST(amount AS DOUBLE), amount + 1234567890123456.78, amount)) AS s FROM events".to_string(),
         "SELECT currency, median(amount) AS m, count(*) AS c FROM events GROUP BY currency".to_string(),
     ];
-    let oracle = |sql: &str| sql.replace("median(amount)", "median(CAST(amount AS DECIMAL(13, 3)))");
+    let oracle = |sql: &str| {
+        sql.replace("median(amount)", "median(CAST(amount AS DECIMAL(13, 3)))").replace(
+            "nvl2(CAST(amount AS DOUBLE), amount + 1234567890123456.78, amount)",
+            "CASE WHEN CAST(amount AS DOUBLE) IS NOT NULL THEN amount + 1234567890123456.78 ELSE amount END",
+        )
+    };
     let mut midpoints = 0;
     for sql in &queries {
         let lake = Lake::new();
@@ -540,6 +562,8 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("SELECT count(*) AS n FROM events WHERE source_version > CAST('abc' AS INT)", vec!["'abc'"]),
         // Bracket access, which the engine cannot plan: the way that works is named.
         ("SELECT count(*) AS n FROM events WHERE status['x'] = 1", vec!["get_field(s, 'f')"]),
+        // A number with an exponent past what a decimal holds: the way to write it as a double.
+        ("SELECT count(*) AS n FROM events WHERE amount > 1e300", vec!["exponent", "CAST('1e300' AS DOUBLE)"]),
     ];
     for (sql, needles) in cases {
         let cfg = sql_config(&lake, &format!("sql = \"\"\"\n{sql}\n\"\"\""), "");
