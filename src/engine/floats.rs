@@ -80,40 +80,7 @@ pub struct OneZeroOneNan;
 impl AnalyzerRule for OneZeroOneNan {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         // Every float computed by an expression, then by an aggregate or a window function.
-        let plan = plan
-            .transform_up_with_subqueries(|p| {
-                let schema = super::input_schema(&p);
-                let names = NamePreserver::new(&p);
-                let t = p.map_expressions(|e| match e {
-                    // Each member under its own name, as the grouping set keeps its name.
-                    Expr::GroupingSet(gs) => {
-                        let member = |m: Expr| -> Result<Expr> {
-                            let name = m.schema_name().to_string();
-                            let t = m.transform_up(|e| Ok(computed(e, &schema)))?;
-                            Ok(if t.transformed { t.data.alias(name) } else { t.data })
-                        };
-                        let members = |v: Vec<Expr>| v.into_iter().map(member).collect::<Result<Vec<_>>>();
-                        let new = Expr::GroupingSet(match gs.clone() {
-                            GroupingSet::Rollup(v) => GroupingSet::Rollup(members(v)?),
-                            GroupingSet::Cube(v) => GroupingSet::Cube(members(v)?),
-                            GroupingSet::GroupingSets(v) => {
-                                GroupingSet::GroupingSets(v.into_iter().map(members).collect::<Result<Vec<_>>>()?)
-                            }
-                        });
-                        let changed = new != Expr::GroupingSet(gs);
-                        Ok(Transformed::new_transformed(new, changed))
-                    }
-                    e => {
-                        let name = names.save(&e);
-                        Ok(e.transform_up(|e| Ok(computed(e, &schema)))?.update_data(|e| name.restore(e)))
-                    }
-                })?;
-                match t.transformed {
-                    true => Ok(Transformed::yes(t.data.recompute_schema()?)),
-                    false => Ok(t),
-                }
-            })?
-            .data;
+        let plan = super::rewrite_exprs(plan, computed)?;
         let plan = plan.transform_up_with_subqueries(outputs)?.data;
         plan.transform_up_with_subqueries(node).map(|t| t.data)
     }
@@ -123,24 +90,17 @@ impl AnalyzerRule for OneZeroOneNan {
     }
 }
 
-/// A float an expression computes, with one zero and one NaN: literals made so, other
-/// expressions wrapped. Columns are left as they are (the input's floats and the nodes'
-/// outputs have them), and so are aggregate and window functions ([`outputs`]).
-fn computed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
-    match e {
-        Expr::Literal(ScalarValue::Float64(Some(v)), m) if v.is_nan() || v == 0.0 => {
-            let one = if v.is_nan() { f64::NAN } else { 0.0 };
-            Transformed::new_transformed(
-                Expr::Literal(ScalarValue::Float64(Some(one)), m),
-                one.to_bits() != v.to_bits(),
-            )
-        }
-        Expr::Literal(ScalarValue::Float32(Some(v)), m) if v.is_nan() || v == 0.0 => {
-            let one = if v.is_nan() { f32::NAN } else { 0.0 };
-            Transformed::new_transformed(
-                Expr::Literal(ScalarValue::Float32(Some(one)), m),
-                one.to_bits() != v.to_bits(),
-            )
+/// A float an expression computes, with one zero and one NaN: literals made so (a literal
+/// stays one: some arguments must be), other expressions wrapped. Columns are left as they
+/// are (the input's floats and the nodes' outputs have them), and so are aggregate and window
+/// functions ([`outputs`]).
+fn computed(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    Ok(match e {
+        Expr::Literal(v, m) if is_float(&v.data_type()) => {
+            let one = ScalarValue::try_from_array(&crate::prepare::one_zero_one_nan(&v.to_array()?), 0)?;
+            // Equal by their bits.
+            let changed = one != v;
+            Transformed::new_transformed(Expr::Literal(one, m), changed)
         }
         Expr::Literal(..)
         | Expr::Column(_)
@@ -156,7 +116,7 @@ fn computed(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
             let changed = new != e;
             Transformed::new_transformed(new, changed)
         }
-    }
+    })
 }
 
 /// An aggregate or a window node whose functions give floats, under a projection that gives
@@ -196,18 +156,11 @@ fn outputs(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     if !schema.fields().iter().skip(computed_from).any(|f| is_float(f.data_type())) {
         return Ok(Transformed::no(p));
     }
-    let exprs: Vec<Expr> = schema
-        .iter()
-        .enumerate()
-        .map(|(i, (q, f))| {
-            let column = Expr::Column(Column::from((q, f)));
-            match i >= computed_from && is_float(f.data_type()) {
-                true => one_zero(column, &schema).alias_qualified(q.cloned(), f.name()),
-                false => column,
-            }
-        })
-        .collect();
-    Ok(Transformed::yes(LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(p))?)))
+    let over = super::columns_over(p, |i, column, f| match i >= computed_from && is_float(f.data_type()) {
+        true => one_zero(column, &schema),
+        false => column,
+    })?;
+    Ok(Transformed::yes(over))
 }
 
 /// Whether `p` is a projection [`outputs`] put over an aggregate: columns, and columns given
@@ -243,17 +196,11 @@ fn node(p: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
             if input.schema().fields().iter().any(|f| is_float(f.data_type())) =>
         {
             let schema = input.schema().clone();
-            let exprs: Vec<Expr> = schema
-                .iter()
-                .map(|(q, f)| {
-                    let column = Expr::Column(Column::from((q, f)));
-                    match is_float(f.data_type()) {
-                        true => one_zero(column, &schema).alias_qualified(q.cloned(), f.name()),
-                        false => column,
-                    }
-                })
-                .collect();
-            let projection = LogicalPlan::Projection(Projection::try_new(exprs, input)?);
+            let projection =
+                super::columns_over(Arc::unwrap_or_clone(input), |_, column, f| match is_float(f.data_type()) {
+                    true => one_zero(column, &schema),
+                    false => column,
+                })?;
             Ok(Transformed::yes(LogicalPlan::Distinct(Distinct::All(Arc::new(projection)))))
         }
         LogicalPlan::Distinct(Distinct::On(d)) => {

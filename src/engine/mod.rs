@@ -327,6 +327,30 @@ fn nearest_function(name: &str) -> Option<String> {
     names.min_by_key(|f| (strsim::levenshtein(&f.to_lowercase(), &name), f.as_str())).cloned()
 }
 
+/// `plan` under a projection of its columns, the `i`-th as `f(i, column, field)` gives it
+/// (under the column's own name when changed).
+fn columns_over(
+    plan: LogicalPlan,
+    f: impl Fn(usize, Expr, &arrow::datatypes::Field) -> Expr,
+) -> datafusion::common::Result<LogicalPlan> {
+    use datafusion::common::Column;
+    let schema = plan.schema().clone();
+    let exprs: Vec<Expr> = schema
+        .iter()
+        .enumerate()
+        .map(|(i, (q, field))| {
+            let column = Expr::Column(Column::from((q, field)));
+            let new = f(i, column.clone(), field);
+            if new == column {
+                column
+            } else {
+                new.alias_qualified(q.cloned(), field.name())
+            }
+        })
+        .collect();
+    Ok(LogicalPlan::Projection(datafusion::logical_expr::Projection::try_new(exprs, Arc::new(plan))?))
+}
+
 /// The columns a plan node's expressions can refer to: its inputs' schemas merged.
 fn input_schema(p: &datafusion::logical_expr::LogicalPlan) -> datafusion::common::DFSchema {
     let mut schema = datafusion::common::DFSchema::empty();
@@ -338,17 +362,41 @@ fn input_schema(p: &datafusion::logical_expr::LogicalPlan) -> datafusion::common
 
 /// `plan` with `f` applied bottom-up to every expression of every node (subqueries too), given
 /// the node's input schema. Names are kept, so the nodes above still find the expressions they
-/// refer to, and a changed node's schema follows its expressions' new types.
+/// refer to, and a changed node's schema follows its expressions' new types. A grouping set's
+/// members keep theirs one by one (`ROLLUP (k, -x)`): the set's name is made of them, and an
+/// alias over the whole set would leave the aggregate one opaque group key.
 fn rewrite_exprs(
     plan: LogicalPlan,
     f: impl Fn(Expr, &datafusion::common::DFSchema) -> datafusion::common::Result<Transformed<Expr>>,
 ) -> datafusion::common::Result<LogicalPlan> {
+    use datafusion::logical_expr::expr::GroupingSet;
     plan.transform_up_with_subqueries(|p| {
         let schema = input_schema(&p);
         let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&p);
+        let member = |m: Expr| {
+            let name = m.schema_name().to_string();
+            let t = m.transform_up(|e| f(e, &schema))?;
+            Ok(if t.transformed && t.data.schema_name().to_string() != name { t.data.alias(name) } else { t.data })
+        };
+        let members = |v: Vec<Expr>| v.into_iter().map(member).collect::<datafusion::common::Result<Vec<_>>>();
         let t = p.map_expressions(|e| {
             let name = names.save(&e);
-            Ok(e.transform_up(|e| f(e, &schema))?.update_data(|e| name.restore(e)))
+            let new = match e {
+                Expr::GroupingSet(gs) => {
+                    let before = Expr::GroupingSet(gs.clone());
+                    let new = Expr::GroupingSet(match gs {
+                        GroupingSet::Rollup(v) => GroupingSet::Rollup(members(v)?),
+                        GroupingSet::Cube(v) => GroupingSet::Cube(members(v)?),
+                        GroupingSet::GroupingSets(v) => GroupingSet::GroupingSets(
+                            v.into_iter().map(members).collect::<datafusion::common::Result<Vec<_>>>()?,
+                        ),
+                    });
+                    let changed = new != before;
+                    Transformed::new_transformed(new, changed)
+                }
+                e => e.transform_up(|e| f(e, &schema))?,
+            };
+            Ok(new.update_data(|e| name.restore(e)))
         })?;
         match t.transformed {
             true => Ok(Transformed::yes(t.data.recompute_schema()?)),

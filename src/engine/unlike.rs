@@ -478,22 +478,11 @@ fn double_beside(
 
 /// `plan` with its decimal column `c` made the float `to` (a projection over it; names kept).
 fn as_float(plan: LogicalPlan, c: usize, to: &DataType) -> Result<LogicalPlan> {
-    use datafusion::common::Column;
-    use datafusion::logical_expr::{cast, Projection};
-    let schema = plan.schema().clone();
-    if !matches!(schema.field(c).data_type(), DataType::Decimal128(..) | DataType::Decimal256(..)) {
+    if !matches!(plan.schema().field(c).data_type(), DataType::Decimal128(..) | DataType::Decimal256(..)) {
         return Ok(plan);
     }
-    let exprs: Vec<Expr> = schema
-        .iter()
-        .enumerate()
-        .map(|(i, (q, f))| {
-            let column = Expr::Column(Column::from((q, f)));
-            match i == c {
-                true => cast(column, to.clone()).alias_qualified(q.cloned(), f.name()),
-                false => column,
-            }
-        })
-        .collect();
-    Ok(LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(plan))?))
+    super::columns_over(plan, |i, column, _| match i == c {
+        true => datafusion::logical_expr::cast(column, to.clone()),
+        false => column,
+    })
 }
