@@ -450,6 +450,9 @@ impl JobConfig {
             message: format!("{}. See the config reference in README.md", e.to_string().trim_end()),
         };
         let mut table: toml::Table = toml::from_str(text).map_err(syntax)?;
+        if let Some((key, message)) = rounded_float(text) {
+            return Err(ConfigError::Invalid { path: origin.to_string(), key, message });
+        }
         let substituted = vars.substitute(&mut table).map_err(|(key, message)| ConfigError::Invalid {
             path: origin.to_string(),
             key,
@@ -922,6 +925,73 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The first float in config text that TOML reads as another number than the one written,
+/// with its key: a double keeps about 17 significant digits, so `0.700000000000000001` reads
+/// as 0.7 and `1e-400` as 0, and a value compared in a column's type (`deleted.equals`, a
+/// measure's `where`) would match another value than the one written, which lakeswap could no
+/// longer tell apart from what it reads. Quoted, the value is compared as written (and refused
+/// where the column cannot hold it).
+fn rounded_float(text: &str) -> Option<(String, String)> {
+    fn walk(value: &toml::de::DeValue<'_>, key: String, at: usize, text: &str) -> Option<(String, String)> {
+        match value {
+            toml::de::DeValue::Float(written) => {
+                let written = written.as_str();
+                let read: f64 = written.replace('_', "").parse().ok()?;
+                if !read.is_finite() || digits_of(written) == digits_of(&format!("{read:e}")) {
+                    return None;
+                }
+                let line = text[..at.min(text.len())].matches('\n').count() + 1;
+                let read = toml::Value::Float(read);
+                Some((
+                    key,
+                    format!(
+                        "`{written}` (line {line}) is a TOML number that reads as {read} (a TOML float keeps about \
+                         17 significant digits), so it would be compared as {read}; write it in quotes, \"{written}\", \
+                         to have it compared as written"
+                    ),
+                ))
+            }
+            toml::de::DeValue::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| walk(item.get_ref(), format!("{key}[{i}]"), item.span().start, text)),
+            toml::de::DeValue::Table(table) => table.iter().find_map(|(name, item)| {
+                let key = match key.is_empty() {
+                    true => name.get_ref().to_string(),
+                    false => format!("{key}.{}", name.get_ref()),
+                };
+                walk(item.get_ref(), key, item.span().start, text)
+            }),
+            _ => None,
+        }
+    }
+    let document = toml::de::DeTable::parse(text).ok()?;
+    walk(&toml::de::DeValue::Table(document.into_inner()), String::new(), 0, text)
+}
+
+/// A decimal number's significant digits and the power of ten of its last one (`0.70` and
+/// `7e-1` are both `("7", -1)`; zero is `("", 0)`); `None` for text that is not one.
+fn digits_of(number: &str) -> Option<(String, i64)> {
+    let number = number.replace('_', "");
+    let unsigned = number.trim_start_matches(['+', '-']);
+    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i64>().ok()?),
+        None => (unsigned, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all = format!("{whole}{fraction}");
+    if all.is_empty() || !all.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let significant = all.trim_start_matches('0');
+    let trimmed = significant.trim_end_matches('0');
+    if trimmed.is_empty() {
+        return Some((String::new(), 0));
+    }
+    let power = exponent - fraction.len() as i64 + (significant.len() - trimmed.len()) as i64;
+    Some((trimmed.to_string(), power))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -995,6 +1065,46 @@ url = "out"
         let c = JobConfig::parse(&with("url = \"out\"\nstate_url = \"elsewhere/state/\""), "t.toml").unwrap();
         assert_eq!(c.output.state_url().as_deref(), Some("elsewhere/state"));
         assert_eq!(c.fingerprint(), JobConfig::parse(BASE, "t.toml").unwrap().fingerprint());
+    }
+
+    #[test]
+    fn a_float_toml_rounds_as_it_reads_it_is_refused_with_its_key_and_line() {
+        let with = |value: &str| BASE.replace("[output]", &format!("[merge]\nx = {value}\n[output]"));
+        for written in
+            ["0.700000000000000001", "1e-400", "1.0000000000000001", "1234567890123456.78", "-0.1000000000000000055"]
+        {
+            let e = rounded_float(&with(written)).unwrap_or_else(|| panic!("{written} accepted"));
+            assert_eq!(e.0, "merge.x", "{written}");
+            assert!(e.1.contains(&format!("`{written}`")) && e.1.contains("in quotes"), "{}", e.1);
+            assert!(
+                e.1.contains(&format!("line {}", BASE.lines().position(|l| l == "[output]").unwrap() + 2)),
+                "{}",
+                e.1
+            );
+        }
+        let e = rounded_float(&with("1e-400")).unwrap().1;
+        assert!(e.contains("reads as 0.0 "), "{e}");
+        for exact in [
+            "0.7",
+            "7e-1",
+            "0.70",
+            "-0.0",
+            "1_000.5",
+            "+1.5e3",
+            "0.30000000000000004",
+            "nan",
+            "-inf",
+            "2.0",
+            "1e300",
+            "5e-324",
+        ] {
+            assert_eq!(rounded_float(&with(exact)), None, "{exact}");
+        }
+        // Inside inline tables and arrays, named by their place.
+        let text = BASE.replace("[output]", "[merge]\nx = { y = [1.5, 0.1000000000000000001] }\n[output]");
+        assert_eq!(rounded_float(&text).unwrap().0, "merge.x.y[1]");
+        let e = JobConfig::parse(&BASE.replace("status = [\"placed\"", "status = [0.300000000000000001"), "t.toml");
+        assert!(e.unwrap_err().to_string().contains("where.status[0]"));
     }
 
     #[test]

@@ -638,6 +638,16 @@ measures = [
         ),
         (r#"{ name = "x", fn = "count", where = { source_version = ["two"] } }"#, vec!["where.source_version", "two"]),
         (r#"{ name = "x", fn = "count", where = { source_version = [1.5] } }"#, vec!["where.source_version", "1.5"]),
+        // Numbers TOML rounds as it reads them: they would match 0.70 and 1, not what is written.
+        (
+            r#"{ name = "x", fn = "count", where = { amount = [1.5, 0.700000000000000001] } }"#,
+            vec!["aggregate.measures[0].where.amount[1]", "reads as 0.7", "in quotes"],
+        ),
+        (
+            r#"{ name = "x", fn = "count", where = { source_version = 1.0000000000000001 } }"#,
+            vec!["where.source_version", "reads as 1", "in quotes"],
+        ),
+        (r#"{ name = "x", fn = "count", where = { amount = ["0.700000000000000001"] } }"#, vec!["decimal places"]),
         (r#"{ name = "x", fn = "count", where = { amount = ["1e-3"] } }"#, vec!["where.amount", "decimal places"]),
         (r#"{ name = "x", fn = "count", where = { event_date = ["2026-11-31"] } }"#, vec!["where.event_date"]),
         (r#"{ name = "x", fn = "count", where = { status = [1] } }"#, vec!["where.status", "quote"]),
@@ -688,6 +698,18 @@ fn tombstones_compare_in_the_column_type() {
     let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("identity.deleted.equals") && text(&o).contains("nine"), "{}", text(&o));
+    // TOML reads this as 9: it would delete key a, whose version is 9, not 9.0000000000000001.
+    // Refused before anything is read; the partition written above stays.
+    let before = std::fs::read(lake.partition_file("2026-11-01")).unwrap();
+    let cfg = lake.config_with(
+        "key = [\"order_id\"]\nversion = \"source_version\"\ndeleted = { column = \"source_version\", equals = 9.0000000000000001 }",
+        "",
+    );
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("identity.deleted.equals") && t.contains("reads as 9") && t.contains("in quotes"), "{t}");
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), before);
 }
 
 /// The page-view example: an average, an hour-of-day dimension, a range filter and an FX
