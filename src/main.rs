@@ -670,6 +670,15 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
             .map_err(|m| usage(format!("--memory-limit: {m}")))?,
         None => lakeswap::spill::default_limit(),
     };
+    let machine = lakeswap::spill::machine_memory();
+    if memory_limit > machine {
+        tracing::warn!(
+            "--memory-limit {} MiB is more than this machine's memory ({} MiB): a date that does not fit in \
+             memory is read in memory all the same, not spilled",
+            memory_limit >> 20,
+            machine >> 20
+        );
+    }
     if memory_limit < SMALL_BUDGET {
         return_freed_memory();
     }
@@ -888,13 +897,15 @@ impl run::Observer for Progress {
                 let seconds = (r.seconds * 1000.0).round() / 1000.0;
                 let q = r.counts.map(|c| c.quarantined_rows);
                 let input_rows = r.counts.map(|c| c.input_rows);
+                // Left out where nothing spilled, as in --summary-json.
+                let spilled_bytes = (r.spilled_bytes > 0).then_some(r.spilled_bytes);
                 let recorded = || {
                     if let Some(error) = &r.error {
                         tracing::error!(target: OUTCOME, record = "partition", date, action, input_rows,
                             output_rows = r.output_rows, quarantined_rows = q, seconds, exit_code = r.exit_code, error = %error, "partition {action}");
                     } else {
                         tracing::info!(target: OUTCOME, record = "partition", date, action, input_rows,
-                            output_rows = r.output_rows, quarantined_rows = q, spilled_bytes = r.spilled_bytes, seconds, "partition {action}");
+                            output_rows = r.output_rows, quarantined_rows = q, spilled_bytes, seconds, "partition {action}");
                     }
                 };
                 self.bar.suspend(recorded);

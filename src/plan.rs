@@ -864,6 +864,32 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
                 ));
             }
         }
+        // A folder `date=2026-11-01/` holds a value of its rows, as the input's date folders
+        // do; a lookup is read as one plain table, so that value would be lost and every
+        // folder's rows read alike (a join on the other columns would match each row once a
+        // folder).
+        if let Some((m, folder)) = objects.iter().find_map(|m| {
+            let rel = store.relative(&m.location);
+            let folders = rel.rsplit_once('/').map_or("", |(f, _)| f).to_string();
+            let named = folders.split('/').find(|f| {
+                let f = percent_encoding::percent_decode_str(f).decode_utf8_lossy();
+                f.split_once('=').is_some_and(|(name, _)| !name.is_empty())
+            })?;
+            Some((m, named.to_string()))
+        }) {
+            return Err(config_err(
+                cfg,
+                &key,
+                format!(
+                    "the lookup table `{}` has objects in folders named like `{folder}/` ({}): a lookup table is read \
+                     as one table, with no column from its folders' names, so their values would be lost and the \
+                     rows of every folder read alike. Write the value into the files' rows, or give each folder \
+                     its own lookup table",
+                    t.name,
+                    store.display(&m.location)
+                ),
+            ));
+        }
         let decoder = Decoder {
             format: t.format,
             delimiter: t.delimiter.as_bytes().first().copied().unwrap_or(b','),

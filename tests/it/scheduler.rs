@@ -57,6 +57,8 @@ fn json_logs_hold_a_record_per_partition_and_per_run_at_the_default_level() {
         assert!(f["output_rows"].as_u64().is_some(), "{p}");
         // A date that failed before its rows were all counted has no counts (never zeros).
         assert_eq!(f["input_rows"].as_u64().is_some(), f["action"] != "failed", "{p}");
+        // Nothing spilled: left out, as in --summary-json (README).
+        assert!(f.get("spilled_bytes").is_none(), "{p}");
     }
     let failed: Vec<_> = parts.iter().filter(|p| p["fields"]["action"] == "failed").collect();
     assert_eq!(failed.len(), 1);

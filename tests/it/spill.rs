@@ -430,6 +430,13 @@ fn memory_limits_are_checked_before_anything_runs() {
         assert!(text(&o).contains("--memory-limit"), "{}", text(&o));
         assert!(!lake.output().exists());
     }
+    // More than the machine holds: run, and said (a date past memory would not be spilled).
+    let o = cli(
+        &["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01", "--memory-limit", "1000TiB"],
+        lake.dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("more than this machine's memory"), "{}", text(&o));
 }
 
 #[test]
@@ -937,6 +944,17 @@ fn a_date_that_decodes_far_past_its_estimate_is_spilled_not_read_past_the_budget
     assert!(log.contains("decodes past the memory budget: spilled"), "{log}");
     assert!(spilled(&sp_sum).iter().all(|&b| b > 0), "every partition spilled: {sp_sum}");
     assert!(mem_files == lake.snapshot(), "the spilled partitions differ from the in-memory ones");
+    // The partitions' log records: spilled bytes where there are some, left out where none.
+    let records = |log: String| {
+        log.lines().filter(|l| l.contains("record=\"partition\"")).map(str::to_string).collect::<Vec<_>>()
+    };
+    let (mem_records, sp_records) = (records(text(&mem)), records(log));
+    assert_eq!((mem_records.len(), sp_records.len()), (3, 3), "{mem_records:?} {sp_records:?}");
+    assert!(mem_records.iter().all(|l| !l.contains("spilled_bytes")), "{mem_records:?}");
+    assert!(
+        sp_records.iter().all(|l| l.contains("spilled_bytes=") && !l.contains("spilled_bytes=0 ")),
+        "{sp_records:?}"
+    );
     // In memory a date takes hundreds of MiB; under the budget the process stays near it (the
     // process takes ~75 MiB before it reads a row: the engine, the runtime, the mapped binary).
     assert!(mem_peak > 300, "the dates are large in memory: {mem_peak} MiB");

@@ -47,6 +47,29 @@ fn a_lookup_object_linked_from_the_output_is_refused() {
     assert_eq!(lake.snapshot(), before);
 }
 
+/// Risk: a lookup laid out in folders by value (`fx/date=2026-11-01/r.parquet`): its rows were
+/// read with no `date` column, every folder's alike, and a join on the other columns matched
+/// each event once a folder (exit 0, numbers doubled). Refused, naming the folder.
+#[test]
+fn a_lookup_in_folders_named_by_value_is_refused() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(1313, 1, 20), 1);
+    let fx = lake.dir.path().join("fx");
+    for day in ["2026-11-01", "2026-11-02"] {
+        let folder = fx.join(format!("date={day}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        write_parquet(&folder.join("r.parquet"), &batch(&random_orders(1314, 1, 2)));
+    }
+    let sql = "sql = \"SELECT count(*) AS n FROM events JOIN fx USING (currency)\"";
+    let table = format!("[[aggregate.tables]]\nname = \"fx\"\nurl = \"{}\"\nformat = \"parquet\"\n", fx.display());
+    let cfg = sql_config(&lake, &format!("{sql}\n{table}"), "");
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("aggregate.tables[0].url") && t.contains("`date=2026-11-01/`"), "{t}");
+    assert!(!lake.output().exists());
+}
+
 fn run(lake: &Lake, cfg: &Path, args: &[&str]) -> std::process::Output {
     let mut all = vec!["run", "--config", cfg.to_str().unwrap()];
     all.extend_from_slice(args);
