@@ -1724,9 +1724,10 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
             }
         }
         other => {
-            return Err(never(format!(
-                "values of type {other} cannot be listed; write the condition in SQL (`where = \"{column} = ...\"`)"
-            )))
+            return Err(format!(
+                "column `{column}` is of type {other}, whose values cannot be listed; write the condition in SQL \
+                 (`where = \"{column} = ...\"`)"
+            ))
         }
     };
     Ok(sql)
@@ -1861,6 +1862,16 @@ mod tests {
     use datafusion::physical_plan::ExecutionPlanProperties;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
+
+    /// A listed value in a type that cannot be listed is refused for its column's type, not as
+    /// a value that "can never equal" it.
+    #[test]
+    fn a_timestamp_column_cannot_be_listed_and_says_so() {
+        let ty = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None);
+        let e = literal(&"2026-11-01 00:00:00".into(), "ts", &ty, chrono_tz::UTC).unwrap_err();
+        assert!(e.contains("column `ts` is of type Timestamp") && e.contains("write the condition in SQL"), "{e}");
+        assert!(!e.contains("can never equal"), "{e}");
+    }
 
     /// Kept rows are cut by their count and by the bytes of their text, and where they are cut
     /// depends on the rows alone, not on how they were pushed.
