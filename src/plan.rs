@@ -184,6 +184,7 @@ pub async fn plan(
         required: Vec::new(),
         tombstone: None,
         run: None,
+        version: cfg.identity.version.clone(),
     };
     let lookups = Arc::new(read_lookups(cfg).await?);
     if objects.is_empty() {
@@ -900,6 +901,7 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
             required: Vec::new(),
             tombstone: None,
             run: None,
+            version: None,
         };
         // Every row of a lookup belongs to it: read under one placeholder date.
         let day = NaiveDate::default();

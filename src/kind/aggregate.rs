@@ -427,6 +427,7 @@ impl Aggregate {
                 Err(e) => return Err(in_memory_error(input, decoder, p.inputs.get(object), date, e, cx.spill).await),
             };
             let (record, wide, key, tz) = (record.clone(), wide.clone(), key.clone(), decoder.tz);
+            let version = decoder.version.clone();
             let object = object as u32;
             let pieces = std::mem::take(&mut d.pieces);
             let rows: usize = pieces.iter().map(|p| p.batch.num_rows()).sum();
@@ -443,7 +444,7 @@ impl Aggregate {
                 let mut origins = Vec::with_capacity(pieces.len());
                 let mut picks: Vec<Vec<(usize, usize)>> = vec![Vec::new(); buckets];
                 for piece in pieces {
-                    let piece = read::conform(piece, &record, tz)?;
+                    let piece = read::conform(piece, &record, tz, version.as_deref())?;
                     let n = piece.batch.num_rows();
                     let cols = key
                         .iter()

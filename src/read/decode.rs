@@ -142,6 +142,9 @@ pub struct Decoder {
     /// The run's record schema, once planned: the types of columns a date's objects leave
     /// empty (a text column with no value reads as type Null).
     pub run: Option<SchemaRef>,
+    /// The version column: a wall-clock time of it that the zone repeats may not become an
+    /// instant ([`unify::repeated_wall_clock`]).
+    pub version: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -542,6 +545,11 @@ impl Decoder {
                     _ => c.clone(),
                 },
             };
+            if self.version.as_ref() == Some(name) {
+                if let Some(r) = unify::repeated_wall_clock(c, &converted, self.tz) {
+                    bad.push((r, name.clone(), unify::repeated_version(c, r, self.tz)));
+                }
+            }
             fields.push(Field::new(name, converted.data_type().clone(), true));
             columns.push(converted);
         }
@@ -1809,6 +1817,7 @@ mod tests {
             required: Vec::new(),
             tombstone: None,
             run: None,
+            version: None,
         }
     }
 

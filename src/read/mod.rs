@@ -48,7 +48,9 @@ pub fn assemble(pieces: Vec<Piece>, decoder: &Decoder) -> Result<Table, InputErr
     let refs: Vec<(&str, &arrow::datatypes::Schema)> = schemas.iter().map(|(o, s)| (*o, s.as_ref())).collect();
     let schema = unified(&refs, decoder)?;
     drop(schemas);
-    let conformed = pieces.into_iter().map(|p| conform(p, &schema, decoder.tz)).collect::<Result<Vec<_>, _>>()?;
+    let version = decoder.version.as_deref();
+    let conformed =
+        pieces.into_iter().map(|p| conform(p, &schema, decoder.tz, version)).collect::<Result<Vec<_>, _>>()?;
     Table::from_pieces(schema, conformed)
 }
 
@@ -65,9 +67,20 @@ pub fn unified(schemas: &[(&str, &arrow::datatypes::Schema)], decoder: &Decoder)
 }
 
 /// A piece conformed to `schema` by column name, exactly; a value that does not fit names its
-/// object, row and column.
-pub fn conform(p: Piece, schema: &SchemaRef, tz: chrono_tz::Tz) -> Result<Piece, InputError> {
-    let batch = unify::conform(&p.batch, schema, tz).map_err(|(column, e)| {
+/// object, row and column. A wall-clock `version` that the zone repeats does not become an
+/// instant ([`unify::repeated_wall_clock`]).
+pub fn conform(p: Piece, schema: &SchemaRef, tz: chrono_tz::Tz, version: Option<&str>) -> Result<Piece, InputError> {
+    let batch = unify::conform(&p.batch, schema, tz).and_then(|b| {
+        let Some(v) = version else { return Ok(b) };
+        let (Some(from), Some(to)) = (p.batch.column_by_name(v), b.column_by_name(v)) else { return Ok(b) };
+        match unify::repeated_wall_clock(from, to, tz) {
+            Some(r) => {
+                Err((v.to_string(), unify::Inexact { row: Some(r), message: unify::repeated_version(from, r, tz) }))
+            }
+            None => Ok(b),
+        }
+    });
+    let batch = batch.map_err(|(column, e)| {
         let i = e.row.unwrap_or(0);
         InputError::bad(
             Location {

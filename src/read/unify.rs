@@ -517,6 +517,40 @@ fn wall_clock_to_instant(
     timestamps(out, to)
 }
 
+/// The first row of `from` whose value became an instant in `to` (a timestamp with a zone)
+/// from a wall-clock time that `tz` repeats when its clocks go back: text written without an
+/// offset, a timestamp without a zone, or a date's midnight. Such a time is taken as the
+/// earlier instant, a guess; for a key's version the guess would order its versions.
+pub fn repeated_wall_clock(from: &ArrayRef, to: &ArrayRef, tz: Tz) -> Option<usize> {
+    let DataType::Timestamp(unit, Some(_)) = to.data_type() else { return None };
+    let is_text = matches!(base(from.data_type()), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    if is_text {
+        let text = arrow::compute::cast(from, &DataType::Utf8).ok()?;
+        let text = text.as_string::<i32>();
+        return (0..text.len()).find(|&i| text.is_valid(i) && super::text::repeated_in(text.value(i), *unit, tz));
+    }
+    let wall = match base(from.data_type()) {
+        DataType::Timestamp(_, None) | DataType::Date32 | DataType::Date64 => {
+            arrow::compute::cast(from, &DataType::Timestamp(TimeUnit::Nanosecond, None)).ok()?
+        }
+        _ => return None,
+    };
+    let wall = wall.as_primitive::<arrow::datatypes::TimestampNanosecondType>();
+    (0..wall.len())
+        .find(|&i| wall.is_valid(i) && super::text::repeated_wall_clock(wall.value(i), TimeUnit::Nanosecond, tz))
+}
+
+/// Why row `row` of a version column (see [`repeated_wall_clock`]) is refused.
+pub fn repeated_version(from: &ArrayRef, row: usize, tz: Tz) -> String {
+    let shown = arrow::util::display::array_value_to_string(from, row).unwrap_or_default();
+    format!(
+        "the version `{shown}` is a wall-clock time that {tz} has twice (its clocks go back then), so which instant it \
+         is, and which of the key's versions is the latest, is not in the value; write the version with its offset \
+         (or `Z`), or declare it `timestamp_ntz` in [input.schema] (then only a key with two versions in that hour \
+         fails)"
+    )
+}
+
 /// Instants as wall-clock time in the job's time zone (a column declared `timestamp_ntz`).
 fn instant_to_wall_clock(arr: &ArrayRef, tu: TimeUnit, to: &DataType, tz: Tz) -> Result<ArrayRef, Inexact> {
     let DataType::Timestamp(fu, _) = arr.data_type() else {

@@ -1257,6 +1257,51 @@ fn wall_clock_versions_in_a_repeated_hour_are_not_guessed() {
     let out = job(&lake, "csv", "schema = { v = \"timestamp\" }", KV, sql, "2026-11-01");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(amounts(), [("1".to_string(), "20".to_string())], "the later instant");
+    // Declared `timestamp`, a version written without its offset in the repeated hour became
+    // the earlier instant, a guess: 01:30 (05:30Z) won over 06:10Z, which may be the earlier.
+    // Refused, with the way out; the same wall-clock time an hour before is taken.
+    write(&[(1, "2026-11-01 01:30:00", 10), (1, "2026-11-01T06:10:00Z", 20)]);
+    let out = job(&lake, "csv", "schema = { v = \"timestamp\" }", KV, sql, "2026-11-01");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{t}");
+    assert!(t.contains("a.csv, row 0 (line 2), column `v`") && t.contains("the version `2026-11-01 01:30:00`"), "{t}");
+    assert!(t.contains("America/New_York has twice") && t.contains("`timestamp_ntz`"), "{t}");
+    write(&[(1, "2026-11-01 00:30:00", 10), (1, "2026-11-01T06:10:00Z", 20)]);
+    let out = job(&lake, "csv", "schema = { v = \"timestamp\" }", KV, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(amounts(), [("1".to_string(), "20".to_string())]);
+    // Parquet: two zone-less versions in the hour fail as above; an unrelated object whose
+    // versions are instants made the date's versions instants, and the two were then ordered by
+    // the guess (exit 0). Refused alike, naming the zone-less one.
+    std::fs::remove_file(dir.join("a.csv")).unwrap();
+    let parquet = |name: &str, k: i64, wall: &str, zone: Option<&str>, amount: i64| {
+        use arrow::array::{Int64Array, TimestampMicrosecondArray};
+        use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+        let t = chrono::NaiveDateTime::parse_from_str(wall, "%Y-%m-%d %H:%M:%S").unwrap().and_utc().timestamp_micros();
+        let ty = DataType::Timestamp(TimeUnit::Microsecond, zone.map(Into::into));
+        let schema = Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", ty, true),
+            Field::new("amount", DataType::Int64, true),
+        ]);
+        let columns: Vec<arrow::array::ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![k])),
+            Arc::new(TimestampMicrosecondArray::from(vec![t]).with_timezone_opt(zone)),
+            Arc::new(Int64Array::from(vec![amount])),
+        ];
+        write_parquet(&dir.join(name), &RecordBatch::try_new(Arc::new(schema), columns).unwrap());
+    };
+    parquet("a.parquet", 1, "2026-11-01 01:30:00", None, 10);
+    parquet("b.parquet", 1, "2026-11-01 01:10:00", None, 20);
+    let out = job(&lake, "parquet", "", KV, sql, "2026-11-01");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("order is unknown"), "{}", text(&out));
+    parquet("c.parquet", 2, "2026-11-01 15:00:00", Some("UTC"), 7);
+    let out = job(&lake, "parquet", "", KV, sql, "2026-11-01");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{t}");
+    assert!(t.contains("a.parquet, row 0, column `v`") && t.contains("America/New_York has twice"), "{t}");
+    assert!(!lake.partition_file("2026-11-01").exists());
 }
 
 /// A text column left empty in every row of a date (an optional field nobody filled that day)

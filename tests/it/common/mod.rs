@@ -53,6 +53,7 @@ pub fn dated_decoder(format: lakeswap::config::Format) -> lakeswap::read::Decode
         required: vec!["event_date".into()],
         tombstone: None,
         run: None,
+        version: None,
     }
 }
 
