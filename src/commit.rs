@@ -105,6 +105,26 @@ pub fn quarantine_path(state: &StoreLocation, run_id: &str, dir: &str) -> Path {
 
 /// Encodes a partition's rows with fixed writer settings and the lineage in the footer.
 pub fn encode(batch: &RecordBatch, lineage: &Lineage, extra: &[(&str, String)]) -> Result<Bytes, PartitionError> {
+    encode_as(batch, lineage, extra, false)
+}
+
+/// The footer key of a sealed file's body: `<bytes>:<sha-256>` of its row groups, the bytes
+/// before its page indexes and footer.
+pub const BODY_KEY: &str = "lakeswap.body";
+
+/// [`encode`], sealed: the footer holds a digest of the row groups' bytes ([`BODY_KEY`]), so a
+/// file changed after its commit (rewritten with the footer kept, a flipped byte) is told from
+/// the one written ([`intact`]). A daily table's file, which `--skip-unchanged` may keep.
+pub fn encode_sealed(batch: &RecordBatch, lineage: &Lineage) -> Result<Bytes, PartitionError> {
+    encode_as(batch, lineage, &[], true)
+}
+
+fn encode_as(
+    batch: &RecordBatch,
+    lineage: &Lineage,
+    extra: &[(&str, String)],
+    seal: bool,
+) -> Result<Bytes, PartitionError> {
     let mut kv = vec![KeyValue::new(lineage::FOOTER_KEY.to_string(), lineage.to_json())];
     kv.extend(extra.iter().map(|(k, v)| KeyValue::new(k.to_string(), v.clone())));
     let props = WriterProperties::builder()
@@ -116,8 +136,30 @@ pub fn encode(batch: &RecordBatch, lineage: &Lineage, extra: &[(&str, String)]) 
     let err = |e: parquet::errors::ParquetError| PartitionError::Other(format!("encoding the partition file: {e}"));
     let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).map_err(err)?;
     w.write(batch).map_err(err)?;
+    if seal {
+        w.flush().map_err(err)?;
+        w.sync().map_err(|e| err(e.into()))?;
+        let body = w.inner().as_slice();
+        w.append_key_value_metadata(KeyValue::new(BODY_KEY.to_string(), format!("{}:{}", body.len(), digest(body))));
+    }
     w.close().map_err(err)?;
     Ok(Bytes::from(buf))
+}
+
+/// Whether a sealed file's row groups are the bytes it was written with ([`encode_sealed`]);
+/// false for a file that is not sealed or not readable.
+pub fn intact(bytes: &[u8]) -> bool {
+    let Some(end) = bytes.len().checked_sub(8) else { return false };
+    let Ok(tail) = parquet::file::metadata::FooterTail::try_from(&bytes[end..]) else { return false };
+    let Some(start) = end.checked_sub(tail.metadata_length()) else { return false };
+    let Ok(md) = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&bytes[start..end]) else {
+        return false;
+    };
+    let sealed = md.file_metadata().key_value_metadata().and_then(|kv| kv.iter().find(|k| k.key == BODY_KEY));
+    let Some((len, sha)) = sealed.and_then(|k| k.value.as_deref()).and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    len.parse::<usize>().ok().filter(|&n| n <= start).is_some_and(|n| digest(&bytes[..n]) == sha)
 }
 
 /// Reads a partition file back and checks its schema and row count.

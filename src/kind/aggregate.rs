@@ -247,7 +247,7 @@ impl Aggregate {
         })?;
         let inputs = cx.plan.lineage_inputs(p, &cx.job.input);
         let lineage = Lineage::new(cx.job.config.fingerprint(), p.date, inputs, stats, batch.num_rows() as u64);
-        let bytes = commit::encode(&batch, &lineage, &[])?;
+        let bytes = commit::encode_sealed(&batch, &lineage)?;
         let quarantine = match quarantined {
             Some(rows) => Some(commit::encode(&rows, &lineage, &[])?),
             None => None,

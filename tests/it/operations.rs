@@ -338,6 +338,56 @@ fn status_shows_committed_failed_and_missing_days() {
     assert_eq!(states, ["committed", "committed", "committed"], "{v}");
 }
 
+/// Risk: a committed file changed after its commit kept its lineage in its footer: rewritten
+/// with other numbers and the footer's metadata kept, or a byte flipped in its data, it was
+/// skipped by every later `--skip-unchanged` run (exit 0), for good. A daily table's file is
+/// sealed (a digest of its row groups in its footer), and one changed is computed again.
+#[test]
+fn a_committed_file_changed_after_its_commit_is_computed_again_not_skipped() {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(131, 3, 40), 1);
+    let cfg = lake.config();
+    let c = cfg.to_str().unwrap();
+    let run = || {
+        cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03", "--skip-unchanged"], lake.dir.path())
+    };
+    assert!(run().status.success());
+    let right: Vec<Vec<u8>> =
+        ["2026-11-01", "2026-11-02"].iter().map(|d| std::fs::read(lake.partition_file(d)).unwrap()).collect();
+    assert!(table_of(&run()).contains("3 skipped"));
+    // Other numbers, the footer's metadata (lineage and seal) kept.
+    let file = lake.partition_file("2026-11-01");
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(right[0].clone())).unwrap();
+    let kv = reader.metadata().file_metadata().key_value_metadata().cloned();
+    let b: arrow::array::RecordBatch = reader.build().unwrap().next().unwrap().unwrap();
+    let i = b.schema().index_of("orders").unwrap();
+    let more = arrow::compute::kernels::numeric::add(b.column(i), &arrow::array::Int64Array::new_scalar(1000)).unwrap();
+    let mut columns = b.columns().to_vec();
+    columns[i] = more;
+    let edited = arrow::array::RecordBatch::try_new(b.schema(), columns).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder().set_key_value_metadata(kv).build();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&file).unwrap(), edited.schema(), Some(props))
+            .unwrap();
+    w.write(&edited).unwrap();
+    w.close().unwrap();
+    // A byte of the other's data flipped.
+    let mut flipped = right[1].clone();
+    flipped[8] ^= 0x55;
+    std::fs::write(lake.partition_file("2026-11-02"), &flipped).unwrap();
+    let o = run();
+    let t = table_of(&o);
+    assert!(o.status.success(), "{}", text(&o));
+    for date in ["2026-11-01", "2026-11-02"] {
+        let l = t.lines().find(|l| l.starts_with(date)).unwrap_or_default();
+        assert!(l.contains("replaced"), "{date} is computed again: {t}");
+    }
+    assert!(t.contains("1 skipped"), "{t}");
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), right[0]);
+    assert_eq!(std::fs::read(lake.partition_file("2026-11-02")).unwrap(), right[1]);
+}
+
 /// Risks, where lineage said "unchanged" of what changed, or "wrong" of what is right:
 /// - a flat input's dates share their input objects, so one date's file copied over another's
 ///   (a restore from the wrong backup) was skipped by `--skip-unchanged` and shown as committed;
