@@ -105,26 +105,6 @@ pub fn quarantine_path(state: &StoreLocation, run_id: &str, dir: &str) -> Path {
 
 /// Encodes a partition's rows with fixed writer settings and the lineage in the footer.
 pub fn encode(batch: &RecordBatch, lineage: &Lineage, extra: &[(&str, String)]) -> Result<Bytes, PartitionError> {
-    encode_as(batch, lineage, extra, false)
-}
-
-/// The footer key of a sealed file's body: `<bytes>:<sha-256>` of its row groups, the bytes
-/// before its page indexes and footer.
-pub const BODY_KEY: &str = "lakeswap.body";
-
-/// [`encode`], sealed: the footer holds a digest of the row groups' bytes ([`BODY_KEY`]), so a
-/// file changed after its commit (rewritten with the footer kept, a flipped byte) is told from
-/// the one written ([`intact`]). A daily table's file, which `--skip-unchanged` may keep.
-pub fn encode_sealed(batch: &RecordBatch, lineage: &Lineage) -> Result<Bytes, PartitionError> {
-    encode_as(batch, lineage, &[], true)
-}
-
-fn encode_as(
-    batch: &RecordBatch,
-    lineage: &Lineage,
-    extra: &[(&str, String)],
-    seal: bool,
-) -> Result<Bytes, PartitionError> {
     let mut kv = vec![KeyValue::new(lineage::FOOTER_KEY.to_string(), lineage.to_json())];
     kv.extend(extra.iter().map(|(k, v)| KeyValue::new(k.to_string(), v.clone())));
     let props = WriterProperties::builder()
@@ -136,30 +116,47 @@ fn encode_as(
     let err = |e: parquet::errors::ParquetError| PartitionError::Other(format!("encoding the partition file: {e}"));
     let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).map_err(err)?;
     w.write(batch).map_err(err)?;
-    if seal {
-        w.flush().map_err(err)?;
-        w.sync().map_err(|e| err(e.into()))?;
-        let body = w.inner().as_slice();
-        w.append_key_value_metadata(KeyValue::new(BODY_KEY.to_string(), format!("{}:{}", body.len(), digest(body))));
-    }
     w.close().map_err(err)?;
     Ok(Bytes::from(buf))
 }
 
-/// Whether a sealed file's row groups are the bytes it was written with ([`encode_sealed`]);
-/// false for a file that is not sealed or not readable.
+/// The footer key of a sealed file's digest: the SHA-256 (hex) of the whole file, taken with
+/// this value's own 64 characters written as zeros.
+pub const SEAL_KEY: &str = "lakeswap.seal";
+
+/// [`encode`], sealed: the footer holds a digest of every byte of the file (row groups, page
+/// indexes, the footer and its statistics; [`SEAL_KEY`]), so a file changed after its commit
+/// (rewritten with the footer kept, a byte flipped anywhere) is told from the one written
+/// ([`intact`]). A daily table's file, which `--skip-unchanged` may keep.
+pub fn encode_sealed(batch: &RecordBatch, lineage: &Lineage) -> Result<Bytes, PartitionError> {
+    let mut bytes = encode(batch, lineage, &[(SEAL_KEY, "0".repeat(64))])?.to_vec();
+    let at = seal_at(&bytes)
+        .filter(|&at| bytes[at..at + 64].iter().all(|&b| b == b'0'))
+        .ok_or_else(|| PartitionError::Other("encoding the partition file: its seal was not found".into()))?;
+    let sealed = digest(&bytes);
+    bytes[at..at + 64].copy_from_slice(sealed.as_bytes());
+    Ok(Bytes::from(bytes))
+}
+
+/// Where the seal's 64 characters lie in a file: in its footer, just after the key's name (the
+/// value's field header and length take a byte each in Thrift's compact encoding).
+fn seal_at(bytes: &[u8]) -> Option<usize> {
+    let end = bytes.len().checked_sub(8)?;
+    let tail = parquet::file::metadata::FooterTail::try_from(&bytes[end..]).ok()?;
+    let start = end.checked_sub(tail.metadata_length())?;
+    let key = memchr::memmem::rfind(&bytes[start..end], SEAL_KEY.as_bytes())?;
+    let at = start + key + SEAL_KEY.len() + 2;
+    (at + 64 <= end).then_some(at)
+}
+
+/// Whether a sealed file is every byte as written ([`encode_sealed`]); false for a file that is
+/// not sealed or not readable.
 pub fn intact(bytes: &[u8]) -> bool {
-    let Some(end) = bytes.len().checked_sub(8) else { return false };
-    let Ok(tail) = parquet::file::metadata::FooterTail::try_from(&bytes[end..]) else { return false };
-    let Some(start) = end.checked_sub(tail.metadata_length()) else { return false };
-    let Ok(md) = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&bytes[start..end]) else {
-        return false;
-    };
-    let sealed = md.file_metadata().key_value_metadata().and_then(|kv| kv.iter().find(|k| k.key == BODY_KEY));
-    let Some((len, sha)) = sealed.and_then(|k| k.value.as_deref()).and_then(|v| v.split_once(':')) else {
-        return false;
-    };
-    len.parse::<usize>().ok().filter(|&n| n <= start).is_some_and(|n| digest(&bytes[..n]) == sha)
+    let Some(at) = seal_at(bytes) else { return false };
+    let sealed = &bytes[at..at + 64];
+    let mut unsealed = bytes.to_vec();
+    unsealed[at..at + 64].fill(b'0');
+    sealed.iter().all(u8::is_ascii_hexdigit) && digest(&unsealed).as_bytes() == sealed
 }
 
 /// Reads a partition file back and checks its schema and row count.

@@ -324,7 +324,7 @@ pub enum PartitionError {
          back (from a backup), or remove it to start this date anew",
         match holds {
             Some(d) => format!("holds the partition of {d} by its lineage: a file of another date copied in"),
-            None => "has no lakeswap lineage: lakeswap did not write it (a copy, or a file written by hand)".into(),
+            None => "has no lakeswap lineage: lakeswap did not write it (a copy, or a file written by hand), or it was cut short or damaged since".into(),
         }
     )]
     Misplaced { path: String, holds: Option<chrono::NaiveDate> },
@@ -334,8 +334,8 @@ pub enum PartitionError {
     Differs { path: String, why: String },
 
     #[error(
-        "{path} has no lakeswap lineage: lakeswap did not write it (a copy, or another tool's file), and it \
-         overwrites only its own files. Nothing was written. Move it away (to keep it), or set `[output] \
+        "{path} has no lakeswap lineage: lakeswap did not write it (a copy, or another tool's file), or it was cut \
+         short or damaged since, and lakeswap overwrites only its own files. Nothing was written. Move it away (to keep it), or set `[output] \
          foreign_files = \"remove\"` to have the run replace it"
     )]
     NotOurs { path: String },

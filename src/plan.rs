@@ -874,7 +874,8 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
             let folders = rel.rsplit_once('/').map_or("", |(f, _)| f).to_string();
             let named = folders.split('/').find(|f| {
                 let f = percent_encoding::percent_decode_str(f).decode_utf8_lossy();
-                f.split_once('=').is_some_and(|(name, _)| !name.is_empty())
+                f.split_once('=')
+                    .is_some_and(|(name, value)| !name.is_empty() && !value.is_empty() && !value.contains('='))
             })?;
             Some((m, named.to_string()))
         }) {

@@ -344,7 +344,8 @@ pub fn render(status: &Status, recent: usize) -> String {
                 };
                 let _ = writeln!(
                     s,
-                    "              its file has no lakeswap lineage: lakeswap did not write it (copied in by hand?); \
+                    "              its file has no lakeswap lineage: lakeswap did not write it (copied in by hand?), or it \
+                     was damaged since; \
                      {what}"
                 );
             }

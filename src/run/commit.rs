@@ -441,7 +441,7 @@ fn has_lineage(committed: &bytes::Bytes) -> bool {
 /// another date's.
 fn lineage_apart(committed: &bytes::Bytes, date: chrono::NaiveDate) -> Option<String> {
     match commit::lineage_of(committed) {
-        None => Some("it has no lakeswap lineage (lakeswap did not write it)".to_string()),
+        None => Some("it has no lakeswap lineage (lakeswap did not write it, or it was damaged since)".to_string()),
         Some(l) => {
             l.date.filter(|d| *d != date).map(|d| format!("its lineage is {d}'s (a file of that date copied in)"))
         }

@@ -436,7 +436,7 @@ async fn verdict(
     let removing = |verdict: &str| format!("{verdict}, and {} (foreign_files = \"remove\")", removes.join(", and "));
     let told: Option<String> = match lineage {
         Some(None) if merge || !remove => Some(
-            "would fail: its file has no lakeswap lineage (lakeswap did not write it); move it away, or set \
+            "would fail: its file has no lakeswap lineage (lakeswap did not write it, or it was damaged since); move it away, or set \
              `foreign_files = \"remove\"` (an aggregate)"
                 .into(),
         ),

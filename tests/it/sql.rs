@@ -68,6 +68,11 @@ fn a_lookup_in_folders_named_by_value_is_refused() {
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(t.contains("aggregate.tables[0].url") && t.contains("`date=2026-11-01/`"), "{t}");
     assert!(!lake.output().exists());
+    // Folders whose names hold `=` but no value by name (base64 padding, `x==y`) are read.
+    std::fs::rename(fx.join("date=2026-11-01"), fx.join("abc=")).unwrap();
+    std::fs::rename(fx.join("date=2026-11-02"), fx.join("x==y")).unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
 fn run(lake: &Lake, cfg: &Path, args: &[&str]) -> std::process::Output {
