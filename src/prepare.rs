@@ -1133,7 +1133,7 @@ impl Unordered {
     }
 
     /// Whether `v` is in a repeated hour.
-    fn holds(&self, v: i64) -> bool {
+    pub(crate) fn holds(&self, v: i64) -> bool {
         self.0.iter().any(|&(x, y)| (x..y).contains(&v))
     }
 }

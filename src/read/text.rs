@@ -431,22 +431,15 @@ pub fn parse_timestamp(s: &str, unit: TimeUnit, aware: bool, epoch: bool, tz: Tz
     to_unit(value, unit).ok_or_else(|| format!("`{s}` is out of range"))
 }
 
-/// Whether `s` writes a wall-clock time, without `Z`, an offset or an epoch value, that `tz`
-/// repeats when its clocks go back: which of two instants it is, is not in the text.
-pub fn repeated_in(s: &str, unit: TimeUnit, tz: Tz) -> bool {
+/// The wall-clock time (in `unit`) that `s` writes without `Z`, an offset or an epoch value:
+/// where its zone repeats that time, which of two instants it is, is not in the text.
+pub fn wall_clock_written(s: &str, unit: TimeUnit, tz: Tz) -> Option<i64> {
     let t = s.trim();
     let rest = t.find(['T', 't', ' ']).map_or("", |i| t[i + 1..].trim_start());
     if rest.ends_with(['Z', 'z']) || rest.get(2..).is_some_and(|r| r.contains(['+', '-'])) {
-        return false;
+        return None;
     }
-    parse_timestamp(s, unit, false, false, tz).is_ok_and(|v| repeated_wall_clock(v, unit, tz))
-}
-
-/// Whether the wall-clock time `v` (in `unit`) happens twice in `tz`.
-pub fn repeated_wall_clock(v: i64, unit: TimeUnit, tz: Tz) -> bool {
-    let scale = per_second(unit);
-    chrono::DateTime::from_timestamp(v.div_euclid(scale), (v.rem_euclid(scale) * (1_000_000_000 / scale)) as u32)
-        .is_some_and(|t| matches!(tz.from_local_datetime(&t.naive_utc()), chrono::LocalResult::Ambiguous(..)))
+    parse_timestamp(s, unit, false, false, tz).ok()
 }
 
 fn to_unit(t: NaiveDateTime, unit: TimeUnit) -> Option<i64> {

@@ -523,21 +523,22 @@ fn wall_clock_to_instant(
 /// earlier instant, a guess; for a key's version the guess would order its versions.
 pub fn repeated_wall_clock(from: &ArrayRef, to: &ArrayRef, tz: Tz) -> Option<usize> {
     let DataType::Timestamp(unit, Some(_)) = to.data_type() else { return None };
-    let is_text = matches!(base(from.data_type()), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
-    if is_text {
-        let text = arrow::compute::cast(from, &DataType::Utf8).ok()?;
-        let text = text.as_string::<i32>();
-        return (0..text.len()).find(|&i| text.is_valid(i) && super::text::repeated_in(text.value(i), *unit, tz));
-    }
-    let wall = match base(from.data_type()) {
+    // Each row's wall-clock time, where it was one.
+    let wall: Vec<Option<i64>> = match base(from.data_type()) {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            let text = arrow::compute::cast(from, &DataType::Utf8).ok()?;
+            let text = text.as_string::<i32>();
+            text.iter().map(|s| s.and_then(|s| super::text::wall_clock_written(s, *unit, tz))).collect()
+        }
         DataType::Timestamp(_, None) | DataType::Date32 | DataType::Date64 => {
-            arrow::compute::cast(from, &DataType::Timestamp(TimeUnit::Nanosecond, None)).ok()?
+            let wall = arrow::compute::cast(from, &DataType::Timestamp(*unit, None)).ok()?;
+            let wall = arrow::compute::cast(&wall, &DataType::Int64).ok()?;
+            wall.as_primitive::<Int64Type>().iter().collect()
         }
         _ => return None,
     };
-    let wall = wall.as_primitive::<arrow::datatypes::TimestampNanosecondType>();
-    (0..wall.len())
-        .find(|&i| wall.is_valid(i) && super::text::repeated_wall_clock(wall.value(i), TimeUnit::Nanosecond, tz))
+    let repeated = crate::prepare::Unordered::new(&DataType::Timestamp(*unit, None), tz, wall.iter().flatten());
+    wall.iter().position(|v| v.is_some_and(|v| repeated.holds(v)))
 }
 
 /// Why row `row` of a version column (see [`repeated_wall_clock`]) is refused.

@@ -228,11 +228,10 @@ async fn read_input(job: &Job, plan: &mut Plan, flat: Option<Arc<FlatInput>>) ->
     Some(flat)
 }
 
-/// The lineage of the committed file of a partition when it was made by this config, under
-/// the current rules, from exactly the input objects listed now.
 /// With `--skip-unchanged`, the lineage of a committed partition a run skips: one made under
-/// the same rules and config from the same input objects, alone in its folder (a folder holding
-/// a foreign object is computed, which fails or removes it).
+/// the same rules and config from the same input objects, still the bytes written
+/// ([`commit::intact`]), alone in its folder (a folder holding a foreign object is computed,
+/// which fails or removes it).
 pub(super) async fn skippable(
     job: &Job,
     opts: &RunOptions,
@@ -242,23 +241,26 @@ pub(super) async fn skippable(
     if !(opts.skip_unchanged && job.kind.output_from_input_alone() && p.seen.meta.is_some()) {
         return None;
     }
-    let committed = unchanged_inputs(job, plan, p).await?;
-    // Its bytes those written: a file changed since (rewritten with its footer kept, a byte
-    // flipped) is computed again.
+    // The committed file, read once: its lineage names this config, these rules and these input
+    // objects, and its bytes are those written (a file changed since, rewritten with its footer
+    // kept or a byte flipped, is computed again).
     let path = commit::target_path(&job.output, &p.dir);
     let bytes = object_store::ObjectStoreExt::get(&job.output.store, &path).await.ok()?.bytes().await.ok()?;
-    if !crate::commit::intact(&bytes) {
+    let committed = unchanged_inputs(job, plan, p, commit::lineage_of(&bytes)?)?;
+    if !commit::intact(&bytes) {
         return None;
     }
     crate::commit::foreign_objects(&job.output, &p.dir).await.is_ok_and(|f| f.is_empty()).then_some(committed)
 }
 
-async fn unchanged_inputs(job: &Job, plan: &Plan, p: &PartitionPlan) -> Option<crate::lineage::Lineage> {
-    let Ok(Some(Some(lineage))) =
-        commit::committed_lineage(&job.output, &commit::target_path(&job.output, &p.dir)).await
-    else {
-        return None;
-    };
+/// `lineage` (the committed file's), when it was made by this config, under the current rules,
+/// from exactly the input objects listed now.
+fn unchanged_inputs(
+    job: &Job,
+    plan: &Plan,
+    p: &PartitionPlan,
+    lineage: crate::lineage::Lineage,
+) -> Option<crate::lineage::Lineage> {
     let mut inputs = plan.lineage_inputs(p, &job.input);
     inputs.sort();
     let same = lineage.rules == crate::lineage::RULES
