@@ -24,6 +24,7 @@ mod aggregates;
 mod distinct;
 mod floats;
 mod in_order;
+mod intervals;
 mod mean;
 mod sums;
 mod unlike;
@@ -127,6 +128,14 @@ pub fn parse(sql: &str) -> Result<(), String> {
                  `{e} AS some_name`"
             ));
         }
+        if let std::ops::ControlFlow::Break(cast) = query.visit(&mut ZonedCasts) {
+            return Err(format!(
+                "`{cast}` asks for a timestamp with a time zone, which the engine makes a zone-less one (UTC's \
+                 wall-clock time, read as the job's): a timestamp that names an instant is one in the job's zone \
+                 already, so use it as it is; text with an offset is read as the instant it names where it meets \
+                 one (`ts = CAST(s AS TIMESTAMP)`, `ts < to_timestamp(s)`)"
+            ));
+        }
         if let std::ops::ControlFlow::Break(sample) = query.visit(&mut Samples) {
             return Err(format!(
                 "`{sample}` picks rows at random, and the engine would not apply it (it reads every row); a \
@@ -213,6 +222,25 @@ fn unnamed_output(body: &datafusion::sql::sqlparser::ast::SetExpr) -> Option<Str
         SetExpr::SetOperation { left, .. } => unnamed_output(left),
         SetExpr::Values(v) => Some(format!("{v}")),
         _ => None,
+    }
+}
+
+/// Finds a cast to a timestamp with a time zone (`CAST(x AS TIMESTAMPTZ)`, `x::TIMESTAMP WITH
+/// TIME ZONE`). The engine, given no session zone, makes it a zone-less timestamp; a literal so
+/// typed (`TIMESTAMPTZ '…'`) is read as the instant it names where it meets one.
+struct ZonedCasts;
+
+impl datafusion::sql::sqlparser::ast::Visitor for ZonedCasts {
+    type Break = String;
+
+    fn pre_visit_expr(&mut self, e: &datafusion::sql::sqlparser::ast::Expr) -> std::ops::ControlFlow<String> {
+        use datafusion::sql::sqlparser::ast::{DataType, Expr, TimezoneInfo};
+        match e {
+            Expr::Cast { data_type: DataType::Timestamp(_, TimezoneInfo::WithTimeZone | TimezoneInfo::Tz), .. } => {
+                std::ops::ControlFlow::Break(e.to_string())
+            }
+            _ => std::ops::ControlFlow::Continue(()),
+        }
     }
 }
 
@@ -422,11 +450,13 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     rules.insert(at + 1, Arc::new(unlike::DoubleQuotients));
     rules.insert(at + 2, Arc::new(unlike::FloatsOverDecimals));
     rules.insert(at + 3, Arc::new(unlike::ExactMedians));
+    rules.insert(at + 4, Arc::new(intervals::DatesPlusTimes));
     if let Some(zone) = zone {
         let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
     }
     rules.push(Arc::new(zones::ZonedLiterals));
+    rules.push(Arc::new(intervals::ZonedIntervals));
     rules.push(Arc::new(unlike::UnlikeSql));
     rules.push(Arc::new(sums::ExactSums));
     rules.push(Arc::new(floats::OneZeroOneNan));

@@ -21,7 +21,11 @@ use chrono::{LocalResult, TimeZone};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{plan_err, DFSchema, Result, ScalarValue};
-use datafusion::logical_expr::{cast, Expr, ExprSchemable, LogicalPlan};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{
+    cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
 use datafusion::optimizer::AnalyzerRule;
 
 use arrow::datatypes::{DataType, TimeUnit};
@@ -32,15 +36,15 @@ pub struct ZonedLiterals;
 
 impl AnalyzerRule for ZonedLiterals {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|p| {
-            let schema = super::input_schema(&p);
-            p.map_expressions(|e| {
-                let t = e.transform_up(|e| rewrite(e, &schema))?;
-                refuse_offsets_made_zone_less(&t.data)?;
-                Ok(t)
+        // Names kept: a rewritten `GROUP BY` expression is still found by the nodes above it.
+        let plan = super::rewrite_exprs(plan, rewrite)?;
+        plan.apply_with_subqueries(|p| {
+            p.apply_expressions(|e| {
+                refuse_offsets_made_zone_less(e)?;
+                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
             })
-        })
-        .map(|t| t.data)
+        })?;
+        Ok(plan)
     }
 
     fn name(&self) -> &str {
@@ -71,6 +75,32 @@ impl AnalyzerRule for EpochInstants {
 
 impl EpochInstants {
     fn instant(&self, e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+        // `arrow_cast(x, 'Timestamp(…)')` is the cast it names (as the optimizer makes it later),
+        // read as every such cast is.
+        if let Some(c) = arrow_cast_to_timestamp(&e) {
+            return Ok(Transformed::yes(self.instant(c, schema)?.data));
+        }
+        if let Expr::ScalarFunction(f) = &e {
+            if let Some(unit) = to_timestamp_unit(f.name()) {
+                match (f.args.len(), f.args.first().map(|a| a.get_type(schema))) {
+                    // A zoned timestamp made a timestamp again (to cut it to seconds, say): the same
+                    // instant, not UTC's wall-clock time the engine would make it.
+                    (1, Some(Ok(DataType::Timestamp(_, Some(zone))))) => {
+                        return Ok(Transformed::yes(cast(f.args[0].clone(), DataType::Timestamp(unit, Some(zone)))));
+                    }
+                    // Text read by formats: where they read an offset, the engine holds the
+                    // instant as UTC's wall-clock time.
+                    (2.., Some(Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))) => {
+                        if formats_read_offsets(f.name(), &f.args[1..])? {
+                            let utc = cast(e, DataType::Timestamp(unit, Some("UTC".into())));
+                            return Ok(Transformed::yes(cast(utc, DataType::Timestamp(unit, Some(self.zone.clone())))));
+                        }
+                        return Ok(Transformed::no(e));
+                    }
+                    _ => {}
+                }
+            }
+        }
         let epoch = match &e {
             Expr::ScalarFunction(f) if f.name().starts_with("to_timestamp") || f.name() == "from_unixtime" => {
                 f.args.len() == 1 && f.args[0].get_type(schema).is_ok_and(|t| t.is_numeric())
@@ -87,6 +117,68 @@ impl EpochInstants {
         let Ok(DataType::Timestamp(unit, None)) = e.get_type(schema) else { return Ok(Transformed::no(e)) };
         let utc = cast(e, DataType::Timestamp(unit, Some("UTC".into())));
         Ok(Transformed::yes(cast(utc, DataType::Timestamp(unit, Some(self.zone.clone())))))
+    }
+}
+
+/// The unit of the timestamp a `to_timestamp` function makes, if `name` is one.
+fn to_timestamp_unit(name: &str) -> Option<TimeUnit> {
+    match name {
+        "to_timestamp" | "to_timestamp_nanos" => Some(TimeUnit::Nanosecond),
+        "to_timestamp_micros" => Some(TimeUnit::Microsecond),
+        "to_timestamp_millis" => Some(TimeUnit::Millisecond),
+        "to_timestamp_seconds" => Some(TimeUnit::Second),
+        _ => None,
+    }
+}
+
+/// `arrow_cast(x, 'Timestamp(…)')` as the cast it names.
+fn arrow_cast_to_timestamp(e: &Expr) -> Option<Expr> {
+    let Expr::ScalarFunction(f) = e else { return None };
+    if f.name() != "arrow_cast" || f.args.len() != 2 {
+        return None;
+    }
+    let Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _) = &f.args[1] else {
+        return None;
+    };
+    let to: DataType = t.parse().ok()?;
+    matches!(to, DataType::Timestamp(..)).then(|| cast(f.args[0].clone(), to))
+}
+
+/// Whether the formats of `to_timestamp(text, format, …)` read an offset or a zone (`%z`,
+/// `%:z`, `%#z`, `%Z`): then the engine gives the instant, as UTC's wall-clock time; without,
+/// the text's wall-clock time. Formats that are not all literals, or of which some read one
+/// and some do not, are refused: which the value is would depend on the row.
+fn formats_read_offsets(name: &str, formats: &[Expr]) -> Result<bool> {
+    let mut read = Vec::new();
+    for f in formats {
+        match f {
+            Expr::Literal(
+                ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)) | ScalarValue::LargeUtf8(Some(t)),
+                _,
+            ) => {
+                // `%%` is a percent sign; an offset is `%z`, `%:z`, `%::z`, `%:::z`, `%#z`, `%Z`.
+                let t = t.replace("%%", "");
+                read.push(t.split('%').skip(1).any(|spec| {
+                    let spec = spec.trim_start_matches([':', '#', '-', '_', '0', '.', '3', '6', '9']);
+                    spec.starts_with(['z', 'Z'])
+                }));
+            }
+            Expr::Literal(v, _) if v.is_null() => {}
+            _ => {
+                return plan_err!(
+                    "{name}'s formats must be written out (literal text): whether they read an offset decides \
+                     whether the result is an instant or a wall-clock time"
+                )
+            }
+        }
+    }
+    match (read.iter().any(|r| *r), read.iter().all(|r| *r)) {
+        (true, false) => plan_err!(
+            "{name} is given formats of which some read an offset or zone (%z, %Z) and some do not: its result \
+             would be an instant for some rows and a wall-clock time for others. Give every format an offset, or \
+             none"
+        ),
+        (any, _) => Ok(any),
     }
 }
 
@@ -195,6 +287,94 @@ fn refuse_offsets_made_zone_less(e: &Expr) -> Result<()> {
     .map(|_| ())
 }
 
+/// Text made a date (`CAST(s AS DATE)`, `TRY_CAST`, `to_date(s)`) as [`WrittenDate`] makes it.
+fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
+    let text = |a: &Expr| {
+        a.get_type(schema).is_ok_and(|t| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
+    };
+    let (arg, to, safe) = match e {
+        Expr::Cast(c) if matches!(c.field.data_type(), DataType::Date32 | DataType::Date64) && text(&c.expr) => {
+            (c.expr.as_ref(), c.field.data_type(), false)
+        }
+        Expr::TryCast(c) if matches!(c.field.data_type(), DataType::Date32 | DataType::Date64) && text(&c.expr) => {
+            (c.expr.as_ref(), c.field.data_type(), true)
+        }
+        Expr::ScalarFunction(f) if f.name() == "to_date" && f.args.len() == 1 && text(&f.args[0]) => {
+            (&f.args[0], &DataType::Date32, false)
+        }
+        _ => return None,
+    };
+    // A literal is read now: left as it is without an offset (as the engine reads it), cut to
+    // its date with one.
+    if let Expr::Literal(
+        ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)),
+        _,
+    ) = arg
+    {
+        let s = s.trim();
+        if !has_offset(s) {
+            return None;
+        }
+        let date = s.split(['T', 't', ' ']).next().unwrap_or(s).to_string();
+        let date = Expr::Literal(ScalarValue::Utf8(Some(date)), None);
+        return Some(match e {
+            Expr::TryCast(_) => Expr::TryCast(datafusion::logical_expr::TryCast::new(Box::new(date), to.clone())),
+            _ => cast(date, to.clone()),
+        });
+    }
+    let f = WrittenDate { signature: Signature::any(2, Volatility::Immutable) };
+    let args = vec![arg.clone(), Expr::Literal(ScalarValue::Boolean(Some(safe)), None)];
+    let date = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(ScalarUDF::from(f)), args));
+    Some(match to {
+        DataType::Date32 => date,
+        other => cast(date, other.clone()),
+    })
+}
+
+/// `written_date(text, safe)`: the date text names as it is written. Arrow reads text with a
+/// time and an offset (`2026-11-01T23:30:00-05:00`) as the instant and gives its date in UTC
+/// (11-02); SQL (DuckDB, PostgreSQL) gives the date written (11-01), as for text without one.
+/// `safe`: text that is no date gives null (`TRY_CAST`) rather than failing the date.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct WrittenDate {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for WrittenDate {
+    fn name(&self) -> &str {
+        "written_date"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Date32)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use arrow::array::{Array, AsArray};
+        let safe = matches!(&args.args[1], ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))));
+        let scalar = matches!(&args.args[0], ColumnarValue::Scalar(_));
+        let text = arrow::compute::cast(&args.args[0].to_array(args.number_rows.max(1))?, &DataType::Utf8)?;
+        let text = text.as_string::<i32>();
+        let written: arrow::array::StringArray = text
+            .iter()
+            .map(|v| {
+                v.map(|s| match has_offset(s.trim()) {
+                    true => s.trim().split(['T', 't', ' ']).next().unwrap_or(s),
+                    false => s,
+                })
+            })
+            .collect();
+        let options = arrow::compute::CastOptions { safe, ..Default::default() };
+        let dates = arrow::compute::cast_with_options(&written, &DataType::Date32, &options)?;
+        debug_assert_eq!(dates.len(), text.len());
+        Ok(match scalar {
+            true => ColumnarValue::Scalar(ScalarValue::try_from_array(&dates, 0)?),
+            false => ColumnarValue::Array(dates),
+        })
+    }
+}
+
 /// Whether a timestamp text names its offset or zone (`Z`, `+01:00`, `-0500`, `UTC`,
 /// `Europe/Paris` after the date and its `T`).
 fn has_offset(s: &str) -> bool {
@@ -279,6 +459,9 @@ fn refuse_finer_literals(e: &Expr, schema: &DFSchema) -> Result<()> {
 
 fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     refuse_finer_literals(&e, schema)?;
+    if let Some(written) = written_date(&e, schema) {
+        return Ok(Transformed::yes(written));
+    }
     // The engine reads second 60 as the next minute's first; the input refuses it.
     let made = match &e {
         Expr::Cast(c) if matches!(c.field.data_type(), DataType::Timestamp(..)) => literal_text(&c.expr),

@@ -497,6 +497,134 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     }
 }
 
+/// Risks: time arithmetic and conversions that the engine computes otherwise than SQL in a
+/// zone with summer time, with exit 0 — a date plus hours kept a date (midnight); text read by
+/// a format with `%z`, a zoned timestamp made a timestamp again (`to_timestamp_seconds(ts)`) and
+/// `arrow_cast` of an epoch taken as UTC's wall-clock time; text with an offset made a date in
+/// UTC; a `GROUP BY` of an expression with a literal refused with the engine's internal names;
+/// an interval added across the change failing the date. Each is checked against a model of
+/// the hours of 2026-11-01 in New York (the clocks go back: 01:00 happens twice).
+#[test]
+fn time_arithmetic_and_conversions_in_the_jobs_zone_are_sqls() {
+    use arrow::array::{ArrayRef, Int64Array, StringArray, TimestampMicrosecondArray};
+    use chrono::{DateTime, Timelike};
+    let identity = "[identity]\nkey = [\"id\"]\nimmutable = true\n\n[partition]\nfrom_timestamp = \"ts\"";
+    // One event an hour, 00:00 EDT (04:00Z) to 23:00 EST (next day 04:00Z): 25 events.
+    let start = DateTime::parse_from_rfc3339("2026-11-01T04:00:00Z").unwrap().timestamp();
+    let instants: Vec<i64> = (0..25).map(|h| start + h * 3600).collect();
+    let ny = |t: i64| DateTime::from_timestamp(t, 0).unwrap().with_timezone(&chrono_tz::America::New_York);
+    let batch = |instants: &[i64]| {
+        let ids: ArrayRef = Arc::new(Int64Array::from((0..instants.len() as i64).collect::<Vec<_>>()));
+        let ts = TimestampMicrosecondArray::from(instants.iter().map(|t| t * 1_000_000).collect::<Vec<_>>())
+            .with_timezone("UTC");
+        let text: Vec<String> = instants
+            .iter()
+            .map(|t| DateTime::from_timestamp(*t, 0).unwrap().format("%Y-%m-%d %H:%M:%S+0000").to_string())
+            .collect();
+        let s: ArrayRef = Arc::new(StringArray::from(text));
+        RecordBatch::try_from_iter([("id", ids), ("ts", Arc::new(ts) as ArrayRef), ("s", s)]).unwrap()
+    };
+    let lake = Lake::new();
+    std::fs::create_dir_all(lake.input()).unwrap();
+    write_parquet(&lake.input().join("a.parquet"), &batch(&instants));
+    let count = |sql: &str| first_value(&lake, identity, sql).parse::<i64>().unwrap();
+    let before_noon = instants.iter().filter(|t| ny(**t).hour() < 12).count() as i64;
+    assert_eq!(before_noon, 13);
+    // A date plus hours is a timestamp (its midnight's wall-clock time, plus 12 hours).
+    for e in [
+        "event_date + INTERVAL '12 hours'",
+        "DATE '2026-11-01' + INTERVAL '12 hours'",
+        "INTERVAL '12 hours' + event_date",
+    ] {
+        assert_eq!(count(&format!("SELECT count(*) AS n FROM events WHERE ts < {e}")), before_noon, "{e}");
+    }
+    assert_eq!(count("SELECT count(*) AS n FROM events WHERE ts < event_date + INTERVAL '1 day'"), 25);
+    // Text read by a format with an offset names the instant; one without, wall-clock time.
+    assert_eq!(count("SELECT count(*) AS n FROM events WHERE ts = to_timestamp(s, '%Y-%m-%d %H:%M:%S%z')"), 25);
+    let noon_utc = "to_timestamp('2026-11-01 10:00:00 +0000', '%Y-%m-%d %H:%M:%S %z')";
+    let utc10 = DateTime::parse_from_rfc3339("2026-11-01T10:00:00Z").unwrap().timestamp();
+    let before_10z = instants.iter().filter(|t| **t < utc10).count() as i64;
+    assert_eq!(count(&format!("SELECT count(*) AS n FROM events WHERE ts < {noon_utc}")), before_10z);
+    assert_eq!(
+        count("SELECT count(*) AS n FROM events WHERE ts < to_timestamp('2026-11-01 12:00', '%Y-%m-%d %H:%M')"),
+        before_noon
+    );
+    // A zoned timestamp made one again keeps its instant; an epoch cast by arrow_cast is one.
+    assert_eq!(count("SELECT count(*) AS n FROM events WHERE to_timestamp_seconds(ts) = ts"), 25);
+    let hour_one = instants.iter().filter(|t| ny(**t).hour() == 1).count() as i64;
+    assert_eq!(hour_one, 2);
+    assert_eq!(
+        count("SELECT count(*) AS n FROM events WHERE extract(hour FROM to_timestamp_seconds(ts)) = 1"),
+        hour_one
+    );
+    let epoch = format!("arrow_cast({utc10}, 'Timestamp(Second, None)')");
+    assert_eq!(count(&format!("SELECT count(*) AS n FROM events WHERE ts < {epoch}")), before_10z);
+    // A GROUP BY of an expression holding a literal (rewritten by lakeswap) is found by the
+    // columns above it.
+    let sql = "SELECT CASE WHEN ts < TIMESTAMP '2026-11-01 12:00:00' THEN 0 ELSE 1 END AS half, count(*) AS n \
+               FROM events GROUP BY 1 ORDER BY half";
+    assert_eq!(first_value(&lake, identity, sql), "0");
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let n = b.column_by_name("n").unwrap().as_primitive::<arrow::datatypes::Int64Type>();
+    assert_eq!(n.values().to_vec(), vec![before_noon, 25 - before_noon]);
+    // A cast to a zoned type would be a zone-less one: refused, saying what to write.
+    let out = job(
+        &lake,
+        "parquet",
+        "",
+        identity,
+        "SELECT count(*) AS n FROM events WHERE CAST(s AS TIMESTAMPTZ) < ts",
+        "2026-11-01",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("asks for a timestamp with a time zone"), "{}", text(&out));
+
+    // An interval across the change: a wall-clock time the clocks skip is read with the offset
+    // before it (03:30 EDT, as PostgreSQL and DuckDB give); one they repeat fails the date,
+    // saying so, and nothing is written.
+    let lake = Lake::new();
+    std::fs::create_dir_all(lake.input()).unwrap();
+    let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp();
+    write_parquet(&lake.input().join("a.parquet"), &batch(&[at("2026-03-07T07:30:00Z"), at("2026-10-31T05:30:00Z")]));
+    let on = |date: &str, sql: &str| {
+        let out = job(&lake, "parquet", "", identity, sql, date);
+        assert!(out.status.success(), "{sql}: {}", text(&out));
+        let b = read_batch(&lake.partition_file(date));
+        arrow::util::display::array_value_to_string(b.column(0), 0).unwrap()
+    };
+    let sql = "SELECT CAST(ts + INTERVAL '1 day' AS VARCHAR) AS t FROM events";
+    assert_eq!(on("2026-03-07", sql), "2026-03-08T03:30:00-04:00");
+    let sql_at = "SELECT count(*) AS n FROM events WHERE ts + INTERVAL '1 day' = TIMESTAMP '2026-03-08T07:30:00Z'";
+    assert_eq!(on("2026-03-07", sql_at), "1");
+    let out = job(&lake, "parquet", "", identity, sql, "2026-10-31");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("2026-11-01 01:30:00, which happens twice in America/New_York"), "{}", text(&out));
+    assert!(!lake.partition_file("2026-10-31").exists());
+    // Elapsed time meets neither.
+    let out = job(
+        &lake,
+        "parquet",
+        "",
+        identity,
+        "SELECT count(*) AS n FROM events WHERE ts + INTERVAL '24 hours' > ts",
+        "2026-10-31",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Text with an offset made a date is the date written (DuckDB, PostgreSQL), not UTC's.
+    let lake = text_objects(&[(
+        "a.csv",
+        "k,v,s\n1,1,2026-11-01T23:30:00-05:00\n2,1,2026-11-01T00:30:00+05:30\n3,1,2026-11-01 23:30:00\n",
+    )]);
+    let sql = "SELECT count(*) FILTER (WHERE CAST(s AS DATE) = DATE '2026-11-01') AS a, \
+               count(*) FILTER (WHERE to_date(s) = DATE '2026-11-01') AS b, \
+               count(*) FILTER (WHERE TRY_CAST(s AS DATE) = DATE '2026-11-01') AS c, \
+               count(*) FILTER (WHERE CAST('2026-11-01T23:30:00-05:00' AS DATE) = DATE '2026-11-01') AS d FROM events";
+    let out = job(&lake, "csv", "", KV, sql, "2026-11-02");
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(first_row(&lake, &["a", "b", "c", "d"]), ["3", "3", "3", "3"]);
+}
+
 /// Risk: a zone-less column compared with an instant, one of its values in the hour New York's
 /// clocks skip: the engine says only "Cannot cast timezone to different timezone". The date
 /// fails saying what the value is, and nothing is written.
