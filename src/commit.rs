@@ -534,10 +534,15 @@ pub fn removable(out: &StoreLocation, dir: &str, path: &Path) -> bool {
 
 /// Whether a path of the table (relative to it) passes through a symbolic link on a local folder.
 fn through_link(out: &StoreLocation, relative: &str) -> bool {
-    let Some(mut at) = out.local_path(&out.prefix) else { return false };
-    relative.split('/').any(|part| {
+    first_link(out, relative).is_some()
+}
+
+/// The first symbolic link on a path of the table (relative to it), on a local folder.
+pub fn first_link(out: &StoreLocation, relative: &str) -> Option<std::path::PathBuf> {
+    let mut at = out.local_path(&out.prefix)?;
+    relative.split('/').find_map(|part| {
         at.push(part);
-        std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink())
+        std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()).then(|| at.clone())
     })
 }
 

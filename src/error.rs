@@ -128,6 +128,15 @@ impl Error {
     pub(crate) fn store(what: &'static str, path: impl fmt::Display, source: object_store::Error) -> Self {
         Error::Store { what, path: path.to_string(), source }
     }
+
+    /// A partition's error met where no partition runs (reading a table's files for its plan,
+    /// its status): a store that failed stays one (exit 1: a retry may pass), not a usage error.
+    pub(crate) fn of_partition(e: PartitionError) -> Self {
+        match e {
+            PartitionError::Store { what, path, source } => Error::Store { what, path, source },
+            other => Error::Internal { what: "reading the table", message: other.to_string() },
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -329,6 +338,13 @@ pub enum PartitionError {
     )]
     Misplaced { path: String, holds: Option<chrono::NaiveDate> },
 
+    #[error(
+        "{path} is reached through a symbolic link ({link}), so a swap would replace the file the link leads \
+         to: another table's partition, or another date's. Nothing was written. lakeswap writes only into its own \
+         table's folders: remove the link (and keep what it leads to), then run the date again"
+    )]
+    Linked { path: String, link: String },
+
     /// `why` ends with what to do.
     #[error("{path} differs from a recomputation from its input: {why}")]
     Differs { path: String, why: String },
@@ -395,6 +411,7 @@ impl PartitionError {
             }
             PartitionError::MissingInput { .. }
             | PartitionError::Foreign { .. }
+            | PartitionError::Linked { .. }
             | PartitionError::Misplaced { .. }
             | PartitionError::NotOurs { .. }
             | PartitionError::Fenced { .. }

@@ -447,6 +447,9 @@ fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, var
     if meta.is_err() && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
         return Some("it is a link to nothing; name the file itself".into());
     }
+    if meta.as_ref().is_ok_and(|m| m.is_dir()) {
+        return Some("it is a folder; name a file (in it, say)".into());
+    }
     let file = meta.as_ref().is_ok_and(|m| m.is_file());
     if file && meta.as_ref().is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(m) > 1) {
         return Some(

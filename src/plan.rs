@@ -397,7 +397,8 @@ fn nested_date_folder(object: &object_store::path::Path, folder: &object_store::
 /// column in the type they unify to ([`read::unify::unify_types`]; the first object's where
 /// they do not), so no object's place in the listing decides the plan; every
 /// object's footer is read for the partition column. Each date still reads its own objects'
-/// types: a date's output depends on its own input alone. Text: the first object that has rows
+/// types: a date's output depends on its own input alone. A merge (`stored`) takes every
+/// date's objects with rows, as its table stores them all. Text: the first object that has rows
 /// (a header alone gives no types). `stored`: the run stores its input columns (a merge), so a
 /// nested column's places with no value are typed from any object of the run that has them.
 async fn reference(
@@ -454,7 +455,12 @@ async fn reference(
         groups.push(at..all.len());
     }
     let with_rows = |g: &std::ops::Range<usize>| all[g.clone()].iter().flatten().any(|(_, n, _)| *n > 0);
-    let group = groups.iter().find(|g| with_rows(g)).or(groups.first()).cloned().unwrap_or(0..1);
+    // A merge stores every date's columns in one table: its schema is all of its dates' (a
+    // date lacking a column holds nulls in it), so which date comes first decides nothing.
+    let group = match stored {
+        true if all.iter().flatten().any(|(_, n, _)| *n > 0) => 0..all.len(),
+        _ => groups.iter().find(|g| with_rows(g)).or(groups.first()).cloned().unwrap_or(0..1),
+    };
     let mut first_date: Vec<(arrow::datatypes::Schema, i64, String)> = all[group].iter().flatten().cloned().collect();
     if first_date.iter().any(|(_, n, _)| *n > 0) {
         first_date.retain(|(_, n, _)| *n > 0);
@@ -976,9 +982,8 @@ impl Plan {
     /// under the partition's lease, which is the state its swap compares with).
     pub async fn look_up_targets(&mut self, output: &StoreLocation) -> Result<()> {
         for p in &mut self.partitions {
-            p.seen.meta = commit::head(output, &commit::target_path(output, &p.dir))
-                .await
-                .map_err(|e| Error::Usage(e.to_string()))?;
+            p.seen.meta =
+                commit::head(output, &commit::target_path(output, &p.dir)).await.map_err(Error::of_partition)?;
         }
         Ok(())
     }

@@ -149,7 +149,7 @@ pub async fn table_record(
     }
     for date in committed.into_iter().rev() {
         let target = commit::target_path(out, &commit::partition_dir(column, date));
-        let footer = commit::committed_footer(out, &target).await.map_err(|e| Error::Usage(e.to_string()))?;
+        let footer = commit::committed_footer(out, &target).await.map_err(Error::of_partition)?;
         if let Some(Some(md)) = footer {
             return Ok((of_footer(&md).map(Arc::new), None));
         }

@@ -143,9 +143,8 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
     let mut parts = Vec::with_capacity(dates.len());
     for date in dates {
         let dir = commit::partition_dir(column, date);
-        let found = commit::committed_footer(out, &commit::target_path(out, &dir))
-            .await
-            .map_err(|e| Error::Usage(e.to_string()))?;
+        let found =
+            commit::committed_footer(out, &commit::target_path(out, &dir)).await.map_err(Error::of_partition)?;
         let committed = found.is_some();
         let footer = found.flatten();
         let lineage = footer.as_ref().and_then(|md| Lineage::from_footer(md.file_metadata().key_value_metadata()));
@@ -154,7 +153,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
             _ => None,
         };
         // Also where no file is committed: a second spelling of the date is read all the same.
-        let found = commit::foreign_objects(out, &dir).await.map_err(|e| Error::Usage(e.to_string()))?;
+        let found = commit::foreign_objects(out, &dir).await.map_err(Error::of_partition)?;
         let foreign: Vec<String> = found.iter().map(|p| out.relative(p)).collect();
         let run = last.get(&date);
         let failed = run.is_some_and(|(_, a, _)| *a == Action::Failed);

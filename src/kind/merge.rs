@@ -1101,8 +1101,8 @@ async fn prepare_read(cx: &Context<'_>, p: &PartitionPlan, mut table: Table) -> 
                     .replace(" in this run", " in this date's objects")
                     .replace(
                         ") added",
-                        ") is not in the run's schema (taken from its first date's objects: run this date alone, \
-                         with --schema-change rebuild to add the column to the table)",
+                        ") is not in the run's schema (the run's objects read to plan do not hold it: to add it \
+                         to the table, run with --schema-change rebuild over every committed partition)",
                     )
                     .replace(") removed", ") is missing from this date's objects")
             })

@@ -260,6 +260,10 @@ pub fn physical(p: &std::path::Path) -> std::path::PathBuf {
 pub fn nested(a: &str, b: &str) -> bool {
     fn norm(u: &str) -> Vec<String> {
         let (scheme, rest) = match u.split_once("://") {
+            // A local folder as a URL: resolved as a path is (`file:///x/other/../in` is `/x/in`).
+            Some((s, r)) if s.eq_ignore_ascii_case("file") => {
+                ("file".to_string(), physical(std::path::Path::new(r)).display().to_string())
+            }
             Some((s, r)) => (s.to_ascii_lowercase(), r.to_string()),
             None => ("file".to_string(), physical(std::path::Path::new(u)).display().to_string()),
         };
@@ -300,6 +304,9 @@ mod tests {
         assert!(nested(&at("in"), &at("link/tbl")));
         assert!(!nested(&at("in"), &at("./in/../out")));
         assert!(!nested(&at("in"), &at("link/../out")));
+        assert!(nested(&format!("file://{}", at("other/../in")), &at("in/tbl")));
+        assert!(nested(&format!("FILE://{}", at("link")), &at("in/tbl")));
+        assert!(!nested(&format!("file://{}", at("other/../out")), &at("in/tbl")));
     }
 
     #[test]

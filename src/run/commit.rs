@@ -143,6 +143,15 @@ pub(crate) async fn foreign(
     job: &Job,
     dir: &str,
 ) -> std::result::Result<Vec<object_store::path::Path>, PartitionError> {
+    // A partition folder (or file) that is a link: the swap would replace what it leads to.
+    let file = commit::target_path(&job.output, dir);
+    if let Some(link) = commit::first_link(&job.output, &job.output.relative(&file)) {
+        let target = std::fs::read_link(&link).map(|t| format!(" to {}", t.display())).unwrap_or_default();
+        return Err(PartitionError::Linked {
+            path: job.output.display(&file),
+            link: format!("{}{target}", link.display()),
+        });
+    }
     let found = commit::foreign_objects(&job.output, dir).await?;
     let remove = job.config.output.foreign_files == ForeignFiles::Remove;
     if found.is_empty() || (remove && found.iter().all(|p| commit::removable(&job.output, dir, p))) {
@@ -555,7 +564,7 @@ pub(crate) enum PendingState {
 /// Where run `run_id`'s pending swap `p` stands (reads the staged copy and the committed file).
 pub(crate) async fn pending_state(job: &Job, run_id: &str, p: &PendingSwap) -> Result<PendingState> {
     let (out, state) = (&job.output, &job.state);
-    let usage = |e: PartitionError| crate::Error::Usage(e.to_string());
+    let failed = crate::Error::of_partition;
     let target = commit::target_path(out, &p.dir);
     let staged = commit::staging_path(state, run_id, &p.dir);
     let seen = Seen {
@@ -567,14 +576,14 @@ pub(crate) async fn pending_state(job: &Job, run_id: &str, p: &PendingSwap) -> R
             version: p.version.clone(),
         }),
     };
-    let bytes = commit::get(state, &staged).await.map_err(usage)?;
-    let now = commit::head(out, &target).await.map_err(usage)?;
+    let bytes = commit::get(state, &staged).await.map_err(failed)?;
+    let now = commit::head(out, &target).await.map_err(failed)?;
     let as_seen = seen.same_object(&now);
     Ok(match (bytes, as_seen) {
         (Some(bytes), true) => PendingState::Ready { staged, seen, bytes },
         (Some(b), false) => {
             let committed = match &now {
-                Some(_) => commit::get(out, &target).await.map_err(usage)?,
+                Some(_) => commit::get(out, &target).await.map_err(failed)?,
                 None => None,
             };
             match committed {
@@ -593,7 +602,7 @@ pub(crate) async fn pending_state(job: &Job, run_id: &str, p: &PendingSwap) -> R
             // rewritten or removed since (a table restored from a backup), or the copy lost.
             Some(d) => {
                 let committed = match &now {
-                    Some(_) => commit::get(out, &target).await.map_err(usage)?,
+                    Some(_) => commit::get(out, &target).await.map_err(failed)?,
                     None => None,
                 };
                 match committed {
@@ -702,7 +711,7 @@ async fn held_twice(
     let mut present = BTreeSet::new();
     for dir in swapped.iter().map(|p| &p.dir).chain(abandoned.iter().map(|(p, _)| &p.dir)) {
         let target = commit::target_path(&job.output, dir);
-        let now = commit::head(&job.output, &target).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
+        let now = commit::head(&job.output, &target).await.map_err(crate::Error::of_partition)?;
         if now.is_some() {
             present.insert(dir.clone());
         }

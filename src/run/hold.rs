@@ -181,9 +181,8 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
 pub async fn unleased(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held> {
     let Planned { run_id, started, now, mut plan, flat, new_table_schema, identity_adopted, rebuild } = planned;
     for p in &mut plan.partitions {
-        p.seen.meta = commit::head(&job.output, &commit::target_path(&job.output, &p.dir))
-            .await
-            .map_err(|e| Error::Usage(e.to_string()))?;
+        p.seen.meta =
+            commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await.map_err(Error::of_partition)?;
     }
     let dates = plan.partitions.iter().map(|p| p.date).collect();
     let journal = Journal::start(&run_id, &job.config.job.name, dates, now);

@@ -181,7 +181,7 @@ impl Job {
                 Err(e) => return Err(crate::Error::store("cannot write", self.state.display(&marker), e)),
             }
         }
-        let bytes = crate::commit::get(&self.state, &marker).await.map_err(|e| crate::Error::Usage(e.to_string()))?;
+        let bytes = crate::commit::get(&self.state, &marker).await.map_err(crate::Error::of_partition)?;
         if bytes.is_none() {
             // Not claimed yet: no command has written to this state.
             return Ok(());
@@ -490,6 +490,8 @@ pub(crate) fn report(
         Some(PartitionError::Differs { .. }) => Action::Differs,
         _ => action,
     };
+    // Nothing was written for a date that failed or stopped, whatever it computed.
+    let output_rows = if matches!(action, Action::Failed | Action::Stopped) { 0 } else { output_rows };
     PartitionReport {
         date,
         action,

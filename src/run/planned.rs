@@ -101,13 +101,22 @@ impl Planned {
         let (new_table_schema, rebuild) = match (&table, &output_schema) {
             (Some(t), Some(o)) if !schema::differences(t, o).is_empty() => {
                 if opts.schema_change != SchemaChange::Rebuild || verify {
+                    let differences = schema::differences(t, o);
+                    // A column the run's objects lack is not there to keep: a rebuild drops it.
+                    let drops = match differences.iter().any(|d| d.ends_with(") removed")) {
+                        true => {
+                            " (which drops a removed column's stored values from every partition: where only \
+                             some producers lack the column yet, run once they all write it instead)"
+                        }
+                        false => "",
+                    };
                     return Err(Error::Usage(format!(
                         "this run would change the schema of the table {}: {}. Nothing was done. To rewrite \
                          the whole table under the new schema, run with --schema-change rebuild over a range \
-                         that covers every committed partition (lakeswap status lists them); or write to a \
-                         new output",
+                         that covers every committed partition (lakeswap status lists them){drops}; or write to \
+                         a new output",
                         job.output.url,
-                        schema::differences(t, o).join("; ")
+                        differences.join("; ")
                     )));
                 }
                 // The stored keys of a merge table are found by their bytes, which follow the

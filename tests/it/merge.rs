@@ -1369,6 +1369,29 @@ fn a_merge_dates_columns_are_the_runs_by_name_in_any_order_and_text_encoding() {
     let o = run(config("b5", "csv"));
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(val("2026-11-05"), [""]);
+    // Parquet by date folders: a producer still on the old columns (no `val`) under the first
+    // date, the new ones under the next. The run's schema is every date's (it was the first
+    // date's: the table's `val` was called removed, and a rebuild, as advised, dropped it).
+    let parquet = |dir: &str, id: i64, val: Option<&str>| {
+        let path = lake.dir.path().join("b6").join(dir).join("p.parquet");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut columns = vec![
+            ("id", Arc::new(Int64Array::from(vec![id])) as ArrayRef),
+            ("v", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+        ];
+        if let Some(v) = val {
+            columns.push(("val", Arc::new(arrow::array::StringArray::from(vec![v])) as ArrayRef));
+        }
+        write_parquet(&path, &RecordBatch::try_from_iter(columns).unwrap());
+    };
+    parquet("event_date=2026-11-06", 6, None);
+    parquet("event_date=2026-11-07", 7, Some("s"));
+    let o = run(config("b6", "parquet"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        (val("2026-11-06"), val("2026-11-07"), val("2026-11-01")),
+        (vec![String::new()], vec!["s".to_string()], vec!["z".to_string()])
+    );
 }
 
 /// Risk: with `on_conflict = "quarantine"`, the table depended on how events were split into

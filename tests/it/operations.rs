@@ -628,3 +628,68 @@ async fn a_store_failing_while_the_plan_reads_footers_is_worth_a_retry() {
     }
     assert!(failed > 0, "no call failed the run");
 }
+
+/// Risks: a partition folder that is a symbolic link to another table's (or another date's)
+/// partition was written through — a run of this table replaced the other table's committed
+/// file, exit 0; a store that failed while the table's files were read for a plan or a status
+/// was called a usage error (exit 2, which schedulers do not retry); a `--summary-json` naming
+/// a folder was found only after every partition had committed; a date that failed reported
+/// the rows it would have written.
+#[test]
+fn links_store_failures_and_summaries_are_told_apart_and_nothing_is_written_through_a_link() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(91, 2, 40), 1);
+    let cfg = lake.config();
+    let c = cfg.to_str().unwrap();
+    let o = cli(&["run", "--config", c, "--from", "2026-11-01", "--to", "2026-11-02"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    // Table B (another query) with its 2026-11-01 folder linked to table A's.
+    let b_out = lake.dir.path().join("b");
+    std::fs::create_dir_all(&b_out).unwrap();
+    std::os::unix::fs::symlink(lake.output().join("event_date=2026-11-01"), b_out.join("event_date=2026-11-01"))
+        .unwrap();
+    let b_cfg = lake.dir.path().join("b.toml");
+    let text_b = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(&format!("url = \"{}\"", lake.output().display()), &format!("url = \"{}\"", b_out.display()))
+        .replace(
+            "{ name = \"orders\",           fn = \"count\" }",
+            "{ name = \"orders\", fn = \"count\", where = \"amount > 100\" }",
+        );
+    assert_ne!(text_b, std::fs::read_to_string(&cfg).unwrap());
+    std::fs::write(&b_cfg, text_b).unwrap();
+    let before = lake.snapshot();
+    let b = b_cfg.to_str().unwrap();
+    let o = cli(
+        &["run", "--config", b, "--from", "2026-11-01", "--to", "2026-11-02", "--summary-json", "s.json"],
+        lake.dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("reached through a symbolic link"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), before, "table A is as it was");
+    assert!(b_out.join("event_date=2026-11-02/part-00000.parquet").exists(), "B's other date commits");
+    // The failed date reports no rows written.
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("s.json")).unwrap()).unwrap();
+    let failed = s["partitions"].as_array().unwrap().iter().find(|p| p["action"] == "failed").unwrap().clone();
+    assert_eq!((failed["date"].as_str(), failed["output_rows"].as_u64()), (Some("2026-11-01"), Some(0)), "{s}");
+
+    // A summary path that is a folder: refused before anything runs.
+    std::fs::create_dir_all(lake.dir.path().join("sums")).unwrap();
+    let o = cli(&["run", "--config", c, "--date", "2026-11-02", "--summary-json", "sums"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("it is a folder"), "{}", text(&o));
+
+    // A partition folder that cannot be read (a file where the folder was): a store error for
+    // `status`, `verify` and `run` alike (exit 1), not a usage error.
+    let dir = lake.output().join("event_date=2026-11-02");
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a folder").unwrap();
+    for args in [
+        vec!["status", "--config", c],
+        vec!["verify", "--config", c, "--date", "2026-11-02"],
+        vec!["run", "--config", c, "--date", "2026-11-02"],
+    ] {
+        let o = cli(&args, lake.dir.path());
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+    }
+}
