@@ -151,6 +151,25 @@ impl Kind for Aggregate {
     }
 }
 
+/// Whether a date without input rows holds a partition file lakeswap committed for it: a
+/// table lakeswap writes whose date was emptied (a merge whose keys there all moved or were
+/// deleted). That input has arrived, and holds nothing: the date is computed over no rows
+/// rather than refused as missing (which kept the rows it had before, numbers of keys gone).
+async fn emptied_by_lakeswap(cx: &Context<'_>, p: &PartitionPlan) -> bool {
+    if cx.job.config.input.format != crate::config::Format::Parquet {
+        return false;
+    }
+    // A file of no rows is a few KiB: larger ones are not read for this.
+    for m in p.inputs.iter().filter(|m| m.size < 1 << 20) {
+        if let Ok(Some(bytes)) = commit::get(&cx.job.input, &m.location).await {
+            if commit::lineage_of(&bytes).is_some_and(|l| l.date.is_none_or(|d| d == p.date)) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// Which rows of each chunk of a prepared date are winners.
 fn winner_masks(p: &Prepared) -> Vec<arrow::array::BooleanArray> {
     let t: &Table = &p.table;
@@ -337,7 +356,7 @@ impl Aggregate {
         let started = Instant::now();
         let table = cx.table_within(p, meter).await?;
         let read_s = started.elapsed().as_secs_f64();
-        if table.num_rows() == 0 && !cx.opts.allow_empty {
+        if table.num_rows() == 0 && !cx.opts.allow_empty && !emptied_by_lakeswap(cx, p).await {
             return Err(PartitionError::MissingInput { date: p.date });
         }
         let id = Arc::new(cx.identity(&table));
@@ -510,7 +529,7 @@ impl Aggregate {
             next = following;
             rows_in = seq;
         }
-        if rows_in == 0 && !cx.opts.allow_empty {
+        if rows_in == 0 && !cx.opts.allow_empty && !emptied_by_lakeswap(cx, p).await {
             return Err(PartitionError::MissingInput { date });
         }
         let mut spilled_bytes = 0u64;

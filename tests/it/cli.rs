@@ -4,6 +4,7 @@
 
 use crate::common::*;
 use std::path::Path;
+use std::sync::Arc;
 
 fn example_dir() -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
@@ -381,4 +382,59 @@ fn the_two_stage_example_gives_the_same_revenue() {
     assert_eq!(o.status.code(), Some(0));
     let unchanged = text(&o).lines().filter(|l| l.starts_with("2026-11-0") && l.contains(" unchanged ")).count();
     assert_eq!(unchanged, 7, "{}", text(&o));
+
+    // Every order of the 7th moves to the 6th (a newer version): the current table's 7th is a
+    // file of no rows, and the revenue of the 7th follows it — no rows, not the old ones kept
+    // by a refusal for missing input.
+    use arrow::array::{ArrayRef, AsArray, Date32Array, Int64Array, RecordBatch};
+    let whole = |path: &Path| {
+        let bytes = bytes::Bytes::from(std::fs::read(path).unwrap());
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap().build().unwrap();
+        let schema = arrow::record_batch::RecordBatchReader::schema(&reader);
+        let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        arrow::compute::concat_batches(&schema, &batches).unwrap()
+    };
+    let seventh = t.path().join("lake/orders_current/event_date=2026-11-07/part-00000.parquet");
+    let b = whole(&seventh);
+    let version = b.column_by_name("source_version").unwrap().as_primitive::<arrow::datatypes::Int64Type>();
+    let newer: ArrayRef = Arc::new(Int64Array::from_iter_values(version.values().iter().map(|v| v + 1)));
+    let sixth = (d("2026-11-06") - d("1970-01-01")).num_days() as i32;
+    let schema = b.schema();
+    let mut columns: Vec<(&str, ArrayRef)> = schema
+        .fields()
+        .iter()
+        .zip(b.columns())
+        .map(|(f, c)| (f.name().as_str(), if f.name() == "source_version" { newer.clone() } else { c.clone() }))
+        .collect();
+    columns.push(("event_date", Arc::new(Date32Array::from(vec![sixth; b.num_rows()]))));
+    std::fs::create_dir_all(t.path().join("moves")).unwrap();
+    write_parquet(&t.path().join("moves/m.parquet"), &RecordBatch::try_from_iter(columns).unwrap());
+    let cfg = std::fs::read_to_string(t.path().join("config/orders_current.toml"))
+        .unwrap()
+        .replace("url = \"examples/data/orders\"", "url = \"moves\"");
+    std::fs::write(t.path().join("moves.toml"), cfg).unwrap();
+    let o = cli(&["run", "--config", "moves.toml"], t.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(whole(&seventh).num_rows(), 0);
+    let o = cli(
+        &["run", "--config", "config/revenue_from_current.toml", "--from", "2026-11-06", "--to", "2026-11-07"],
+        t.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let revenue =
+        |day: u32| t.path().join(format!("lake/revenue_from_current/event_date=2026-11-0{day}/part-00000.parquet"));
+    assert_eq!(whole(&revenue(7)).num_rows(), 0);
+    let orders = |day: u32| -> i64 {
+        let b = whole(&revenue(day));
+        b.column_by_name("orders").unwrap().as_primitive::<arrow::datatypes::Int64Type>().values().iter().sum()
+    };
+    let moved = b.num_rows() as i64;
+    let o = cli(&["run", "--config", "config/example.toml", "--date", "2026-11-06"], t.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let daily = |day: u32| -> i64 {
+        let b = whole(&t.path().join(format!("lake/revenue_daily/event_date=2026-11-0{day}/part-00000.parquet")));
+        b.column_by_name("orders").unwrap().as_primitive::<arrow::datatypes::Int64Type>().values().iter().sum()
+    };
+    assert_eq!(orders(6), daily(6) + moved);
 }
