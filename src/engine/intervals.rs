@@ -141,6 +141,7 @@ impl ScalarUDFImpl for ZonedAdd {
             ColumnarValue::Scalar(ScalarValue::Int8(Some(s))) => i64::from(*s),
             _ => return exec_err!("zoned_add: the sign must be a constant"),
         };
+        let known_until = crate::dates::zone_known_until(tz);
         let scalar = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let n = args.number_rows.max(1);
         let t = arrow::compute::cast(&args.args[0].to_array(n)?, &DataType::Int64)?;
@@ -151,7 +152,7 @@ impl ScalarUDFImpl for ZonedAdd {
             match (t.is_valid(row), parts(&i, row)?) {
                 (true, Some((months, days, nanos))) => {
                     let (months, days, nanos) = (i64::from(months) * sign, i64::from(days) * sign, nanos * sign);
-                    out.append_value(add(t.value(row), *unit, tz, months, days, nanos)?);
+                    out.append_value(add(t.value(row), *unit, (tz, known_until), months, days, nanos)?);
                 }
                 _ => out.append_null(),
             }
@@ -196,7 +197,15 @@ fn per(unit: TimeUnit) -> i64 {
 }
 
 /// `v` (in `unit`) plus the interval, in `tz` (see [`ZonedAdd`]).
-fn add(v: i64, unit: TimeUnit, tz: chrono_tz::Tz, months: i64, days: i64, nanos: i64) -> Result<i64> {
+/// `known_until`: where the zone's table of changes ends ([`crate::dates::zone_known_until`]).
+fn add(
+    v: i64,
+    unit: TimeUnit,
+    (tz, known_until): (chrono_tz::Tz, Option<i64>),
+    months: i64,
+    days: i64,
+    nanos: i64,
+) -> Result<i64> {
     let out_of_range = || datafusion::common::DataFusionError::Execution("Timestamp out of range".into());
     let (p, per_second) = (per(unit), 1_000_000_000 / per(unit));
     let (secs, sub) = (v.div_euclid(per_second), v.rem_euclid(per_second) * p);
@@ -215,6 +224,13 @@ fn add(v: i64, unit: TimeUnit, tz: chrono_tz::Tz, months: i64, days: i64, nanos:
         at = resolve(moved, tz, last)?;
     }
     let at = at.checked_add_signed(chrono::Duration::nanoseconds(nanos)).ok_or_else(out_of_range)?;
+    if known_until.is_some_and(|end| at.timestamp() >= end || secs >= end) {
+        return exec_err!(
+            "adding an interval to a timestamp gives a time in {}, past the time zone table's daylight-saving \
+             changes for {tz} (they end in 2099): its wall-clock time there cannot be known exactly",
+            chrono::Datelike::year(&at)
+        );
+    }
     let whole = at.timestamp().checked_mul(per_second).ok_or_else(out_of_range)?;
     whole.checked_add(i64::from(at.timestamp_subsec_nanos()) / p).ok_or_else(out_of_range)
 }

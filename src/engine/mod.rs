@@ -143,7 +143,8 @@ pub fn parse(sql: &str) -> Result<(), String> {
             ));
         }
     }
-    statements.iter().try_for_each(unlike::unlike_syntax)
+    statements.iter().try_for_each(unlike::unlike_syntax)?;
+    statements.iter().try_for_each(unlike::unlike_set_operations)
 }
 
 /// Finds a column without a name of its own (an expression without `AS`, or `VALUES`) in the
@@ -451,6 +452,7 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     rules.insert(at + 2, Arc::new(unlike::FloatsOverDecimals));
     rules.insert(at + 3, Arc::new(unlike::ExactMedians));
     rules.insert(at + 4, Arc::new(intervals::DatesPlusTimes));
+    rules.insert(at + 5, Arc::new(unlike::SqlFunctions));
     if let Some(zone) = zone {
         let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));

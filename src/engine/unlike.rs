@@ -45,6 +45,123 @@ pub fn unlike_syntax(statement: &datafusion::sql::parser::Statement) -> Result<(
     }
 }
 
+/// `EXCEPT ALL` and `INTERSECT ALL` in a query: the engine keeps no count of duplicates (EXCEPT
+/// ALL removed every copy of a value the right side held once; INTERSECT ALL kept every copy
+/// of the left side's).
+struct AllSetOps;
+
+impl datafusion::sql::sqlparser::ast::Visitor for AllSetOps {
+    type Break = String;
+
+    fn pre_visit_query(&mut self, q: &datafusion::sql::sqlparser::ast::Query) -> std::ops::ControlFlow<String> {
+        use datafusion::sql::sqlparser::ast::{SetExpr, SetOperator, SetQuantifier};
+        fn find(s: &SetExpr) -> Option<String> {
+            match s {
+                SetExpr::SetOperation {
+                    op: op @ (SetOperator::Except | SetOperator::Intersect | SetOperator::Minus),
+                    set_quantifier: SetQuantifier::All | SetQuantifier::AllByName,
+                    ..
+                } => Some(format!("{op} ALL")),
+                SetExpr::SetOperation { left, right, .. } => find(left).or_else(|| find(right)),
+                SetExpr::Query(q) => find(&q.body),
+                _ => None,
+            }
+        }
+        match find(&q.body) {
+            Some(op) => std::ops::ControlFlow::Break(format!(
+                "`{op}` is not computed as SQL says here (the engine does not count duplicates: EXCEPT ALL \
+                 removes every copy of a value the right side holds, INTERSECT ALL keeps every copy of the left \
+                 side's); write it without ALL, or count copies with GROUP BY and count(*)"
+            )),
+            None => std::ops::ControlFlow::Continue(()),
+        }
+    }
+}
+
+/// Set operations the engine computes otherwise than SQL ([`AllSetOps`]).
+pub fn unlike_set_operations(statement: &datafusion::sql::parser::Statement) -> Result<(), String> {
+    use datafusion::sql::sqlparser::ast::Visit;
+    let datafusion::sql::parser::Statement::Statement(statement) = statement else { return Ok(()) };
+    match statement.visit(&mut AllSetOps) {
+        std::ops::ControlFlow::Break(why) => Err(why),
+        std::ops::ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// An analyzer rule run before type coercion, for functions the engine computes otherwise than
+/// SQL (DuckDB, PostgreSQL):
+/// - `nvl(a, b)` and `ifnull(a, b)` (and `nvl2`) made a decimal a double (`sum(nvl(amount, 0))`
+///   was `0.30000000000000004`): they are `coalesce(a, b)` (and a `CASE`), which keeps it;
+/// - `regexp_replace`'s replacement read `$1` (and `$name`) as a group, where SQL has `$` as
+///   itself and groups as `\1`: a `$` is given as `$$`;
+/// - `lag`/`lead` with a default of another type than the value (`lag(qty, 1, 0.5)` on
+///   integers) cut the default to the value's type: refused.
+#[derive(Debug, Default)]
+pub struct SqlFunctions;
+
+impl AnalyzerRule for SqlFunctions {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        use datafusion::common::tree_node::Transformed;
+        use datafusion::logical_expr::{lit, when, WindowFunctionDefinition};
+        super::rewrite_exprs(plan, |x, schema| match x {
+            Expr::ScalarFunction(f) if matches!(f.name(), "nvl" | "ifnull") && f.args.len() == 2 => {
+                Ok(Transformed::yes(datafusion::functions::core::expr_fn::coalesce(f.args)))
+            }
+            Expr::ScalarFunction(f) if f.name() == "nvl2" && f.args.len() == 3 => {
+                let [a, b, c] = <[Expr; 3]>::try_from(f.args)
+                    .map_err(|_| datafusion::common::DataFusionError::Internal("nvl2 takes three arguments".into()))?;
+                Ok(Transformed::yes(when(a.is_not_null(), b).otherwise(c)?))
+            }
+            Expr::ScalarFunction(mut f) if f.name() == "regexp_replace" && f.args.len() >= 3 => {
+                let dollars = |r: Expr| match r {
+                    Expr::Literal(v, m) => match v.try_as_str().flatten() {
+                        Some(t) if t.contains('$') => {
+                            Expr::Literal(datafusion::common::ScalarValue::Utf8(Some(t.replace('$', "$$"))), m)
+                        }
+                        _ => Expr::Literal(v, m),
+                    },
+                    r => datafusion::functions::string::expr_fn::replace(r, lit("$"), lit("$$")),
+                };
+                let before = f.args[2].clone();
+                f.args[2] = dollars(f.args[2].clone());
+                let changed = f.args[2] != before;
+                Ok(Transformed::new_transformed(Expr::ScalarFunction(f), changed))
+            }
+            Expr::WindowFunction(w)
+                if matches!(&w.fun, WindowFunctionDefinition::WindowUDF(f) if matches!(f.name(), "lag" | "lead"))
+                    && w.params.args.len() == 3 =>
+            {
+                let (value, default) = (w.params.args[0].get_type(schema)?, w.params.args[2].get_type(schema)?);
+                let text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+                let scale = |t: &DataType| match t {
+                    DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => Some(*s),
+                    _ => None,
+                };
+                let exact = default == value
+                    || default == DataType::Null
+                    || (value.is_integer() && default.is_integer())
+                    || (value.is_floating() && (default.is_integer() || default.is_floating()))
+                    || (text(&value) && text(&default))
+                    || scale(&value).is_some_and(|s| default.is_integer() || scale(&default).is_some_and(|d| d <= s));
+                if !exact {
+                    let shown = w.fun.name();
+                    return plan_err!(
+                        "`{shown}(…)`: its default ({default}) is not of the value's type ({value}), and the engine \
+                         would cast it to that type (0.5 becomes 0 for an integer); cast the value to the \
+                         default's type, or give a default of the value's type"
+                    );
+                }
+                Ok(Transformed::no(Expr::WindowFunction(w)))
+            }
+            x => Ok(Transformed::no(x)),
+        })
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_sql_functions"
+    }
+}
+
 /// The analyzer rule (see the module documentation); it runs after type coercion.
 #[derive(Debug, Default)]
 pub struct UnlikeSql;

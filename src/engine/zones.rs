@@ -100,6 +100,13 @@ impl EpochInstants {
                     _ => {}
                 }
             }
+            if f.name() == "to_date" && f.args.len() >= 2 && formats_read_offsets(f.name(), &f.args[1..])? {
+                return plan_err!(
+                    "to_date with a format that reads an offset gives the date in UTC, not the date written: write \
+                     CAST(s AS DATE) for the date written, or CAST(to_timestamp(s, format) AS DATE) for the date \
+                     in the job's zone"
+                );
+            }
         }
         let epoch = match &e {
             Expr::ScalarFunction(f) if f.name().starts_with("to_timestamp") || f.name() == "from_unixtime" => {
@@ -145,7 +152,7 @@ fn arrow_cast_to_timestamp(e: &Expr) -> Option<Expr> {
 }
 
 /// Whether the formats of `to_timestamp(text, format, …)` read an offset or a zone (`%z`,
-/// `%:z`, `%#z`, `%Z`): then the engine gives the instant, as UTC's wall-clock time; without,
+/// `%:z`, `%#z`, `%Z`, `%+`), or an epoch (`%s`): then the engine gives the instant, as UTC's wall-clock time; without,
 /// the text's wall-clock time. Formats that are not all literals, or of which some read one
 /// and some do not, are refused: which the value is would depend on the row.
 fn formats_read_offsets(name: &str, formats: &[Expr]) -> Result<bool> {
@@ -160,10 +167,13 @@ fn formats_read_offsets(name: &str, formats: &[Expr]) -> Result<bool> {
                 let t = t.replace("%%", "");
                 read.push(t.split('%').skip(1).any(|spec| {
                     let spec = spec.trim_start_matches([':', '#', '-', '_', '0', '.', '3', '6', '9']);
-                    spec.starts_with(['z', 'Z'])
+                    // `%+` is RFC 3339 with its offset; `%s` counts seconds from the epoch.
+                    spec.starts_with(['z', 'Z', '+', 's'])
                 }));
             }
-            Expr::Literal(v, _) if v.is_null() => {}
+            _ if matches!(f, Expr::Literal(v, _) if v.is_null()) => {
+                return plan_err!("{name} is given a NULL format: give each format as text")
+            }
             _ => {
                 return plan_err!(
                     "{name}'s formats must be written out (literal text): whether they read an offset decides \
@@ -312,10 +322,7 @@ fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
     ) = arg
     {
         let s = s.trim();
-        if !has_offset(s) {
-            return None;
-        }
-        let date = s.split(['T', 't', ' ']).next().unwrap_or(s).to_string();
+        let date = date_written(s).filter(|_| has_offset(s))?.to_string();
         let date = Expr::Literal(ScalarValue::Utf8(Some(date)), None);
         return Some(match e {
             Expr::TryCast(_) => Expr::TryCast(datafusion::logical_expr::TryCast::new(Box::new(date), to.clone())),
@@ -329,6 +336,12 @@ fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
         DataType::Date32 => date,
         other => cast(date, other.clone()),
     })
+}
+
+/// The date part of a timestamp text with an offset, if the whole text is a timestamp.
+fn date_written(s: &str) -> Option<&str> {
+    arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s).ok()?;
+    s.split(['T', 't', ' ']).next()
 }
 
 /// `written_date(text, safe)`: the date text names as it is written. Arrow reads text with a
@@ -356,11 +369,13 @@ impl ScalarUDFImpl for WrittenDate {
         let scalar = matches!(&args.args[0], ColumnarValue::Scalar(_));
         let text = arrow::compute::cast(&args.args[0].to_array(args.number_rows.max(1))?, &DataType::Utf8)?;
         let text = text.as_string::<i32>();
+        // Text with an offset that is no timestamp is left whole, for the cast to refuse (or
+        // make null) as before.
         let written: arrow::array::StringArray = text
             .iter()
             .map(|v| {
                 v.map(|s| match has_offset(s.trim()) {
-                    true => s.trim().split(['T', 't', ' ']).next().unwrap_or(s),
+                    true => date_written(s.trim()).unwrap_or(s),
                     false => s,
                 })
             })

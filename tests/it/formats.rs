@@ -549,6 +549,19 @@ fn time_arithmetic_and_conversions_in_the_jobs_zone_are_sqls() {
         count("SELECT count(*) AS n FROM events WHERE ts < to_timestamp('2026-11-01 12:00', '%Y-%m-%d %H:%M')"),
         before_noon
     );
+    // `%+` (RFC 3339) and `%s` (an epoch) read instants too; a NULL format is refused.
+    let rfc = "to_timestamp('2026-11-01T10:00:00+00:00', '%+')";
+    assert_eq!(count(&format!("SELECT count(*) AS n FROM events WHERE ts < {rfc}")), before_10z);
+    let epoch_text = format!("to_timestamp('{utc10}', '%s')");
+    assert_eq!(count(&format!("SELECT count(*) AS n FROM events WHERE ts < {epoch_text}")), before_10z);
+    // to_date by a format reading an offset would be UTC's date: refused, saying what to write.
+    for sql in [
+        "SELECT count(*) AS n FROM events WHERE to_date(s, '%Y-%m-%d %H:%M:%S%z') = event_date",
+        "SELECT count(*) AS n FROM events WHERE ts = to_timestamp(s, '%Y-%m-%d %H:%M:%S%z', NULL)",
+    ] {
+        let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+        assert_eq!(out.status.code(), Some(2), "{sql}: {}", text(&out));
+    }
     // A zoned timestamp made one again keeps its instant; an epoch cast by arrow_cast is one.
     assert_eq!(count("SELECT count(*) AS n FROM events WHERE to_timestamp_seconds(ts) = ts"), 25);
     let hour_one = instants.iter().filter(|t| ny(**t).hour() == 1).count() as i64;
@@ -600,6 +613,17 @@ fn time_arithmetic_and_conversions_in_the_jobs_zone_are_sqls() {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("2026-11-01 01:30:00, which happens twice in America/New_York"), "{}", text(&out));
     assert!(!lake.partition_file("2026-10-31").exists());
+    // Past 2099 the zone's changes are not known: refused, not computed with standard time.
+    let out = job(
+        &lake,
+        "parquet",
+        "",
+        identity,
+        "SELECT count(*) AS n FROM events WHERE ts + INTERVAL '74 years' > ts",
+        "2026-10-31",
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("gives a time in 2100, past the time zone table's"), "{}", text(&out));
     // Elapsed time meets neither.
     let out = job(
         &lake,
@@ -623,6 +647,27 @@ fn time_arithmetic_and_conversions_in_the_jobs_zone_are_sqls() {
     let out = job(&lake, "csv", "", KV, sql, "2026-11-02");
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(first_row(&lake, &["a", "b", "c", "d"]), ["3", "3", "3", "3"]);
+    // Text that only looks like a time with an offset is no date: CAST fails the date, TRY_CAST
+    // gives null (the time is read, not only the date before it).
+    let lake = text_objects(&[(
+        "a.csv",
+        "k,v,s\n1,1,2026-11-01T25:30:00-05:00\n2,1,2026-11-01 garbage-x\n3,1,2026-11-01T23:30:00-05:00\n",
+    )]);
+    let sql = "SELECT count(*) FILTER (WHERE TRY_CAST(s AS DATE) IS NULL) AS a, \
+               count(*) FILTER (WHERE TRY_CAST(s AS DATE) = DATE '2026-11-01') AS b FROM events";
+    let out = job(&lake, "csv", "", KV, sql, "2026-11-02");
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(first_row(&lake, &["a", "b"]), ["2", "1"]);
+    let out = job(
+        &lake,
+        "csv",
+        "",
+        KV,
+        "SELECT count(*) AS n FROM events WHERE CAST(s AS DATE) = DATE '2026-11-01'",
+        "2026-11-02",
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("2026-11-01T25:30:00-05:00"), "{}", text(&out));
 }
 
 /// Risk: a zone-less column compared with an instant, one of its values in the hour New York's
@@ -791,7 +836,21 @@ fn what_sql_says_is_computed_or_refused() {
     let b = read_batch(&lake.partition_file("2026-11-01"));
     let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
     assert_eq!(["above_one", "positive", "listed", "least"].map(v), ["2", "3", "0", "1e-20"]);
+    // nvl and ifnull keep a decimal a decimal (were doubles: 1.10 + 2.30 + 4.35 came out
+    // 7.749999999999999); `$` in regexp_replace's replacement is itself, groups are `\1`.
+    let sql = "SELECT sum(nvl(amount, 0)) AS a, sum(ifnull(amount, 0)) AS b, sum(nvl2(amount, amount, 0)) AS c, \
+               min(regexp_replace(sku, 'a(b)(.)', '$1\\\\2$')) AS r, max(regexp_replace(sku, 'x', sku || '$1')) AS q \
+               FROM events";
+    let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["a", "b", "c", "r", "q"].map(v), ["7.75", "7.75", "7.75", "$1c$", "xbz$1bz"]);
+    assert!(matches!(b.column_by_name("a").unwrap().data_type(), arrow::datatypes::DataType::Decimal128(_, 2)));
     for (sql, says) in [
+        ("SELECT sku FROM events EXCEPT ALL SELECT sku FROM events WHERE v = 2", "`EXCEPT ALL` is not computed"),
+        ("SELECT sku FROM events INTERSECT ALL SELECT sku FROM events", "`INTERSECT ALL` is not computed"),
+        ("SELECT v, lag(v, 1, 0.5) OVER (ORDER BY sku) AS p FROM events", "its default"),
         ("SELECT count(*) FILTER (WHERE sku SIMILAR TO 'a%') AS n FROM events", "SIMILAR TO"),
         ("SELECT date_part('minute', max(ts) - min(ts)) AS m FROM events", "field of a duration"),
         ("SELECT extract(second FROM max(ts) - min(ts)) AS m FROM events", "field of a duration"),
