@@ -458,6 +458,7 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
     }
     rules.push(Arc::new(zones::ZonedLiterals));
+    rules.push(Arc::new(zones::WrittenTimes));
     rules.push(Arc::new(intervals::ZonedIntervals));
     rules.push(Arc::new(unlike::UnlikeSql));
     rules.push(Arc::new(sums::ExactSums));

@@ -338,6 +338,95 @@ fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
     })
 }
 
+/// An analyzer rule run after [`ZonedLiterals`]: text made a zone-less timestamp
+/// (`CAST(s AS TIMESTAMP)`, `TRY_CAST`) that meets no zoned one is the wall-clock time written,
+/// as in DuckDB and PostgreSQL (`'2026-11-01T23:30:00-05:00'` is 23:30). The engine gives UTC's
+/// wall-clock time (04:30 the next day). Where such a cast meets a zoned timestamp,
+/// [`ZonedLiterals`] has made it the instant already.
+#[derive(Debug, Default)]
+pub struct WrittenTimes;
+
+impl AnalyzerRule for WrittenTimes {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        super::rewrite_exprs(plan, |e, schema| {
+            let text = |a: &Expr| {
+                a.get_type(schema).is_ok_and(|t| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
+            };
+            let (arg, to, safe) = match &e {
+                Expr::Cast(c) if matches!(c.field.data_type(), DataType::Timestamp(_, None)) && text(&c.expr) => {
+                    (c.expr.as_ref(), c.field.data_type(), false)
+                }
+                Expr::TryCast(c) if matches!(c.field.data_type(), DataType::Timestamp(_, None)) && text(&c.expr) => {
+                    (c.expr.as_ref(), c.field.data_type(), true)
+                }
+                _ => return Ok(Transformed::no(e)),
+            };
+            // Literals with an offset left zone-less are refused ([`refuse_offsets_made_zone_less`]).
+            if matches!(arg, Expr::Literal(..)) {
+                return Ok(Transformed::no(e));
+            }
+            let f = WrittenTime { signature: Signature::any(2, Volatility::Immutable), to: to.clone() };
+            let args = vec![arg.clone(), Expr::Literal(ScalarValue::Boolean(Some(safe)), None)];
+            Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(ScalarUDF::from(f)), args))))
+        })
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_written_times"
+    }
+}
+
+/// `written_time(text, safe)`: the wall-clock time text names as written, its offset or zone
+/// left out (see [`WrittenTimes`]); text without one as the engine reads it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct WrittenTime {
+    signature: Signature,
+    to: DataType,
+}
+
+impl ScalarUDFImpl for WrittenTime {
+    fn name(&self) -> &str {
+        "written_time"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(self.to.clone())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        use arrow::array::AsArray;
+        let safe = matches!(&args.args[1], ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))));
+        let scalar = matches!(&args.args[0], ColumnarValue::Scalar(_));
+        let text = arrow::compute::cast(&args.args[0].to_array(args.number_rows.max(1))?, &DataType::Utf8)?;
+        let written: arrow::array::StringArray = text
+            .as_string::<i32>()
+            .iter()
+            .map(|v| {
+                v.map(|s| match has_offset(s.trim()) {
+                    true => wall_written(s.trim()).unwrap_or(s),
+                    false => s,
+                })
+            })
+            .collect();
+        let options = arrow::compute::CastOptions { safe, ..Default::default() };
+        let times = arrow::compute::cast_with_options(&written, &self.to, &options)?;
+        Ok(match scalar {
+            true => ColumnarValue::Scalar(ScalarValue::try_from_array(&times, 0)?),
+            false => ColumnarValue::Array(times),
+        })
+    }
+}
+
+/// The date and time of a timestamp text with an offset or zone, without it, if the whole text
+/// is a timestamp.
+fn wall_written(s: &str) -> Option<&str> {
+    arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s).ok()?;
+    let tail = s.get(11..)?;
+    let at = tail.find(|c: char| c == '+' || c == '-' || c.is_ascii_alphabetic())? + 11;
+    Some(s[..at].trim_end())
+}
+
 /// The date part of a timestamp text with an offset, if the whole text is a timestamp.
 fn date_written(s: &str) -> Option<&str> {
     arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s).ok()?;
