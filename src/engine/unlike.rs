@@ -1,6 +1,7 @@
 //! Expressions DataFusion computes otherwise than SQL does, refused before anything runs
 //! (G8): a user who writes them means SQL's result, and would get another with exit 0.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow::datatypes::DataType;
@@ -113,17 +114,20 @@ impl AnalyzerRule for SqlFunctions {
                 Ok(Transformed::yes(when(a.is_not_null(), b).otherwise(c)?))
             }
             Expr::ScalarFunction(mut f) if f.name() == "regexp_replace" && f.args.len() >= 3 => {
-                let dollars = |r: Expr| match r {
-                    Expr::Literal(v, m) => match v.try_as_str().flatten() {
-                        Some(t) if t.contains('$') => {
-                            Expr::Literal(datafusion::common::ScalarValue::Utf8(Some(t.replace('$', "$$"))), m)
-                        }
-                        _ => Expr::Literal(v, m),
-                    },
-                    r => datafusion::functions::string::expr_fn::replace(r, lit("$"), lit("$$")),
+                let dollars = |r: Expr| -> Result<Expr> {
+                    Ok(match r {
+                        Expr::Literal(v, m) => match v.try_as_str().flatten() {
+                            Some(t) if t.contains(['$', '\\']) => {
+                                let t = sql_replacement(t).or_else(|why| plan_err!("regexp_replace: {why}"))?;
+                                Expr::Literal(datafusion::common::ScalarValue::Utf8(Some(t)), m)
+                            }
+                            _ => Expr::Literal(v, m),
+                        },
+                        r => datafusion::functions::string::expr_fn::replace(r, lit("$"), lit("$$")),
+                    })
                 };
                 let before = f.args[2].clone();
-                f.args[2] = dollars(f.args[2].clone());
+                f.args[2] = dollars(f.args[2].clone())?;
                 let changed = f.args[2] != before;
                 Ok(Transformed::new_transformed(Expr::ScalarFunction(f), changed))
             }
@@ -140,7 +144,8 @@ impl AnalyzerRule for SqlFunctions {
                 let exact = default == value
                     || default == DataType::Null
                     || (value.is_integer() && default.is_integer())
-                    || (value.is_floating() && (default.is_integer() || default.is_floating()))
+                    || (value.is_floating()
+                        && (default.is_integer() || default.is_floating() || scale(&default).is_some()))
                     || (text(&value) && text(&default))
                     || scale(&value).is_some_and(|s| default.is_integer() || scale(&default).is_some_and(|d| d <= s));
                 if !exact {
@@ -160,6 +165,43 @@ impl AnalyzerRule for SqlFunctions {
     fn name(&self) -> &str {
         "lakeswap_sql_functions"
     }
+}
+
+/// A replacement of `regexp_replace` as SQL reads it (DuckDB's RE2, PostgreSQL), written for
+/// the engine, which reads `\1` and `\\1` alike as group 1, a `\` without a digit as itself,
+/// and `$1` as group 1: `\N` is group N, `\\` one backslash and `$` itself. A backslash before
+/// anything else (`\&`, the whole match in PostgreSQL and an error in DuckDB), or a literal
+/// backslash before a digit (which the engine would read as a group), is refused.
+fn sql_replacement(t: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(t.len() + 4);
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '$' => out.push_str("$$"),
+            '\\' => match chars.next() {
+                Some(d) if d.is_ascii_digit() => {
+                    let _ = write!(out, "${{{d}}}");
+                }
+                Some('\\') if chars.peek().is_some_and(char::is_ascii_digit) => {
+                    return Err(format!(
+                        "the replacement `{t}` has a backslash before a digit, which the engine would read as a \
+                         group; write the digit apart (concat) or leave the backslash out"
+                    ))
+                }
+                Some('\\') => out.push('\\'),
+                other => {
+                    return Err(format!(
+                        "the replacement `{t}` has `\\{}`, which SQL engines read differently (the whole \
+                         match in PostgreSQL, an error in DuckDB); write `\\0` … `\\9` for groups and `\\\\` for \
+                         a backslash",
+                        other.map(String::from).unwrap_or_default()
+                    ))
+                }
+            },
+            c => out.push(c),
+        }
+    }
+    Ok(out)
 }
 
 /// The analyzer rule (see the module documentation); it runs after type coercion.

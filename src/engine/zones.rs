@@ -297,7 +297,7 @@ fn refuse_offsets_made_zone_less(e: &Expr) -> Result<()> {
     .map(|_| ())
 }
 
-/// Text made a date (`CAST(s AS DATE)`, `TRY_CAST`, `to_date(s)`) as [`WrittenDate`] makes it.
+/// Text made a date (`CAST(s AS DATE)`, `TRY_CAST`, `to_date(s)`) as [`Written`] makes it.
 fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
     let text = |a: &Expr| {
         a.get_type(schema).is_ok_and(|t| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
@@ -329,7 +329,7 @@ fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
             _ => cast(date, to.clone()),
         });
     }
-    let f = WrittenDate { signature: Signature::any(2, Volatility::Immutable) };
+    let f = Written { signature: Signature::any(2, Volatility::Immutable), to: DataType::Date32 };
     let args = vec![arg.clone(), Expr::Literal(ScalarValue::Boolean(Some(safe)), None)];
     let date = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(ScalarUDF::from(f)), args));
     Some(match to {
@@ -365,7 +365,7 @@ impl AnalyzerRule for WrittenTimes {
             if matches!(arg, Expr::Literal(..)) {
                 return Ok(Transformed::no(e));
             }
-            let f = WrittenTime { signature: Signature::any(2, Volatility::Immutable), to: to.clone() };
+            let f = Written { signature: Signature::any(2, Volatility::Immutable), to: to.clone() };
             let args = vec![arg.clone(), Expr::Literal(ScalarValue::Boolean(Some(safe)), None)];
             Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(ScalarUDF::from(f)), args))))
         })
@@ -373,48 +373,6 @@ impl AnalyzerRule for WrittenTimes {
 
     fn name(&self) -> &str {
         "lakeswap_written_times"
-    }
-}
-
-/// `written_time(text, safe)`: the wall-clock time text names as written, its offset or zone
-/// left out (see [`WrittenTimes`]); text without one as the engine reads it.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct WrittenTime {
-    signature: Signature,
-    to: DataType,
-}
-
-impl ScalarUDFImpl for WrittenTime {
-    fn name(&self) -> &str {
-        "written_time"
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
-        Ok(self.to.clone())
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        use arrow::array::AsArray;
-        let safe = matches!(&args.args[1], ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))));
-        let scalar = matches!(&args.args[0], ColumnarValue::Scalar(_));
-        let text = arrow::compute::cast(&args.args[0].to_array(args.number_rows.max(1))?, &DataType::Utf8)?;
-        let written: arrow::array::StringArray = text
-            .as_string::<i32>()
-            .iter()
-            .map(|v| {
-                v.map(|s| match has_offset(s.trim()) {
-                    true => wall_written(s.trim()).unwrap_or(s),
-                    false => s,
-                })
-            })
-            .collect();
-        let options = arrow::compute::CastOptions { safe, ..Default::default() };
-        let times = arrow::compute::cast_with_options(&written, &self.to, &options)?;
-        Ok(match scalar {
-            true => ColumnarValue::Scalar(ScalarValue::try_from_array(&times, 0)?),
-            false => ColumnarValue::Array(times),
-        })
     }
 }
 
@@ -433,48 +391,57 @@ fn date_written(s: &str) -> Option<&str> {
     s.split(['T', 't', ' ']).next()
 }
 
-/// `written_date(text, safe)`: the date text names as it is written. Arrow reads text with a
-/// time and an offset (`2026-11-01T23:30:00-05:00`) as the instant and gives its date in UTC
-/// (11-02); SQL (DuckDB, PostgreSQL) gives the date written (11-01), as for text without one.
-/// `safe`: text that is no date gives null (`TRY_CAST`) rather than failing the date.
+/// `written_date(text, safe)` and `written_time(text, safe)`: the date, or the zone-less
+/// timestamp (`to`), that text names as it is written. Arrow reads text with a time and an
+/// offset (`2026-11-01T23:30:00-05:00`) as the instant and gives its date and time in UTC
+/// (11-02, 04:30); SQL (DuckDB, PostgreSQL) gives them as written (11-01, 23:30), as for text
+/// without one ([`WrittenTimes`], [`written_date`]). Text with an offset that is no timestamp is
+/// left whole, for the cast to refuse as before; `safe`: text that is no date or time gives null
+/// (`TRY_CAST`) rather than failing the date.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct WrittenDate {
+struct Written {
     signature: Signature,
+    to: DataType,
 }
 
-impl ScalarUDFImpl for WrittenDate {
+impl ScalarUDFImpl for Written {
     fn name(&self) -> &str {
-        "written_date"
+        match self.to {
+            DataType::Date32 => "written_date",
+            _ => "written_time",
+        }
     }
     fn signature(&self) -> &Signature {
         &self.signature
     }
     fn return_type(&self, _: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Date32)
+        Ok(self.to.clone())
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         use arrow::array::{Array, AsArray};
+        let cut = match self.to {
+            DataType::Date32 => date_written,
+            _ => wall_written,
+        };
         let safe = matches!(&args.args[1], ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))));
         let scalar = matches!(&args.args[0], ColumnarValue::Scalar(_));
         let text = arrow::compute::cast(&args.args[0].to_array(args.number_rows.max(1))?, &DataType::Utf8)?;
         let text = text.as_string::<i32>();
-        // Text with an offset that is no timestamp is left whole, for the cast to refuse (or
-        // make null) as before.
         let written: arrow::array::StringArray = text
             .iter()
             .map(|v| {
                 v.map(|s| match has_offset(s.trim()) {
-                    true => date_written(s.trim()).unwrap_or(s),
+                    true => cut(s.trim()).unwrap_or(s),
                     false => s,
                 })
             })
             .collect();
         let options = arrow::compute::CastOptions { safe, ..Default::default() };
-        let dates = arrow::compute::cast_with_options(&written, &DataType::Date32, &options)?;
-        debug_assert_eq!(dates.len(), text.len());
+        let out = arrow::compute::cast_with_options(&written, &self.to, &options)?;
+        debug_assert_eq!(out.len(), text.len());
         Ok(match scalar {
-            true => ColumnarValue::Scalar(ScalarValue::try_from_array(&dates, 0)?),
-            false => ColumnarValue::Array(dates),
+            true => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
+            false => ColumnarValue::Array(out),
         })
     }
 }

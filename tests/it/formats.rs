@@ -841,6 +841,11 @@ fn what_sql_says_is_computed_or_refused() {
     assert_eq!(["above_one", "positive", "listed", "least"].map(v), ["2", "3", "0", "1e-20"]);
     // nvl and ifnull keep a decimal a decimal (were doubles: 1.10 + 2.30 + 4.35 came out
     // 7.749999999999999); `$` in regexp_replace's replacement is itself, groups are `\1`.
+    // A backslash doubled is one (the engine wrote both); a lag of a double may default to a decimal.
+    let sql = "SELECT min(regexp_replace(sku, 'b', 'x\\\\\\\\y')) AS r FROM events";
+    assert_eq!(first_value(&lake, identity, sql), "ax\\yc");
+    let sql = "SELECT lag(f, 1, 0.5) OVER (ORDER BY sku) AS l FROM events ORDER BY sku";
+    assert_eq!(first_value(&lake, identity, sql), "0.5");
     let sql = "SELECT sum(nvl(amount, 0)) AS a, sum(ifnull(amount, 0)) AS b, sum(nvl2(amount, amount, 0)) AS c, \
                min(regexp_replace(sku, 'a(b)(.)', '$1\\\\2$')) AS r, max(regexp_replace(sku, 'x', sku || '$1')) AS q \
                FROM events";
@@ -854,6 +859,8 @@ fn what_sql_says_is_computed_or_refused() {
         ("SELECT sku FROM events EXCEPT ALL SELECT sku FROM events WHERE v = 2", "`EXCEPT ALL` is not computed"),
         ("SELECT sku FROM events INTERSECT ALL SELECT sku FROM events", "`INTERSECT ALL` is not computed"),
         ("SELECT v, lag(v, 1, 0.5) OVER (ORDER BY sku) AS p FROM events", "its default"),
+        ("SELECT max(regexp_replace(sku, 'b', '\\\\&')) AS r FROM events", "SQL engines read differently"),
+        ("SELECT max(regexp_replace(sku, 'b', '\\\\\\\\1')) AS r FROM events", "a backslash before a digit"),
         ("SELECT count(*) FILTER (WHERE sku SIMILAR TO 'a%') AS n FROM events", "SIMILAR TO"),
         ("SELECT date_part('minute', max(ts) - min(ts)) AS m FROM events", "field of a duration"),
         ("SELECT extract(second FROM max(ts) - min(ts)) AS m FROM events", "field of a duration"),
