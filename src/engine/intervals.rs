@@ -104,6 +104,15 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         _ => return Ok(Transformed::no(e)),
     };
     let DataType::Timestamp(_, Some(zone)) = ty else { return Ok(Transformed::no(e)) };
+    // Elapsed time alone (hours and smaller): the engine's own arithmetic, no wall-clock time.
+    let elapsed = match i.as_ref() {
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => v.days == 0,
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) => v.months == 0 && v.days == 0,
+        _ => false,
+    };
+    if elapsed {
+        return Ok(Transformed::no(e));
+    }
     // A fixed offset or UTC never skips or repeats a time: the engine's own arithmetic is exact.
     if zone.parse::<chrono_tz::Tz>().map_or(true, |tz| tz == chrono_tz::UTC) {
         return Ok(Transformed::no(e));
@@ -186,16 +195,6 @@ fn parts(i: &ArrayRef, row: usize) -> Result<Option<(i32, i32, i64)>> {
     }))
 }
 
-/// Nanoseconds in one `unit`.
-fn per(unit: TimeUnit) -> i64 {
-    match unit {
-        TimeUnit::Second => 1_000_000_000,
-        TimeUnit::Millisecond => 1_000_000,
-        TimeUnit::Microsecond => 1_000,
-        TimeUnit::Nanosecond => 1,
-    }
-}
-
 /// `v` (in `unit`) plus the interval, in `tz` (see [`ZonedAdd`]).
 /// `known_until`: where the zone's table of changes ends ([`crate::dates::zone_known_until`]).
 fn add(
@@ -207,7 +206,8 @@ fn add(
     nanos: i64,
 ) -> Result<i64> {
     let out_of_range = || datafusion::common::DataFusionError::Execution("Timestamp out of range".into());
-    let (p, per_second) = (per(unit), 1_000_000_000 / per(unit));
+    let p = super::zones::per(&unit);
+    let per_second = 1_000_000_000 / p;
     let (secs, sub) = (v.div_euclid(per_second), v.rem_euclid(per_second) * p);
     let mut at = chrono::DateTime::from_timestamp(secs, sub as u32).ok_or_else(out_of_range)?;
     let months = i32::try_from(months).map_err(|_| out_of_range())?;

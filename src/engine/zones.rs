@@ -297,23 +297,38 @@ fn refuse_offsets_made_zone_less(e: &Expr) -> Result<()> {
     .map(|_| ())
 }
 
-/// Text made a date (`CAST(s AS DATE)`, `TRY_CAST`, `to_date(s)`) as [`Written`] makes it.
-fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
+/// Text cast to a type `to` picks (`CAST`, or `TRY_CAST`: `safe`): the text, the type and
+/// whether it is safe.
+fn text_cast<'e>(e: &'e Expr, schema: &DFSchema, to: fn(&DataType) -> bool) -> Option<(&'e Expr, &'e DataType, bool)> {
     let text = |a: &Expr| {
         a.get_type(schema).is_ok_and(|t| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
     };
-    let (arg, to, safe) = match e {
-        Expr::Cast(c) if matches!(c.field.data_type(), DataType::Date32 | DataType::Date64) && text(&c.expr) => {
-            (c.expr.as_ref(), c.field.data_type(), false)
+    match e {
+        Expr::Cast(c) if to(c.field.data_type()) && text(&c.expr) => {
+            Some((c.expr.as_ref(), c.field.data_type(), false))
         }
-        Expr::TryCast(c) if matches!(c.field.data_type(), DataType::Date32 | DataType::Date64) && text(&c.expr) => {
-            (c.expr.as_ref(), c.field.data_type(), true)
+        Expr::TryCast(c) if to(c.field.data_type()) && text(&c.expr) => {
+            Some((c.expr.as_ref(), c.field.data_type(), true))
         }
-        Expr::ScalarFunction(f) if f.name() == "to_date" && f.args.len() == 1 && text(&f.args[0]) => {
-            (&f.args[0], &DataType::Date32, false)
+        Expr::ScalarFunction(f)
+            if f.name() == "to_date" && f.args.len() == 1 && to(&DataType::Date32) && text(&f.args[0]) =>
+        {
+            Some((&f.args[0], &DataType::Date32, false))
         }
-        _ => return None,
-    };
+        _ => None,
+    }
+}
+
+/// `text` read by [`Written`] as `to` (a date, or a zone-less timestamp).
+fn written(text: &Expr, to: &DataType, safe: bool) -> Expr {
+    let f = Written { signature: Signature::any(2, Volatility::Immutable), to: to.clone() };
+    let args = vec![text.clone(), Expr::Literal(ScalarValue::Boolean(Some(safe)), None)];
+    Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(ScalarUDF::from(f)), args))
+}
+
+/// Text made a date (`CAST(s AS DATE)`, `TRY_CAST`, `to_date(s)`) as [`Written`] makes it.
+fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
+    let (arg, to, safe) = text_cast(e, schema, |t| matches!(t, DataType::Date32 | DataType::Date64))?;
     // A literal is read now: left as it is without an offset (as the engine reads it), cut to
     // its date with one.
     if let Expr::Literal(
@@ -329,9 +344,7 @@ fn written_date(e: &Expr, schema: &DFSchema) -> Option<Expr> {
             _ => cast(date, to.clone()),
         });
     }
-    let f = Written { signature: Signature::any(2, Volatility::Immutable), to: DataType::Date32 };
-    let args = vec![arg.clone(), Expr::Literal(ScalarValue::Boolean(Some(safe)), None)];
-    let date = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(ScalarUDF::from(f)), args));
+    let date = written(arg, &DataType::Date32, safe);
     Some(match to {
         DataType::Date32 => date,
         other => cast(date, other.clone()),
@@ -349,25 +362,14 @@ pub struct WrittenTimes;
 impl AnalyzerRule for WrittenTimes {
     fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
         super::rewrite_exprs(plan, |e, schema| {
-            let text = |a: &Expr| {
-                a.get_type(schema).is_ok_and(|t| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
-            };
-            let (arg, to, safe) = match &e {
-                Expr::Cast(c) if matches!(c.field.data_type(), DataType::Timestamp(_, None)) && text(&c.expr) => {
-                    (c.expr.as_ref(), c.field.data_type(), false)
+            let zone_less = |t: &DataType| matches!(t, DataType::Timestamp(_, None));
+            match text_cast(&e, schema, zone_less) {
+                // Literals with an offset left zone-less are refused ([`refuse_offsets_made_zone_less`]).
+                Some((arg, to, safe)) if !matches!(arg, Expr::Literal(..)) => {
+                    Ok(Transformed::yes(written(arg, to, safe)))
                 }
-                Expr::TryCast(c) if matches!(c.field.data_type(), DataType::Timestamp(_, None)) && text(&c.expr) => {
-                    (c.expr.as_ref(), c.field.data_type(), true)
-                }
-                _ => return Ok(Transformed::no(e)),
-            };
-            // Literals with an offset left zone-less are refused ([`refuse_offsets_made_zone_less`]).
-            if matches!(arg, Expr::Literal(..)) {
-                return Ok(Transformed::no(e));
+                _ => Ok(Transformed::no(e)),
             }
-            let f = Written { signature: Signature::any(2, Volatility::Immutable), to: to.clone() };
-            let args = vec![arg.clone(), Expr::Literal(ScalarValue::Boolean(Some(safe)), None)];
-            Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(ScalarUDF::from(f)), args))))
         })
     }
 
@@ -454,7 +456,7 @@ fn has_offset(s: &str) -> bool {
 }
 
 /// Nanoseconds per `unit`.
-fn per(unit: &TimeUnit) -> i64 {
+pub(super) fn per(unit: &TimeUnit) -> i64 {
     match unit {
         TimeUnit::Second => 1_000_000_000,
         TimeUnit::Millisecond => 1_000_000,
