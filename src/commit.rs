@@ -159,6 +159,12 @@ pub fn intact(bytes: &[u8]) -> bool {
     sealed.iter().all(u8::is_ascii_hexdigit) && digest(&unsealed).as_bytes() == sealed
 }
 
+/// Whether a file carries a seal its bytes no longer match: lakeswap wrote it, and it was
+/// changed since (a flipped bit, an edited footer statistic), though its rows may read alike.
+pub fn seal_broken(bytes: &[u8]) -> bool {
+    seal_at(bytes).is_some() && !intact(bytes)
+}
+
 /// Reads a partition file back and checks its schema and row count.
 pub fn verify(bytes: &Bytes, schema: &SchemaRef, rows: usize) -> Result<(), String> {
     let reader =

@@ -63,6 +63,12 @@ pub struct InputSection {
     /// Whether CSV files start with a header line.
     #[serde(default = "default_true")]
     pub header: bool,
+    /// Objects in `name=value` folders below the input (below its date folders, in a Hive
+    /// layout) are read, the folders' values not being data (a landing date whose redeliveries
+    /// are duplicates). Without it they are refused: Hive readers take such a value for a
+    /// column of the folder's rows, which lakeswap would lose.
+    #[serde(default)]
+    pub ignore_folder_values: bool,
 }
 
 /// A CSV delimiter is one ASCII character, not a line break, a quote or another control

@@ -162,11 +162,28 @@ fn decode_parquet(
     // A rebuild under a new schema: the stored rows by column name, added columns null,
     // removed ones dropped, every value converted exactly.
     let batches: Vec<RecordBatch> = match rebuild {
-        Some(tz) => batches
-            .iter()
-            .map(|b| crate::read::unify::conform(b, &relaxed, tz))
-            .collect::<Result<_, _>>()
-            .map_err(|(c, e)| bad(format!("column `{c}`: {}", e.message)))?,
+        Some(tz) => {
+            batches.iter().map(|b| crate::read::unify::conform(b, &relaxed, tz)).collect::<Result<_, _>>().map_err(
+                |(c, e)| {
+                    // Not the store's failure, nor one a retry passes: the run's schema cannot hold
+                    // the stored rows (a text input whose types were inferred from other values).
+                    PartitionError::Input(crate::error::InputError::bad(
+                        crate::error::Location {
+                            object: format!("the stored {what}"),
+                            row: None,
+                            line: None,
+                            column: Some(c.clone()),
+                        },
+                        format!(
+                        "{}: the rebuilt table's type of `{c}` cannot hold its stored values. Where the input is CSV \
+                         or NDJSON, its types are inferred from each run's values: declare the column's type in \
+                         [input.schema] as the table has it",
+                        e.message
+                    ),
+                    ))
+                },
+            )?
+        }
         // The same types, but for the encoding of text (a table written as `large_string`).
         None => batches
             .into_iter()

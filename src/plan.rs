@@ -146,13 +146,21 @@ pub async fn plan(
                             ),
                         )));
                     }
+                    if !cfg.input.ignore_folder_values {
+                        valued_folders(input, &listed, folder, column)?;
+                    }
                     objs.extend(listed);
                 }
                 objects.extend(objs.iter().cloned());
                 inputs.insert(*d, objs);
             }
         }
-        Layout::Flat => objects = list::objects(input, &input.prefix).await?,
+        Layout::Flat => {
+            objects = list::objects(input, &input.prefix).await?;
+            if !cfg.input.ignore_folder_values {
+                valued_folders(input, &objects, &input.prefix, column)?;
+            }
+        }
     }
 
     // The reference record schema: the run's first date's objects' (a flat input's: all of
@@ -380,6 +388,50 @@ fn objects_for(objects: &[ObjectMeta], object_dates: &[Vec<Option<(i32, i32)>>],
         .collect()
 }
 
+/// Whether a folder's name is a Hive reader's `name=value` (a value of its rows' column `name`).
+/// The name as stored: a Hive writer escapes an `=` in a value (`%3D`), and readers split
+/// names at the `=` written.
+pub fn valued_folder(name: &str) -> bool {
+    name.split_once('=').is_some_and(|(n, value)| !n.is_empty() && !value.is_empty() && !value.contains('='))
+}
+
+/// Refuses objects in `name=value` folders under `folder` (a date folder, or a flat input's
+/// root): Hive readers take such a folder's value for a column of its rows, which lakeswap
+/// does not read. The value would be lost, and rows of `region=eu/` and `region=us/` alike
+/// taken for exact duplicates, one of them dropped.
+///
+/// Folders of the partition column (`event_date=Nov-01/`) are left to the checks of dates.
+fn valued_folders(
+    input: &StoreLocation,
+    objects: &[ObjectMeta],
+    folder: &object_store::path::Path,
+    column: &str,
+) -> Result<()> {
+    let dated = format!("{}=", column.to_ascii_lowercase());
+    for m in objects {
+        let Some(parts) = m.location.prefix_match(folder) else { continue };
+        let parts: Vec<_> = parts.collect();
+        let below = &parts[..parts.len().saturating_sub(1)];
+        let valued = |p: &&object_store::path::PathPart| {
+            valued_folder(p.as_ref()) && !p.as_ref().to_ascii_lowercase().starts_with(&dated)
+        };
+        if let Some(f) = below.iter().find(valued) {
+            return Err(Error::Input(InputError::bad(
+                Location::object(input.display(&m.location)),
+                format!(
+                    "a folder named like `{}/`: Hive readers take its value for a column of its rows, and lakeswap \
+                     reads no column from folder names but the partition column's, so the value would be lost (rows \
+                     alike in two such folders taken for duplicates). Write the value into the files' rows, or read \
+                     each such folder as an input of its own; if the value is not data (a landing date, whose \
+                     redeliveries are duplicates), set `input.ignore_folder_values = true`",
+                    f.as_ref()
+                ),
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether an object under a date folder lies in another `column=` folder below it.
 fn nested_date_folder(object: &object_store::path::Path, folder: &object_store::path::Path, column: &str) -> bool {
     let Some(parts) = object.prefix_match(folder) else { return false };
@@ -422,6 +474,11 @@ async fn reference(
                     break;
                 }
             }
+        }
+        // Text objects holding a header alone: no rows, so nothing to plan by, as with no
+        // object at all (each date then has no input rows).
+        if schema.fields().is_empty() {
+            return Ok(None);
         }
         let typed = typed_from_later_objects(decoder, input, &objects[at + 1..], schema, stored).await?;
         return Ok(Some((typed, name, false)));
@@ -850,6 +907,21 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         if objects.is_empty() {
             return Err(config_err(cfg, &key, format!("the lookup table `{}` has no objects at {}", t.name, t.url)));
         }
+        // A lookup of no bytes at all (not even a CSV header) is an upload cut short more
+        // likely than a table meant empty, and joined it would empty every date it serves.
+        if let Some(m) = objects.iter().find(|m| m.size == 0) {
+            return Err(config_err(
+                cfg,
+                &key,
+                format!(
+                    "the lookup table `{}` has an empty object, {} (0 bytes): an upload cut short? A lookup meant to \
+                     have no rows is a CSV header alone (with its `schema`); remove the object, or give it a name \
+                     starting with `_` to have it ignored",
+                    t.name,
+                    store.display(&m.location)
+                ),
+            ));
+        }
         // An object linked in from the table or its run state feeds each run's output into the
         // next, as a URL inside them would (refused with the config).
         let state = cfg.output.state_url();
@@ -878,11 +950,7 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         if let Some((m, folder)) = objects.iter().find_map(|m| {
             let rel = store.relative(&m.location);
             let folders = rel.rsplit_once('/').map_or("", |(f, _)| f).to_string();
-            let named = folders.split('/').find(|f| {
-                let f = percent_encoding::percent_decode_str(f).decode_utf8_lossy();
-                f.split_once('=')
-                    .is_some_and(|(name, value)| !name.is_empty() && !value.is_empty() && !value.contains('='))
-            })?;
+            let named = folders.split('/').find(|f| valued_folder(f))?;
             Some((m, named.to_string()))
         }) {
             return Err(config_err(
@@ -913,13 +981,24 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         // Every row of a lookup belongs to it: read under one placeholder date.
         let day = NaiveDate::default();
         // A lookup's types are declared in its own `schema`, not the input's.
-        let table = read::read_date(&store, &decoder, &objects, day, Some(day)).await.map_err(|e| {
+        let refused = |e: String| {
             let e = e
-                .to_string()
                 .replace("[input.schema]", &format!("aggregate.tables[{i}].schema"))
                 .replace("input.format", &format!("aggregate.tables[{i}].format"));
             config_err(cfg, &key, format!("the lookup table `{}`: {e}", t.name))
-        })?;
+        };
+        let mut pieces = Vec::new();
+        for d in read::read_objects(&store, &decoder, &objects, &[day], Some(day)).await {
+            let mut d = d.map_err(|e| refused(e.to_string()))?;
+            if let Some(e) = d.bad.remove(&day) {
+                return Err(refused(e.to_string()));
+            }
+            pieces.append(&mut d.pieces);
+        }
+        if let Some(why) = columns_differ(&pieces, t.format == Format::Ndjson) {
+            return Err(refused(why));
+        }
+        let table = read::assemble(pieces, &decoder).map_err(|e| refused(e.to_string()))?;
         // A lookup with no rows (a CSV header alone) has the columns its schema declares.
         let table = match table.num_rows() {
             0 if !t.schema.is_empty() => {
@@ -962,6 +1041,36 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         out.push(crate::engine::Lookup { name: t.name.clone(), schema, batches, inputs });
     }
     Ok(out)
+}
+
+/// Why a lookup's objects cannot be read as one table, if they cannot: one lacks a column
+/// another has. Its rows would hold nulls there, and join nothing on it (a producer that
+/// renamed `currency` to `ccy`: its rates silently lost). In NDJSON (`optional_fields`) a
+/// field left out is how a null is written: only objects that each have a column the other
+/// lacks (a rename) are refused.
+fn columns_differ(pieces: &[read::Piece], optional_fields: bool) -> Option<String> {
+    let columns =
+        |p: &read::Piece| -> Vec<String> { p.batch.schema().fields().iter().map(|f| f.name().clone()).collect() };
+    let first = pieces.first()?;
+    let names = columns(first);
+    pieces.iter().find_map(|p| {
+        let has = columns(p);
+        if optional_fields && (names.iter().all(|c| has.contains(c)) || has.iter().all(|c| names.contains(c))) {
+            return None;
+        }
+        let (lacking, other, column) = match names.iter().find(|c| !has.contains(c)) {
+            Some(c) => (p, first, c.clone()),
+            None => (first, p, has.iter().find(|c| !names.contains(c))?.clone()),
+        };
+        Some(format!(
+            "the object {} has no column `{column}`, which {} has (its columns: {}). A lookup's objects are read as \
+             one table, and its rows would hold nulls in that column and join nothing on it: give every object the \
+             same columns",
+            lacking.object,
+            other.object,
+            columns(lacking).join(", ")
+        ))
+    })
 }
 
 impl Plan {

@@ -184,6 +184,8 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
     let strays = listing
         .objects
         .iter()
+        // A folder marker (zero bytes, named as the table's folder or a folder in it) is no stray.
+        .filter(|m| !(m.size == 0 && (m.location == out.prefix || listing.common_prefixes.contains(&m.location))))
         .filter_map(|m| m.location.filename().filter(|n| read(n)).map(|_| out.relative(&m.location)))
         .chain(
             listing

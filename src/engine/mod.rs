@@ -305,6 +305,14 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
     if msg.contains("Cannot cast timezone to different timezone") {
         msg = SKIPPED_TIME.to_string();
     }
+    // Text read as a time in a zone (a lookup's undeclared column met with a zoned timestamp).
+    if msg.contains("error computing timezone offset") {
+        let value = msg.split_once("from '").and_then(|(_, r)| r.split_once('\'')).map(|(v, _)| v.to_string());
+        msg = match value {
+            Some(v) => format!("{SKIPPED_TIME} (the value '{v}', text read as a time)"),
+            None => SKIPPED_TIME.to_string(),
+        };
+    }
     // `s['f']`, `m['k']`, `l[1]`: the engine is built without its nested-type functions.
     if msg.contains("GetFieldAccess not supported") {
         msg = "field access with `[...]` (`s['f']` on a struct, `m['k']` on a map, `l[1]` on a list) is not \
@@ -566,50 +574,197 @@ fn non_deterministic(plan: &LogicalPlan) -> Option<String> {
     found
 }
 
-/// The first condition of the plan (a `FILTER (WHERE …)`, a `CASE WHEN …`) that is not true or
-/// false but a number or text: the engine would cast it (any number but 0 true, the text
-/// `'true'` true, other text an error on some date), where the query wrote no such test.
-fn non_boolean_condition(plan: &LogicalPlan) -> Option<String> {
-    use datafusion::logical_expr::ExprSchemable;
+/// The first finding of `f` over the expressions of the plan (subqueries too), each given the
+/// schema of its node's inputs.
+fn first_finding(
+    plan: &LogicalPlan,
+    f: impl Fn(&Expr, &datafusion::common::DFSchema) -> Option<String>,
+) -> Option<String> {
     let mut found = None;
     let _ = plan.apply_with_subqueries(|node| {
-        let inputs = node.inputs();
-        let Some(first) = inputs.first() else { return Ok(TreeNodeRecursion::Continue) };
-        let mut schema = first.schema().as_ref().clone();
-        for other in &inputs[1..] {
-            schema.merge(other.schema());
+        if node.inputs().is_empty() {
+            return Ok(TreeNodeRecursion::Continue);
         }
+        let schema = input_schema(node);
         node.apply_expressions(|e| {
             e.apply(|e| {
-                let conditions: Vec<&Expr> = match e {
-                    Expr::AggregateFunction(f) => f.params.filter.iter().map(AsRef::as_ref).collect(),
-                    Expr::WindowFunction(w) => w.params.filter.iter().map(AsRef::as_ref).collect(),
-                    Expr::Case(c) if c.expr.is_none() => c.when_then_expr.iter().map(|(w, _)| w.as_ref()).collect(),
-                    _ => Vec::new(),
-                };
-                for c in conditions {
-                    match c.get_type(&schema) {
-                        Ok(DataType::Boolean | DataType::Null) | Err(_) => {}
-                        Ok(t) => {
-                            let test = match t.is_numeric() {
-                                true => format!("`{c} <> 0`"),
-                                false => format!("`{c} = 'yes'`"),
-                            };
-                            found = Some(format!(
-                                "the condition `{c}` (of a FILTER (WHERE …), a CASE WHEN or a measure's `where`) is \
-                                 {t}, not true or false: the engine would take any number but 0 (or the text \
-                                 'true') as true. Write the test you mean ({test}, say)"
-                            ));
-                            return Ok(TreeNodeRecursion::Stop);
-                        }
-                    }
-                }
-                Ok(TreeNodeRecursion::Continue)
+                found = f(e, &schema);
+                Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
             })
         })?;
         Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
     });
     found
+}
+
+/// The first condition of the plan (a `FILTER (WHERE …)`, a `CASE WHEN …`) that is not true or
+/// false but a number or text: the engine would cast it (any number but 0 true, the text
+/// `'true'` true, other text an error on some date), where the query wrote no such test.
+fn non_boolean_condition(plan: &LogicalPlan) -> Option<String> {
+    use datafusion::logical_expr::ExprSchemable;
+    first_finding(plan, |e, schema| {
+        let conditions: Vec<&Expr> = match e {
+            Expr::AggregateFunction(f) => f.params.filter.iter().map(AsRef::as_ref).collect(),
+            Expr::WindowFunction(w) => w.params.filter.iter().map(AsRef::as_ref).collect(),
+            Expr::Case(c) if c.expr.is_none() => c.when_then_expr.iter().map(|(w, _)| w.as_ref()).collect(),
+            _ => Vec::new(),
+        };
+        conditions.into_iter().find_map(|c| match c.get_type(schema) {
+            Ok(DataType::Boolean | DataType::Null) | Err(_) => None,
+            Ok(t) => {
+                let test = match t.is_numeric() {
+                    true => format!("`{c} <> 0`"),
+                    false => format!("`{c} = 'yes'`"),
+                };
+                Some(format!(
+                    "the condition `{c}` (of a FILTER (WHERE …), a CASE WHEN or a measure's `where`) is {t}, not \
+                     true or false: the engine would take any number but 0 (or the text 'true') as true. Write the \
+                     test you mean ({test}, say)"
+                ))
+            }
+        })
+    })
+}
+
+fn text(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+/// Whether values of types `a` and `b`, compared or made one, would be text against a number,
+/// at any depth (`struct(code) = struct(n)`).
+fn clash(a: &DataType, b: &DataType) -> bool {
+    use DataType::*;
+    match (a, b) {
+        (a, b) if (text(a) && b.is_numeric()) || (a.is_numeric() && text(b)) => true,
+        (Struct(x), Struct(y)) => x.iter().zip(y.iter()).any(|(f, g)| clash(f.data_type(), g.data_type())),
+        (List(x) | LargeList(x) | FixedSizeList(x, _), List(y) | LargeList(y) | FixedSizeList(y, _)) => {
+            clash(x.data_type(), y.data_type())
+        }
+        _ => false,
+    }
+}
+
+/// Text against a number where plans meet rather than expressions: a join's keys (`USING`,
+/// `NATURAL`, `INTERSECT` and `EXCEPT`, which the engine plans as joins) and the columns of a
+/// `UNION`'s queries.
+fn mixed_in_joins_and_unions(plan: &LogicalPlan) -> Option<String> {
+    use datafusion::logical_expr::ExprSchemable;
+    let mut found = None;
+    let _ = plan.apply_with_subqueries(|node| {
+        found = match node {
+            LogicalPlan::Join(j) => j.on.iter().find_map(|(l, r)| {
+                let (a, b) = (l.get_type(j.left.schema()).ok()?, r.get_type(j.right.schema()).ok()?);
+                clash(&a, &b).then(|| {
+                    format!(
+                        "the join on `{l}` = `{r}` (a USING, a NATURAL JOIN, an INTERSECT or an EXCEPT) compares \
+                         text with a number: the engine would read every text value as a number ('007' equal to \
+                         7, and the date failing at the first value that is not one). Cast one side to the \
+                         other's type"
+                    )
+                })
+            }),
+            LogicalPlan::Union(u) => {
+                let schemas: Vec<_> = u.inputs.iter().map(|i| i.schema().clone()).collect();
+                let first = u.schema.clone();
+                (0..first.fields().len()).find_map(|c| {
+                    let types: Vec<&DataType> =
+                        schemas.iter().filter_map(|s| s.fields().get(c)).map(|f| f.data_type()).collect();
+                    types.iter().any(|a| types.iter().any(|b| clash(a, b))).then(|| {
+                        format!(
+                            "the column `{}` of a UNION is text in one of its queries and a number in another: the \
+                             engine would write every number as text, or read every text value as a number. Cast \
+                             it to one type in each query",
+                            first.field(c).name()
+                        )
+                    })
+                })
+            }
+            _ => None,
+        };
+        Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+    });
+    found
+}
+
+/// The first expression of the plan that compares text with a number (`s = 7`, `s < 10`,
+/// `s IN (1, 2)`, `s BETWEEN 1 AND 9`) or makes one value of both (`coalesce(s, 0)`,
+/// `nvl(s, 1)`, `CASE … THEN amount ELSE '0' END`, `greatest(s, n)`); in a comparison, where
+/// the text is not a literal.
+/// The engine would read every text value as a number (`'007'` equal to 7, the date failing on
+/// the first value that is not a number) or every number as text (`1` sorting after `'09'`);
+/// PostgreSQL and DuckDB refuse most of these. Quoted text meeting a number (`amount > '100'`)
+/// is read as a number, as in SQL, and stays accepted. Also finds a distinct count of several
+/// columns, which the engine fails on only when it runs.
+fn mixed_text_and_numbers(plan: &LogicalPlan) -> Option<String> {
+    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator as Op};
+    if let Some(why) = mixed_in_joins_and_unions(plan) {
+        return Some(why);
+    }
+    first_finding(plan, |e, schema| {
+        // Quoted text is read as a number where it is compared with one, but the engine makes
+        // `CASE … THEN amount ELSE '0' END` text.
+        let typed = |x: &Expr, literals: bool| match x.get_type(schema) {
+            Ok(t) if literals || !(text(&t) && matches!(x, Expr::Literal(..))) => Some(t),
+            _ => None,
+        };
+        let mixing = |xs: &[&Expr], literals: bool| {
+            let types: Vec<DataType> = xs.iter().filter_map(|x| typed(x, literals)).collect();
+            types.iter().enumerate().any(|(i, a)| types[i + 1..].iter().any(|b| clash(a, b)))
+        };
+        let mixed = |xs: &[&Expr]| mixing(xs, false);
+        let compared = match e {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op:
+                    Op::Eq | Op::NotEq | Op::Lt | Op::LtEq | Op::Gt | Op::GtEq | Op::IsDistinctFrom | Op::IsNotDistinctFrom,
+                right,
+            }) => mixed(&[left, right]),
+            Expr::InList(l) => l.list.iter().any(|x| mixed(&[&l.expr, x])),
+            Expr::Between(b) => mixed(&[&b.expr, &b.low]) || mixed(&[&b.expr, &b.high]),
+            Expr::Case(c) => c.expr.as_deref().is_some_and(|x| c.when_then_expr.iter().any(|(w, _)| mixed(&[x, w]))),
+            Expr::InSubquery(q) => match (q.expr.get_type(schema), q.subquery.subquery.schema().fields().first()) {
+                (Ok(a), Some(b)) => clash(&a, b.data_type()),
+                _ => false,
+            },
+            _ => false,
+        };
+        if compared {
+            return Some(format!(
+                "`{e}` compares text with a number: the engine would read every text value as a number ('007' \
+                 equal to 7, and the date failing at the first value that is not one). Compare text with text \
+                 (quote the number), or cast the text to the number you mean (CAST(s AS BIGINT), CAST(s AS \
+                 DECIMAL(12,2)))"
+            ));
+        }
+        let one_value: Vec<&Expr> = match e {
+            Expr::Case(c) => c.when_then_expr.iter().map(|(_, t)| t.as_ref()).chain(c.else_expr.as_deref()).collect(),
+            Expr::ScalarFunction(f)
+                if matches!(f.name(), "coalesce" | "nvl" | "ifnull" | "nullif" | "greatest" | "least") =>
+            {
+                f.args.iter().collect()
+            }
+            Expr::ScalarFunction(f) if f.name() == "nvl2" => f.args.iter().skip(1).collect(),
+            _ => Vec::new(),
+        };
+        if mixing(&one_value, true) {
+            return Some(format!(
+                "`{e}` makes one value of text and a number: the engine would read every text value as a number \
+                 (the date failing at the first that is not one), or write every number as text. Give every \
+                 branch one type: write a number unquoted (0, not '0'), or cast the text to the number you mean \
+                 (CAST(s AS BIGINT)), or the number to text (CAST(n AS VARCHAR))"
+            ));
+        }
+        match e {
+            Expr::AggregateFunction(f) if f.params.distinct && f.func.name() == "count" && f.params.args.len() > 1 => {
+                Some(format!(
+                    "`{e}`: the engine counts distinct values of one expression only. Count distinct \
+                     combinations as count(DISTINCT struct(a, b)) (a combination holding a null counts too; add \
+                     FILTER (WHERE a IS NOT NULL AND b IS NOT NULL) to leave those out)"
+                ))
+            }
+            _ => None,
+        }
+    })
 }
 
 /// Plans `query` against the schema of `events` and the lookups: its output schema, its plan
@@ -629,7 +784,7 @@ pub async fn plan(
     parse(&query.sql)?;
     let df = ctx.sql_with_options(&query.sql, options()).await.map_err(|e| reason(&e, &query.sql))?;
     let plan = df.logical_plan().clone();
-    if let Some(why) = non_boolean_condition(&plan) {
+    if let Some(why) = non_boolean_condition(&plan).or_else(|| mixed_text_and_numbers(&plan)) {
         return Err(why);
     }
     // Planned through to execution (over no rows), so the analyzer's refusals come now.

@@ -359,6 +359,9 @@ impl Aggregate {
         if table.num_rows() == 0 && !cx.opts.allow_empty && !emptied_by_lakeswap(cx, p).await {
             return Err(PartitionError::MissingInput { date: p.date });
         }
+        if table.num_rows() == 0 && cx.plan.record_schema.is_none() {
+            return Err(no_types(cx));
+        }
         let id = Arc::new(cx.identity(&table));
         let phase = Instant::now();
         let (prepared, masks) = tokio::task::spawn_blocking(move || {
@@ -532,6 +535,9 @@ impl Aggregate {
         if rows_in == 0 && !cx.opts.allow_empty && !emptied_by_lakeswap(cx, p).await {
             return Err(PartitionError::MissingInput { date });
         }
+        if rows_in == 0 && cx.plan.record_schema.is_none() {
+            return Err(no_types(cx));
+        }
         let mut spilled_bytes = 0u64;
         let mut inputs = Vec::with_capacity(buckets);
         for w in writers {
@@ -690,4 +696,15 @@ fn query_input_differences(plan: &crate::plan::Plan, record: &SchemaRef) -> Stri
             differ.join(", ")
         ),
     }
+}
+
+/// A date without rows, in a run whose input has no row at all (no object, or text objects
+/// holding a header alone): no column has a type, so not even a zero-row file can be written.
+/// Input not arrived yet, worth a retry once it has.
+fn no_types(cx: &Context<'_>) -> PartitionError {
+    PartitionError::Input(crate::error::InputError::unreadable(
+        crate::error::Location::object(cx.job.input.url.clone()),
+        "no object of the input has a row, so its columns have no types and not even a zero-row file \
+         (--allow-empty) can be written; run again once input with rows has arrived",
+    ))
 }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use chrono::NaiveDate;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::ObjectMeta;
+use object_store::{ObjectMeta, ObjectStoreExt};
 
 use crate::error::{Error, InputError, Location, Result};
 use crate::store::StoreLocation;
@@ -42,6 +42,7 @@ pub async fn objects(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectM
     v.retain(|m| is_data_name(&input.relative(&m.location)));
     v.sort_by(|a, b| a.location.cmp(&b.location));
     without_folder_markers(&mut v, prefix);
+    empty_folder_markers(input, &mut v).await?;
     if input.local_path(prefix).is_some() {
         for m in &mut v {
             m.e_tag = local_e_tag(input, m);
@@ -61,6 +62,27 @@ pub(crate) fn without_folder_markers(v: &mut Vec<ObjectMeta>, prefix: &Path) {
         })
         .collect();
     v.retain(|m| m.size > 0 || (m.location != *prefix && !folders.contains(m.location.as_ref())));
+}
+
+/// Drops zero-byte folder markers of empty folders (`…/sub/`, the S3 console's "Create
+/// folder"), which [`without_folder_markers`] cannot tell from an empty object by the listing
+/// alone: the store lists the marker without its `/`, and has no object by that name.
+async fn empty_folder_markers(input: &StoreLocation, v: &mut Vec<ObjectMeta>) -> Result<()> {
+    if input.local_path(&Path::default()).is_some() {
+        return Ok(());
+    }
+    let mut markers = std::collections::HashSet::new();
+    for m in v.iter().filter(|m| m.size == 0) {
+        match input.store.head(&m.location).await {
+            Err(object_store::Error::NotFound { .. }) => {
+                markers.insert(m.location.clone());
+            }
+            Err(e) => return Err(Error::store("cannot read", input.display(&m.location), e)),
+            Ok(_) => {}
+        }
+    }
+    v.retain(|m| !markers.contains(&m.location));
+    Ok(())
 }
 
 /// A local file's e-tag with its status-change time added. The local store's e-tag is the

@@ -492,8 +492,20 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                     let bytes = f.body.load().await?;
                     match commit::get(&job.output, &path).await? {
                         Some(b) if b == bytes => Ok((Action::Verified, None)),
+                        // Rows that read alike prove little of a changed file: its statistics
+                        // (what readers skip row groups by) or a page another reader decodes
+                        // otherwise may be what changed.
+                        Some(b) if commit::seal_broken(&b) => Err(PartitionError::Differs {
+                            path: job.output.display(&path),
+                            why: "its bytes changed after lakeswap wrote them (its seal no longer matches: a damaged \
+                                  or edited file), so readers may see other values or fail to read it. Run the date \
+                                  again to rewrite it"
+                                .into(),
+                        }),
                         // Inputs touched, renamed or rewritten alike: the data is right.
-                        Some(b) if commit::same_rows(&bytes, &b) => {
+                        // A file lakeswap did not write (no lineage) is one a run will not
+                        // replace, whatever its rows.
+                        Some(b) if has_lineage(&b) && commit::same_rows(&bytes, &b) => {
                             Ok((Action::Verified, Some(stale_lineage(&b, date))))
                         }
                         Some(b) if o.plan.inputs.is_empty() && has_lineage(&b) => Err(PartitionError::Differs {

@@ -83,6 +83,20 @@ impl Job {
             }
             other => other,
         };
+        // An input folder not made yet is input not arrived yet (exit 1, as an empty one or a
+        // bucket prefix with no object), not a config error a scheduler would not retry.
+        if let Some(dir) = store::missing_local_folder(&config.input.url) {
+            return Err(crate::Error::Input(crate::error::InputError::unreadable(
+                crate::error::Location::object(config.input.url.clone()),
+                format!(
+                    "the input folder {} does not exist (yet): no input has arrived there, so no date can be \
+                     computed; a run after it arrives computes them (a plain path is taken relative to the current \
+                     directory, here {})",
+                    dir.display(),
+                    std::env::current_dir().map_or_else(|_| "?".into(), |d| d.display().to_string())
+                ),
+            )));
+        }
         let input = store::open(&config.input.url, &config.input.options, "input.url", false).map_err(fix)?;
         let (url, options) = (&config.output.url, &config.output.options);
         let output = match writes {
@@ -123,6 +137,38 @@ impl Job {
         Ok(None)
     }
 
+    /// The folder around the output that is a lakeswap table, and its run state, if one is: a
+    /// folder `A` whose default state `parent(A)/_lakeswap/name(A)/` names a table.
+    async fn inside_table(&self) -> Result<Option<(String, String)>> {
+        use object_store::ObjectStoreExt;
+        if let Some(root) = self.output.protocol.local_root() {
+            for folder in root.ancestors().skip(1) {
+                let (Some(parent), Some(name)) = (folder.parent(), folder.file_name()) else { continue };
+                let state = parent.join(LEGACY_STATE[0]).join(name);
+                if state.join(TABLE_MARKER).is_file() {
+                    return Ok(Some((folder.display().to_string(), state.display().to_string())));
+                }
+            }
+            return Ok(None);
+        }
+        let parts: Vec<String> = self.output.prefix.parts().map(|p| p.as_ref().to_string()).collect();
+        for i in (1..parts.len()).rev() {
+            let mut state: Vec<&str> = parts[..i - 1].iter().map(String::as_str).collect();
+            state.extend([LEGACY_STATE[0], parts[i - 1].as_str()]);
+            let state = object_store::path::Path::from_iter(state);
+            let marker = state.clone().join(TABLE_MARKER);
+            match self.output.store.head(&marker).await {
+                Ok(_) => {
+                    let folder = object_store::path::Path::from_iter(parts[..i].iter().map(String::as_str));
+                    return Ok(Some((self.output.display(&folder), self.output.display(&state))));
+                }
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(crate::Error::store("cannot read", self.output.display(&marker), e)),
+            }
+        }
+        Ok(None)
+    }
+
     /// Checks the table and its state location belong together, before anything reads or
     /// writes state:
     /// - a table whose run state still lives inside it (`OUT/_lakeswap/`, `_staging/`,
@@ -140,6 +186,16 @@ impl Job {
         let refuse = |key: &str, message: String| -> crate::Error {
             ConfigError::Invalid { path: self.config.origin.clone(), key: key.into(), message }.into()
         };
+        if let Some((table, its_state)) = self.inside_table().await? {
+            return Err(refuse(
+                "output.url",
+                format!(
+                    "`{out}` lies inside the lakeswap table {table} (whose run state is {its_state}): readers of that \
+                     table would read this one's files as its rows, and its runs refuse a folder holding another \
+                     table. Give this table a folder outside it (beside it, say). Nothing was done"
+                ),
+            ));
+        }
         for old in LEGACY_STATE {
             let path = self.output.child(&[old]);
             match self.output.store.list(Some(&path)).next().await {

@@ -110,11 +110,20 @@ impl Planned {
                         }
                         false => "",
                     };
+                    // Text inputs type undeclared columns by their values, which differ from run to run.
+                    let inferred = match cfg.input.format {
+                        crate::config::Format::Parquet => "",
+                        _ => {
+                            " Where a column's type was inferred from this run's values (a CSV or NDJSON input: \
+                             `1` an integer, `1.5` a float), declare it in [input.schema] as the table has it \
+                             instead."
+                        }
+                    };
                     return Err(Error::Usage(format!(
                         "this run would change the schema of the table {}: {}. Nothing was done. To rewrite \
                          the whole table under the new schema, run with --schema-change rebuild over a range \
                          that covers every committed partition (lakeswap status lists them){drops}; or write to \
-                         a new output",
+                         a new output.{inferred}",
                         job.output.url,
                         differences.join("; ")
                     )));

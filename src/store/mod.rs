@@ -264,6 +264,13 @@ fn device(dir: &std::path::Path) -> Option<u64> {
     dir.ancestors().find_map(|d| std::fs::metadata(d).ok()).map(|m| m.dev())
 }
 
+/// The local folder a URL names, when it names one that does not exist.
+pub fn missing_local_folder(url: &str) -> Option<std::path::PathBuf> {
+    let (scheme, rest) = scheme_of(url);
+    let dir = std::path::Path::new(rest);
+    (scheme == "file" && !dir.exists()).then(|| dir.to_path_buf())
+}
+
 /// A URL's scheme, lower case (`file` for a plain path), and the rest.
 fn scheme_of(url: &str) -> (String, &str) {
     match url.split_once("://") {
@@ -383,6 +390,25 @@ fn key_prefix(prefix: &str, key: &str) -> Result<Path, ConfigError> {
     })
 }
 
+/// Refuses a store endpoint that is not an `http://` or `https://` address with a host: the
+/// store's client would take it and fail on its first request (in `object_store`'s S3 client,
+/// with a panic). `from` says where it was given when no option names it (the environment).
+fn web_address(endpoint: Option<&str>, options: &BTreeMap<String, String>, from: &str) -> Result<(), String> {
+    let Some(endpoint) = endpoint else { return Ok(()) };
+    let given = options
+        .iter()
+        .find(|(k, v)| k.contains("endpoint") && v.as_str() == endpoint)
+        .map_or(format!("the environment ({from})"), |(k, _)| format!("the option `{k}`"));
+    // The parser drops spaces around an address; the store's client does not.
+    match url::Url::parse(endpoint) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() && endpoint.trim() == endpoint => Ok(()),
+        _ => Err(format!(
+            "the store endpoint `{endpoint}`, from {given}, is not a web address: write it as \
+             http://host:port or https://host, without spaces"
+        )),
+    }
+}
+
 /// Resolves a job URL. `create` makes a missing local folder (for outputs).
 ///
 /// Accepted: a plain path (relative to the current directory), `file:///abs`, `memory://name/p`,
@@ -407,13 +433,15 @@ pub fn open(
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let mut b = AmazonS3Builder::from_env().with_url(url).with_conditional_put(S3ConditionalPut::ETagMatch);
             // The AWS SDKs' name for a custom endpoint; object_store reads AWS_ENDPOINT.
-            if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
+            if let Some(endpoint) = std::env::var("AWS_ENDPOINT_URL").ok().filter(|e| !e.is_empty()) {
                 b = b.with_endpoint(endpoint);
             }
             for (k, v) in options {
                 let cfg = k.parse().map_err(|e| invalid(format!("unknown S3 option `{k}`: {e}")))?;
                 b = b.with_config(cfg, v);
             }
+            let endpoint = b.get_config_value(&object_store::aws::AmazonS3ConfigKey::Endpoint);
+            web_address(endpoint.as_deref(), options, "AWS_ENDPOINT_URL or AWS_ENDPOINT").map_err(invalid)?;
             let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
             Ok(StoreLocation::new(Arc::new(store), key_prefix(prefix, key)?, url_shown, Arc::new(ConditionalPut)))
         }
@@ -424,6 +452,8 @@ pub fn open(
                 let cfg = k.parse().map_err(|e| invalid(format!("unknown Azure option `{k}`: {e}")))?;
                 b = b.with_config(cfg, v);
             }
+            let endpoint = b.get_config_value(&object_store::azure::AzureConfigKey::Endpoint);
+            web_address(endpoint.as_deref(), options, "AZURE_STORAGE_ENDPOINT").map_err(invalid)?;
             let store = b.build().map_err(|e| invalid(format!("cannot open {url_shown}: {e}")))?;
             Ok(StoreLocation::new(Arc::new(store), key_prefix(prefix, key)?, url_shown, Arc::new(ConditionalPut)))
         }

@@ -256,9 +256,14 @@ fn s3_folder_markers_are_not_data() {
     rt.block_on(p.b.write_input(&rows, 2));
     let prefix = p.b.url("in").trim_start_matches("s3://").split_once('/').unwrap().1.to_string();
     let admin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/store_admin.py");
-    for key in
-        [format!("{prefix}/"), format!("{prefix}/event_date=2026-11-01/"), format!("{prefix}/event_date=2026-11-02/")]
-    {
+    // The marker of an empty folder inside a date folder (the S3 console's "Create folder"):
+    // listed without its `/`, it named no object, and the date failed on it for good (exit 1).
+    for key in [
+        format!("{prefix}/"),
+        format!("{prefix}/event_date=2026-11-01/"),
+        format!("{prefix}/event_date=2026-11-02/"),
+        format!("{prefix}/event_date=2026-11-01/sub/"),
+    ] {
         let o = std::process::Command::new("python3").arg(&admin).args(["put-s3-marker", &key]).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
@@ -302,6 +307,79 @@ fn s3_folder_markers_are_not_data() {
     let said = text(&o);
     let listed: Vec<&str> = said.lines().filter(|l| l.contains("s3://")).map(str::trim).collect();
     assert_eq!(listed, [format!("{}/empty.txt", p.b.url("out"))], "{said}");
+    // `status` lists the zero-byte object as a stray, and no marker (the table's own was one
+    // with an empty name).
+    let o = cli(&["status", "--config", cfg.to_str().unwrap(), "--json"], p.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["strays"], serde_json::json!(["empty.txt"]), "{}", text(&o));
+}
+
+/// Risk: a date folder holding `region=eu/` and `region=us/` folders, read with no `region`
+/// column: rows alike in both taken for exact duplicates and one dropped (exit 0, the count
+/// and sum short). Refused by name in a Hive and a flat layout; read when the config says the
+/// folders' values are not data.
+#[test]
+fn folders_named_by_value_below_the_date_are_refused_unless_their_values_are_not_data() {
+    let lake = Lake::new();
+    let rows = random_orders(307, 1, 10);
+    for region in ["eu", "us"] {
+        write_parquet(&lake.input().join(format!("event_date=2026-11-01/region={region}/a.parquet")), &batch(&rows));
+    }
+    let cfg = lake.config();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("region=eu/a.parquet") && t.contains("`region=eu/`"), "{t}");
+    assert!(t.contains("ignore_folder_values"), "{t}");
+    assert!(!lake.output().exists());
+    // The same objects in a flat input.
+    let flat = Lake::new();
+    for region in ["eu", "us"] {
+        write_parquet(&flat.input().join(format!("region={region}/a.parquet")), &batch(&rows));
+    }
+    let o = cli(&["run", "--config", flat.config().to_str().unwrap(), "--date", "2026-11-01"], flat.dir.path());
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    assert!(text(&o).contains("`region=eu/`"), "{}", text(&o));
+    // Redeliveries under landing dates: the same rows twice are one delivery too many.
+    let t = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("format = \"parquet\"", "format = \"parquet\"\nignore_folder_values = true");
+    std::fs::write(&cfg, t).unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(read_partition(&lake.partition_file("2026-11-01")), model(&rows)[&d("2026-11-01")]);
+}
+
+/// Risk: an input folder a scheduler's variable names before its data lands (`raw/${DS}`)
+/// was a config error (exit 2, never retried), where an empty one was input not arrived
+/// (exit 1); and a flat CSV input holding a header alone was "no column event_date" (exit 2).
+#[test]
+fn input_not_arrived_is_a_retry_whether_its_folder_is_missing_or_holds_a_header_alone() {
+    let lake = Lake::new();
+    std::fs::remove_dir_all(lake.input()).unwrap();
+    let cfg = lake.config();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(code(&o), 1, "{}", text(&o));
+    assert!(text(&o).contains("does not exist (yet)"), "{}", text(&o));
+    std::fs::create_dir_all(lake.input()).unwrap();
+    std::fs::write(
+        lake.input().join("f1.csv"),
+        "order_id,source_version,event_date,customer_id,currency,amount,status\n",
+    )
+    .unwrap();
+    let t =
+        std::fs::read_to_string(&cfg).unwrap().replace("format = \"parquet\"", &format!("format = \"csv\"\n{TYPES}"));
+    std::fs::write(&cfg, t).unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(code(&o), 1, "{}", text(&o));
+    assert!(text(&o).contains("no input rows for 2026-11-01"), "{}", text(&o));
+    // No row anywhere: no type to write even a zero-row file with (was exit 3, "bad input at ,
+    // column `order_id`: missing key column").
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01", "--allow-empty"], lake.dir.path());
+    assert_eq!(code(&o), 1, "{}", text(&o));
+    assert!(text(&o).contains("no object of the input has a row"), "{}", text(&o));
+    assert!(!lake.output().join("event_date=2026-11-01").exists());
 }
 
 // ---------------------------------------------------------------------------------------

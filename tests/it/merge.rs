@@ -1112,6 +1112,44 @@ fn a_merge_tables_key_and_version_keep_their_types() {
     assert_eq!(lake.snapshot(), before, "nothing was done");
 }
 
+/// Risk: a CSV merge whose batches type an undeclared column by their values (`10.5` a
+/// float, `11` an integer): the refusal advised only a rebuild, and the rebuild failed on the
+/// stored `10.5` as a store error (exit 1, retried for ever). The refusal names the
+/// declaration that keeps one type; the rebuild fails as the data problem it is (exit 3).
+#[test]
+fn a_csv_merge_whose_batches_infer_other_types_is_told_to_declare_them() {
+    let lake = Lake::new();
+    let batch = |name: &str, rows: &str, schema: &str| {
+        let dir = lake.dir.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.csv"), format!("id,v,event_date,amount\n{rows}")).unwrap();
+        let toml = format!(
+            "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n{schema}\n\n\
+             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"{}\"\n",
+            dir.display(),
+            lake.output().display()
+        );
+        let cfg = lake.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&cfg, toml).unwrap();
+        cfg
+    };
+    let b1 = batch("b1", "1,1,2026-11-01,10.5\n2,1,2026-11-01,3.25\n", "");
+    let o = cli(&["run", "--config", b1.to_str().unwrap()], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let before = lake.snapshot();
+    let b2 = batch("b2", "1,2,2026-11-01,11\n3,1,2026-11-01,4\n", "");
+    let o = cli(&["run", "--config", b2.to_str().unwrap()], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("declare it in [input.schema] as the table has it"), "{}", text(&o));
+    let o = cli(&["run", "--config", b2.to_str().unwrap(), "--schema-change", "rebuild"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("10.5 does not convert exactly") && text(&o).contains("[input.schema]"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), before, "the table is as it was");
+    let b2 = batch("b2", "1,2,2026-11-01,11\n3,1,2026-11-01,4\n", "schema = { amount = \"float64\" }");
+    let o = cli(&["run", "--config", b2.to_str().unwrap()], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 // ---------------------------------------------------------------------------------------
 // A date that fails keeps the table whole: one date per key, moves all or nothing, no row lost.
 

@@ -492,11 +492,12 @@ fn lineage_tells_a_copied_partition_a_foreign_file_and_a_rewritten_input() {
     let o = cli(&["verify", "--config", c, "--from", "2026-11-01", "--to", "2026-11-03"], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("3 verified") && text(&o).contains("lineage is out of date"), "{}", text(&o));
-    // The right rows in a file written by hand: verified, and said to be no lakeswap file.
+    // The right rows in a file written by hand: no lakeswap file, which a run would not
+    // replace (it fails the date), so it differs, said why.
     let committed = read_batch(&lake.partition_file("2026-11-02"));
     write_parquet(&lake.partition_file("2026-11-02"), &committed);
     let o = cli(&["verify", "--config", c, "--date", "2026-11-02"], lake.dir.path());
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("no lakeswap lineage"), "{}", text(&o));
     // A wrong row is still found.
     write_parquet(&lake.partition_file("2026-11-02"), &batch(&rows[..1]));
@@ -605,6 +606,110 @@ fn verify_finds_a_file_that_does_not_match_its_input() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("it was written under another config"), "{}", text(&o));
     assert!(!text(&o).contains("input objects changed"), "{}", text(&o));
+}
+
+/// Risk: a committed file changed where its rows still read alike — a footer statistic
+/// edited (DuckDB then skipped the row group its filter needed), a bit flipped in a page that
+/// another reader fails on — was `verified` (exit 0) as "lineage out of date". Its seal tells.
+#[test]
+fn verify_finds_a_file_changed_since_it_was_written_though_its_rows_read_alike() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(117, 1, 40), 1);
+    let c = lake.config();
+    let c = c.to_str().unwrap();
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let file = lake.partition_file("2026-11-01");
+    let mut bytes = std::fs::read(&file).unwrap();
+    // The `orders` column's maximum in the footer's statistics, made smaller.
+    let md = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes.clone())).unwrap();
+    use parquet::file::reader::FileReader;
+    let md = md.metadata();
+    let at = md.file_metadata().schema_descr().columns().iter().position(|c| c.name() == "orders").unwrap();
+    let max = match md.row_group(0).column(at).statistics().unwrap() {
+        parquet::file::statistics::Statistics::Int64(s) => *s.max_opt().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let footer =
+        bytes.len() - 8 - u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap()) as usize;
+    let needle = max.to_le_bytes();
+    let i = footer + bytes[footer..].windows(8).position(|w| w == needle).unwrap();
+    bytes[i..i + 8].copy_from_slice(&(max - 1).to_le_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    assert!(lakeswap::commit::same_rows(&std::fs::read(&file).unwrap().into(), &bytes.clone().into()));
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("its seal no longer matches"), "{}", text(&o));
+    // A run rewrites it as written.
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success() && text(&o).contains("replaced"), "{}", text(&o));
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Rewritten by another writer with the same rows and no lineage (no seal): a run would not
+    // replace it (not lakeswap's), so it is no `verified` partition either.
+    let b = read_batch(&file);
+    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&file).unwrap(), b.schema(), None).unwrap();
+    w.write(&b).unwrap();
+    w.close().unwrap();
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("no lakeswap lineage"), "{}", text(&o));
+}
+
+/// Risks: a table made inside another table's folder (`lake/revenue/inner`) was accepted: its
+/// files were read as the outer table's rows by readers of it, and the outer table's runs
+/// were refused from then on (exit 2, never retried). A store endpoint that is not a web
+/// address made the store's client panic (exit 101, the summary left "running").
+#[test]
+fn a_table_inside_another_and_an_endpoint_that_is_no_address_are_refused() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(118, 1, 40), 1);
+    let c = lake.config();
+    let o = cli(&["run", "--config", c.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let inner = lake.dir.path().join("inner.toml");
+    let out = lake.output().display().to_string();
+    let t =
+        std::fs::read_to_string(&c).unwrap().replace(&format!("url = \"{out}\""), &format!("url = \"{out}/inner\""));
+    std::fs::write(&inner, t).unwrap();
+    let before = lake.snapshot();
+    let o = cli(&["run", "--config", inner.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("lies inside the lakeswap table"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), before);
+    let o = cli(&["run", "--config", c.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    // An endpoint in the options, and in the environment.
+    let s3 = lake.dir.path().join("s3.toml");
+    let t = std::fs::read_to_string(&c).unwrap().replace(
+        &format!("url = \"{out}\""),
+        "url = \"s3://b/t\"\noptions = { endpoint = \"not a url\", region = \"x\" }",
+    );
+    std::fs::write(&s3, t).unwrap();
+    let o = cli(&["run", "--config", s3.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("`not a url`, from the option `endpoint`, is not a web address"), "{}", text(&o));
+    let t = std::fs::read_to_string(&c).unwrap().replace(&format!("url = \"{out}\""), "url = \"s3://b/t\"");
+    std::fs::write(&s3, t).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(["status", "--config", s3.to_str().unwrap()])
+        .env("AWS_ENDPOINT_URL", "127.0.0.1:9000")
+        .env("AWS_REGION", "x")
+        .current_dir(lake.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("from the environment (AWS_ENDPOINT_URL"), "{}", text(&o));
+    // Spaces around an address, which the store's client panicked on too.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(["status", "--config", s3.to_str().unwrap()])
+        .env("AWS_ENDPOINT_URL", " http://127.0.0.1:9000")
+        .env("AWS_REGION", "x")
+        .current_dir(lake.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("without spaces"), "{}", text(&o));
 }
 
 /// Risk: a store that fails while the run's plan reads a Parquet footer (a timeout, an EIO)

@@ -75,6 +75,83 @@ fn a_lookup_in_folders_named_by_value_is_refused() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
+/// Risk: a lookup whose producer renamed a column in one object (`currency` to `ccy`): its
+/// rows read with nulls there and joined nothing, and their rates dropped out of the sum
+/// (exit 0). And a lookup object of no bytes (an upload cut short) read as no rows, which
+/// emptied every date it served. Both refused before anything runs, naming the object.
+#[test]
+fn a_lookups_objects_have_one_set_of_columns_and_none_is_empty() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(1315, 1, 20), 1);
+    let fx = lake.dir.path().join("fx");
+    std::fs::create_dir_all(&fx).unwrap();
+    std::fs::write(fx.join("a.csv"), "currency,rate\nEUR,2\n").unwrap();
+    std::fs::write(fx.join("b.csv"), "ccy,rate\nUSD,3\n").unwrap();
+    let sql = "sql = \"SELECT count(*) AS n, sum(rate) AS r FROM events JOIN fx USING (currency)\"";
+    let table = format!("[[aggregate.tables]]\nname = \"fx\"\nurl = \"{}\"\nformat = \"csv\"\n", fx.display());
+    let cfg = sql_config(&lake, &format!("{sql}\n{table}"), "");
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("b.csv has no column `currency`") && t.contains("a.csv has"), "{t}");
+    assert!(!lake.output().exists());
+    std::fs::write(fx.join("b.csv"), "currency,rate\nUSD,3\n").unwrap();
+    std::fs::write(fx.join("c.csv"), "").unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("c.csv (0 bytes)"), "{t}");
+    std::fs::remove_file(fx.join("c.csv")).unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    // In NDJSON a field left out is a null: an object without an optional field is read; one
+    // with a renamed field is refused.
+    for f in ["a.csv", "b.csv"] {
+        std::fs::remove_file(fx.join(f)).unwrap();
+    }
+    std::fs::write(fx.join("a.json"), "{\"currency\": \"EUR\", \"rate\": 2, \"note\": \"x\"}\n").unwrap();
+    std::fs::write(fx.join("b.json"), "{\"currency\": \"USD\", \"rate\": 3}\n").unwrap();
+    let cfg = sql_config(&lake, &format!("{sql}\n{}", table.replace("\"csv\"", "\"ndjson\"")), "");
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(fx.join("b.json"), "{\"ccy\": \"USD\", \"rate\": 3}\n").unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("b.json has no column `currency`"), "{}", text(&o));
+}
+
+/// Risk: a lookup's undeclared text time in the hour New York repeats, met with a zoned
+/// event time, failed the date with arrow's "error computing timezone offset", naming no
+/// value; it fails (exit 3) saying what the value is and why it names no instant.
+#[test]
+fn a_lookups_text_time_the_clocks_repeat_is_named() {
+    let lake = Lake::new();
+    let day = lake.input().join("event_date=2026-11-01");
+    std::fs::create_dir_all(&day).unwrap();
+    std::fs::write(day.join("a.csv"), "id,v,ts,amount\n1,1,2026-11-01T06:00:00Z,10\n").unwrap();
+    let lk = lake.dir.path().join("lk");
+    std::fs::create_dir_all(&lk).unwrap();
+    std::fs::write(lk.join("r.csv"), "vf,rate\n2026-11-01 01:30:00,2\n").unwrap();
+    let cfg = lake.dir.path().join("job.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[job]\nname = \"t\"\nkind = \"aggregate\"\ntimezone = \"America/New_York\"\n\n[input]\nurl = \"{}\"\n\
+             format = \"csv\"\nschema = {{ ts = \"timestamp\", amount = \"int64\" }}\n\n[identity]\nkey = [\"id\"]\n\
+             version = \"v\"\n\n[aggregate]\nsql = \"SELECT sum(e.amount * r.rate) AS s FROM events e JOIN r ON e.ts >= r.vf\"\n\n\
+             [[aggregate.tables]]\nname = \"r\"\nurl = \"{}\"\nformat = \"csv\"\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lk.display(),
+            lake.output().display()
+        ),
+    )
+    .unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{t}");
+    assert!(t.contains("skip or repeat") && t.contains("the value '2026-11-01 01:30:00'"), "{t}");
+}
+
 fn run(lake: &Lake, cfg: &Path, args: &[&str]) -> std::process::Output {
     let mut all = vec!["run", "--config", cfg.to_str().unwrap()];
     all.extend_from_slice(args);
