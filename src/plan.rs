@@ -1049,27 +1049,31 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
 /// field left out is how a null is written: only objects that each have a column the other
 /// lacks (a rename) are refused.
 fn columns_differ(pieces: &[read::Piece], optional_fields: bool) -> Option<String> {
-    let columns =
-        |p: &read::Piece| -> Vec<String> { p.batch.schema().fields().iter().map(|f| f.name().clone()).collect() };
-    let first = pieces.first()?;
-    let names = columns(first);
-    pieces.iter().find_map(|p| {
-        let has = columns(p);
-        if optional_fields && (names.iter().all(|c| has.contains(c)) || has.iter().all(|c| names.contains(c))) {
-            return None;
+    // Each set of columns once, with the first object that has it.
+    let mut sets: Vec<(Vec<String>, &str)> = Vec::new();
+    for p in pieces {
+        let columns: Vec<String> = p.batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+        if !sets.iter().any(|(c, _)| *c == columns) {
+            sets.push((columns, p.object.as_ref()));
         }
-        let (lacking, other, column) = match names.iter().find(|c| !has.contains(c)) {
-            Some(c) => (p, first, c.clone()),
-            None => (first, p, has.iter().find(|c| !names.contains(c))?.clone()),
-        };
-        Some(format!(
-            "the object {} has no column `{column}`, which {} has (its columns: {}). A lookup's objects are read as \
-             one table, and its rows would hold nulls in that column and join nothing on it: give every object the \
-             same columns",
-            lacking.object,
-            other.object,
-            columns(lacking).join(", ")
-        ))
+    }
+    let within = |a: &[String], b: &[String]| a.iter().all(|c| b.contains(c));
+    sets.iter().enumerate().find_map(|(i, (a, a_object))| {
+        sets[i + 1..].iter().find_map(|(b, b_object)| {
+            if optional_fields && (within(a, b) || within(b, a)) {
+                return None;
+            }
+            let ((lacking, lacking_object), other, column) = match a.iter().find(|c| !b.contains(c)) {
+                Some(c) => ((b, b_object), a_object, c),
+                None => ((a, a_object), b_object, b.iter().find(|c| !a.contains(c))?),
+            };
+            Some(format!(
+                "the object {lacking_object} has no column `{column}`, which {other} has (its columns: {}). A \
+                 lookup's objects are read as one table, and its rows would hold nulls in that column and join \
+                 nothing on it: give every object the same columns",
+                lacking.join(", ")
+            ))
+        })
     })
 }
 

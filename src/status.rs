@@ -184,8 +184,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
     let strays = listing
         .objects
         .iter()
-        // A folder marker (zero bytes, named as the table's folder or a folder in it) is no stray.
-        .filter(|m| !(m.size == 0 && (m.location == out.prefix || listing.common_prefixes.contains(&m.location))))
+        .filter(|m| !crate::read::list::is_folder_marker(m, &out.prefix, &listing.common_prefixes))
         .filter_map(|m| m.location.filename().filter(|n| read(n)).map(|_| out.relative(&m.location)))
         .chain(
             listing

@@ -626,7 +626,8 @@ fn non_boolean_condition(plan: &LogicalPlan) -> Option<String> {
     })
 }
 
-fn text(t: &DataType) -> bool {
+/// Whether a type is text (in any of arrow's encodings).
+pub(crate) fn text(t: &DataType) -> bool {
     matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 

@@ -136,7 +136,7 @@ impl AnalyzerRule for SqlFunctions {
                     && w.params.args.len() == 3 =>
             {
                 let (value, default) = (w.params.args[0].get_type(schema)?, w.params.args[2].get_type(schema)?);
-                let text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+                let text = super::text;
                 let scale = |t: &DataType| match t {
                     DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => Some(*s),
                     _ => None,

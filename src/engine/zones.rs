@@ -300,9 +300,7 @@ fn refuse_offsets_made_zone_less(e: &Expr) -> Result<()> {
 /// Text cast to a type `to` picks (`CAST`, or `TRY_CAST`: `safe`): the text, the type and
 /// whether it is safe.
 fn text_cast<'e>(e: &'e Expr, schema: &DFSchema, to: fn(&DataType) -> bool) -> Option<(&'e Expr, &'e DataType, bool)> {
-    let text = |a: &Expr| {
-        a.get_type(schema).is_ok_and(|t| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
-    };
+    let text = |a: &Expr| a.get_type(schema).is_ok_and(|t| super::text(&t));
     match e {
         Expr::Cast(c) if to(c.field.data_type()) && text(&c.expr) => {
             Some((c.expr.as_ref(), c.field.data_type(), false))

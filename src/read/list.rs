@@ -71,18 +71,36 @@ async fn empty_folder_markers(input: &StoreLocation, v: &mut Vec<ObjectMeta>) ->
     if input.local_path(&Path::default()).is_some() {
         return Ok(());
     }
-    let mut markers = std::collections::HashSet::new();
-    for m in v.iter().filter(|m| m.size == 0) {
-        match input.store.head(&m.location).await {
-            Err(object_store::Error::NotFound { .. }) => {
-                markers.insert(m.location.clone());
+    use futures::StreamExt;
+    // Each request owns what it uses: a future borrowing the listing is not `Send` for every
+    // lifetime the runtime asks of a spawned run.
+    let heads: Vec<_> = v
+        .iter()
+        .filter(|m| m.size == 0)
+        .map(|m| {
+            let (store, location, shown) = (input.store.clone(), m.location.clone(), input.display(&m.location));
+            async move {
+                match store.head(&location).await {
+                    Err(object_store::Error::NotFound { .. }) => Ok(Some(location)),
+                    Err(e) => Err(Error::store("cannot read", shown, e)),
+                    Ok(_) => Ok(None),
+                }
             }
-            Err(e) => return Err(Error::store("cannot read", input.display(&m.location), e)),
-            Ok(_) => {}
-        }
+        })
+        .collect();
+    let found: Vec<Result<Option<Path>>> = futures::stream::iter(heads).buffer_unordered(16).collect().await;
+    let mut markers = std::collections::HashSet::new();
+    for f in found {
+        markers.extend(f?);
     }
     v.retain(|m| !markers.contains(&m.location));
     Ok(())
+}
+
+/// Whether an object of a listing with a delimiter under `prefix` is a folder marker: zero
+/// bytes, named as the listed folder or as a folder listed in it.
+pub(crate) fn is_folder_marker(m: &ObjectMeta, prefix: &Path, folders: &[Path]) -> bool {
+    m.size == 0 && (m.location == *prefix || folders.contains(&m.location))
 }
 
 /// A local file's e-tag with its status-change time added. The local store's e-tag is the
@@ -209,8 +227,7 @@ pub async fn hive_folders(input: &StoreLocation, column: &str) -> Result<DateFol
     }
     for m in &res.objects {
         let name = m.location.filename().unwrap_or_default().to_string();
-        let marker = m.size == 0 && (m.location == input.prefix || res.common_prefixes.contains(&m.location));
-        if is_data_name(&name) && !marker {
+        if is_data_name(&name) && !is_folder_marker(m, &input.prefix, &res.common_prefixes) {
             strays.push(name);
         }
     }

@@ -503,8 +503,8 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                                 .into(),
                         }),
                         // Inputs touched, renamed or rewritten alike: the data is right.
-                        // A file lakeswap did not write (no lineage) is one a run will not
-                        // replace, whatever its rows.
+                        // A file lakeswap did not write (no lineage) is one a run replaces only
+                        // under `foreign_files = "remove"`, whatever its rows.
                         Some(b) if has_lineage(&b) && commit::same_rows(&bytes, &b) => {
                             Ok((Action::Verified, Some(stale_lineage(&b, date))))
                         }

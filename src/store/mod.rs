@@ -268,7 +268,9 @@ fn device(dir: &std::path::Path) -> Option<u64> {
 pub fn missing_local_folder(url: &str) -> Option<std::path::PathBuf> {
     let (scheme, rest) = scheme_of(url);
     let dir = std::path::Path::new(rest);
-    (scheme == "file" && !dir.exists()).then(|| dir.to_path_buf())
+    // Not a dangling link, nor a folder out of reach: those are errors of their own.
+    let missing = matches!(std::fs::symlink_metadata(dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    (scheme == "file" && missing).then(|| dir.to_path_buf())
 }
 
 /// A URL's scheme, lower case (`file` for a plain path), and the rest.
@@ -404,7 +406,7 @@ fn web_address(endpoint: Option<&str>, options: &BTreeMap<String, String>, from:
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() && endpoint.trim() == endpoint => Ok(()),
         _ => Err(format!(
             "the store endpoint `{endpoint}`, from {given}, is not a web address: write it as \
-             http://host:port or https://host, without spaces"
+             http://host:port or https://host, without spaces (or leave it unset)"
         )),
     }
 }
@@ -432,8 +434,9 @@ pub fn open(
         "s3" | "s3a" => {
             let (_, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let mut b = AmazonS3Builder::from_env().with_url(url).with_conditional_put(S3ConditionalPut::ETagMatch);
-            // The AWS SDKs' name for a custom endpoint; object_store reads AWS_ENDPOINT.
-            if let Some(endpoint) = std::env::var("AWS_ENDPOINT_URL").ok().filter(|e| !e.is_empty()) {
+            // The AWS SDKs' name for a custom endpoint (object_store reads it too, and
+            // AWS_ENDPOINT); set but empty, it is checked below as an address.
+            if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL") {
                 b = b.with_endpoint(endpoint);
             }
             for (k, v) in options {

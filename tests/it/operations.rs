@@ -620,7 +620,8 @@ fn verify_finds_a_file_changed_since_it_was_written_though_its_rows_read_alike()
     let o = cli(&["run", "--config", c, "--date", "2026-11-01"], lake.dir.path());
     assert!(o.status.success(), "{}", text(&o));
     let file = lake.partition_file("2026-11-01");
-    let mut bytes = std::fs::read(&file).unwrap();
+    let original = std::fs::read(&file).unwrap();
+    let mut bytes = original.clone();
     // The `orders` column's maximum in the footer's statistics, made smaller.
     let md = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(bytes.clone())).unwrap();
     use parquet::file::reader::FileReader;
@@ -636,7 +637,7 @@ fn verify_finds_a_file_changed_since_it_was_written_though_its_rows_read_alike()
     let i = footer + bytes[footer..].windows(8).position(|w| w == needle).unwrap();
     bytes[i..i + 8].copy_from_slice(&(max - 1).to_le_bytes());
     std::fs::write(&file, &bytes).unwrap();
-    assert!(lakeswap::commit::same_rows(&std::fs::read(&file).unwrap().into(), &bytes.clone().into()));
+    assert!(lakeswap::commit::same_rows(&std::fs::read(&file).unwrap().into(), &original.into()));
     let o = cli(&["verify", "--config", c, "--date", "2026-11-01"], lake.dir.path());
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("its seal no longer matches"), "{}", text(&o));
@@ -691,25 +692,21 @@ fn a_table_inside_another_and_an_endpoint_that_is_no_address_are_refused() {
     assert!(text(&o).contains("`not a url`, from the option `endpoint`, is not a web address"), "{}", text(&o));
     let t = std::fs::read_to_string(&c).unwrap().replace(&format!("url = \"{out}\""), "url = \"s3://b/t\"");
     std::fs::write(&s3, t).unwrap();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
-        .args(["status", "--config", s3.to_str().unwrap()])
-        .env("AWS_ENDPOINT_URL", "127.0.0.1:9000")
-        .env("AWS_REGION", "x")
-        .current_dir(lake.dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("from the environment (AWS_ENDPOINT_URL"), "{}", text(&o));
-    // Spaces around an address, which the store's client panicked on too.
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
-        .args(["status", "--config", s3.to_str().unwrap()])
-        .env("AWS_ENDPOINT_URL", " http://127.0.0.1:9000")
-        .env("AWS_REGION", "x")
-        .current_dir(lake.dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("without spaces"), "{}", text(&o));
+    // An address without its scheme, and one with spaces around it (the store's client
+    // panicked on both).
+    for (endpoint, says) in
+        [("127.0.0.1:9000", "from the environment (AWS_ENDPOINT_URL"), (" http://127.0.0.1:9000", "without spaces")]
+    {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+            .args(["status", "--config", s3.to_str().unwrap()])
+            .env("AWS_ENDPOINT_URL", endpoint)
+            .env("AWS_REGION", "x")
+            .current_dir(lake.dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{endpoint}: {}", text(&o));
+        assert!(text(&o).contains(says), "{endpoint}: {}", text(&o));
+    }
 }
 
 /// Risk: a store that fails while the run's plan reads a Parquet footer (a timeout, an EIO)
