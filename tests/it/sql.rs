@@ -90,19 +90,19 @@ fn a_lookups_objects_have_one_set_of_columns_and_none_is_empty() {
     let sql = "sql = \"SELECT count(*) AS n, sum(rate) AS r FROM events JOIN fx USING (currency)\"";
     let table = format!("[[aggregate.tables]]\nname = \"fx\"\nurl = \"{}\"\nformat = \"csv\"\n", fx.display());
     let cfg = sql_config(&lake, &format!("{sql}\n{table}"), "");
-    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(t.contains("b.csv has no column `currency`") && t.contains("a.csv has"), "{t}");
     assert!(!lake.output().exists());
     std::fs::write(fx.join("b.csv"), "currency,rate\nUSD,3\n").unwrap();
     std::fs::write(fx.join("c.csv"), "").unwrap();
-    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(t.contains("c.csv (0 bytes)"), "{t}");
     std::fs::remove_file(fx.join("c.csv")).unwrap();
-    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
     assert!(o.status.success(), "{}", text(&o));
     // In NDJSON a field left out is a null: an object without an optional field is read; one
     // with a renamed field is refused.
@@ -112,10 +112,10 @@ fn a_lookups_objects_have_one_set_of_columns_and_none_is_empty() {
     std::fs::write(fx.join("a.json"), "{\"currency\": \"EUR\", \"rate\": 2, \"note\": \"x\"}\n").unwrap();
     std::fs::write(fx.join("b.json"), "{\"currency\": \"USD\", \"rate\": 3}\n").unwrap();
     let cfg = sql_config(&lake, &format!("{sql}\n{}", table.replace("\"csv\"", "\"ndjson\"")), "");
-    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
     assert!(o.status.success(), "{}", text(&o));
     std::fs::write(fx.join("b.json"), "{\"ccy\": \"USD\", \"rate\": 3}\n").unwrap();
-    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("b.json has no column `currency`"), "{}", text(&o));
 }
@@ -146,7 +146,7 @@ fn a_lookups_text_time_the_clocks_repeat_is_named() {
         ),
     )
     .unwrap();
-    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(3), "{t}");
     assert!(t.contains("skip or repeat") && t.contains("the value '2026-11-01 01:30:00'"), "{t}");
