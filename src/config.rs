@@ -696,6 +696,33 @@ impl JobConfig {
                 ),
             ));
         }
+        // Object stores' keys are written with some characters percent-encoded: the folder of
+        // `día` is `d%C3%ADa=…/`, which DuckDB reads as a column `d%C3%ADa` and pyarrow as `día`.
+        let stored = object_store::path::PathPart::from(column.as_str());
+        if stored.as_ref() != column {
+            return Err(bad(
+                "partition.column",
+                format!(
+                    "`{column}` would name the partition folders `{}=YYYY-MM-DD/` (stores percent-encode letters \
+                     outside ASCII and some signs), which readers name differently; choose a name of ASCII letters, \
+                     digits and `_`",
+                    stored.as_ref()
+                ),
+            ));
+        }
+        // A folder of the table's path named like its partitions: readers that take columns from
+        // folder names (DuckDB's hive_partitioning) would date every row by it.
+        let url = &self.output.url;
+        if let Some(folder) = url.split('/').find(|seg| seg.split_once('=').is_some_and(|(name, _)| name == column)) {
+            return Err(bad(
+                "output.url",
+                format!(
+                    "`{url}` has a folder `{folder}` named like the partitions (`{column}=`): a reader that \
+                         takes columns from folder names (DuckDB's hive_partitioning) would give every row of the \
+                     table that folder's value. Choose a path without it"
+                ),
+            ));
+        }
         if self.job.kind == JobKind::Merge {
             // A merge keeps each key under the date of its latest version, and stores rows without
             // the partition column (the path holds it): the date is where a key lives, not who it
@@ -1270,10 +1297,26 @@ url = "out"
 
     #[test]
     fn a_partition_column_is_a_plain_folder_name() {
-        for bad in ["date/time", "d=", "_date", ".d", " d"] {
+        // `día` would be the folder `d%C3%ADa=…/`: DuckDB names that column `d%C3%ADa`, pyarrow `día`.
+        for bad in ["date/time", "d=", "_date", ".d", " d", "día", "d#1", "d*"] {
             let t = BASE.replace("[aggregate]", &format!("[partition]\ncolumn = \"{bad}\"\n[aggregate]"));
             let e = JobConfig::parse(&t, "t.toml").unwrap_err().to_string();
             assert!(e.contains("partition.column"), "{bad}: {e}");
         }
+        for good in ["event_date", "Day-2", "d.1"] {
+            let t = BASE.replace("[aggregate]", &format!("[partition]\ncolumn = \"{good}\"\n[aggregate]"));
+            assert!(JobConfig::parse(&t, "t.toml").is_ok(), "{good}");
+        }
+    }
+
+    /// A folder of the table's path named like its partitions gave every row, to DuckDB's
+    /// `hive_partitioning` read, that folder's date.
+    #[test]
+    fn a_table_path_holds_no_folder_named_like_its_partitions() {
+        let t = BASE.replace("url = \"out\"", "url = \"lake/event_date=2020-01-01/revenue\"");
+        let e = JobConfig::parse(&t, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("output.url") && e.contains("`event_date=2020-01-01` named like the partitions"), "{e}");
+        let t = BASE.replace("url = \"out\"", "url = \"lake/region=eu/revenue\"");
+        assert!(JobConfig::parse(&t, "t.toml").is_ok());
     }
 }

@@ -271,6 +271,10 @@ pub enum PartitionError {
     #[error("{0}")]
     Input(#[from] InputError),
 
+    /// Refused as a config the table cannot take (exit 2), found only when committing.
+    #[error("{0}")]
+    Refused(String),
+
     #[error(
         "no input rows for {date}: refusing to replace the partition with an empty one. \
          Check that the input for this date has arrived, or pass --allow-empty to write a zero-row partition"
@@ -402,6 +406,7 @@ impl PartitionError {
             PartitionError::Input(e) => e.exit_code(),
             PartitionError::GuardUnread { exit, .. } | PartitionError::KeysUnread { exit, .. } => *exit,
             PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,
+            PartitionError::Refused(_) => ExitCode::Usage,
             PartitionError::Stopped { signal } => {
                 if *signal == "SIGINT" {
                     ExitCode::Interrupted

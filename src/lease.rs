@@ -207,6 +207,21 @@ impl Leases {
     /// Takes the lease of a partition folder, or says who holds it. With `wait`, waits for
     /// the holder to release it or for it to expire.
     pub async fn acquire(&self, dir: &str, stop: &crate::stop::Stop) -> Result<(), PartitionError> {
+        self.acquire_waiting(dir, stop, self.wait).await
+    }
+
+    /// Removes the lease of `dir` when its holder is gone (died on this host, or let it
+    /// expire); one held by a live run stays. One read when there is none.
+    pub async fn clear_if_gone(&self, dir: &str, stop: &crate::stop::Stop) {
+        if let Ok(Some(_)) = read(&self.state, &lease_path(&self.state, dir)).await {
+            if self.acquire_waiting(dir, stop, false).await.is_ok() {
+                self.release(dir).await;
+            }
+        }
+    }
+
+    /// [`Leases::acquire`], waiting for a live holder when `wait` (whatever the run's `--wait`).
+    pub async fn acquire_waiting(&self, dir: &str, stop: &crate::stop::Stop, wait: bool) -> Result<(), PartitionError> {
         let path = lease_path(&self.state, dir);
         let store_err = |what, e| PartitionError::store(what, self.state.display(&path), e);
         loop {
@@ -230,7 +245,7 @@ impl Leases {
             let gone = current.as_ref().is_some_and(holder_gone);
             if let Some(c) = current.as_ref().filter(|_| !gone) {
                 if c.expires > now {
-                    if self.wait {
+                    if wait {
                         let left = (c.expires - now).to_std().unwrap_or_default();
                         let nap = tokio::time::sleep(left.min(Duration::from_millis(500)) + Duration::from_millis(20));
                         tokio::select! {

@@ -12,6 +12,29 @@ use lakeswap::commit::Action;
 use lakeswap::vars::Vars;
 use lakeswap::{dates, generate, report, run, Error, ExitCode, Job, RunOptions};
 
+// What the command prints goes to streams a reader may have closed (`| head`, a log shipper
+// that died) or that cannot take more (a full disk): a write that fails is dropped, as
+// `println!` would panic (exit 101, the summary left "running", a run stopped mid-commit).
+// What a run did is told by its exit code, its summary and its journal all the same.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "lakeswap",
@@ -363,7 +386,7 @@ fn main() -> ProcessExit {
     let filter = match std::env::var("LAKESWAP_LOG").ok().filter(|v| !v.trim().is_empty()) {
         None => tracing_subscriber::EnvFilter::new(&default),
         Some(v) => tracing_subscriber::EnvFilter::builder().parse(&v).unwrap_or_else(|e| {
-            eprintln!("warning: LAKESWAP_LOG={v} is not a log filter ({e}); logging as without it");
+            errln!("warning: LAKESWAP_LOG={v} is not a log filter ({e}); logging as without it");
             tracing_subscriber::EnvFilter::new(&default)
         }),
     };
@@ -371,6 +394,8 @@ fn main() -> ProcessExit {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A log line that cannot be written is dropped, not reported on the same stream.
+        .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal());
     if json {
         logs.json().init();
@@ -380,7 +405,7 @@ fn main() -> ProcessExit {
     let rt = match tokio::runtime::Builder::new_multi_thread().max_blocking_threads(4).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
+            errln!("error: cannot start the runtime: {e}");
             return ProcessExit::from(1);
         }
     };
@@ -408,7 +433,7 @@ fn main() -> ProcessExit {
             if json {
                 tracing::error!(target: OUTCOME, record = "run", exit_code = code, error = %chain(&e), "run refused");
             } else {
-                eprintln!("error: {}", chain(&e));
+                errln!("error: {}", chain(&e));
             }
             ProcessExit::from(code as u8)
         }
@@ -479,7 +504,7 @@ fn summary_refusal(path: &std::path::Path, config: Option<&std::path::Path>, var
              choose a path outside it"
         )
     };
-    if let Some(job) = vars.and_then(|v| Job::load_read_only(config, v).ok()) {
+    if let Some(job) = vars.and_then(|v| Job::load_for_output(config, v, false).ok()) {
         return run::local_place_holding(&job, path).map(|(what, url)| inside(&what, &url));
     }
     // A config that does not load (its own error, reported in the summary): its locations as
@@ -670,7 +695,7 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
     // An empty LAKESWAP_MEMORY_LIMIT is no limit given.
     let memory_limit = match a.memory_limit.as_deref().filter(|t| !t.trim().is_empty()) {
         Some(text) => lakeswap::spill::parse_size(text, lakeswap::spill::machine_memory())
-            .map_err(|m| usage(format!("--memory-limit: {m}")))?,
+            .map_err(|m| usage(format!("--memory-limit (or LAKESWAP_MEMORY_LIMIT): {m}")))?,
         None => lakeswap::spill::default_limit(),
     };
     let machine = lakeswap::spill::machine_memory();
@@ -741,7 +766,7 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
         // Planned with `--quiet` too: its refusals are its answer.
         let plan = run::dry_run(&job, &opts).await?;
         if !a.quiet {
-            print!("{plan}");
+            out!("{plan}");
         }
         return Ok(None);
     }
@@ -753,15 +778,15 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
     let summary = run::run(&job, &opts).await?;
     progress.finish();
     if !a.quiet {
-        print!("{}", report::table(&summary));
+        out!("{}", report::table(&summary));
     }
     // Text ends with the errors, one line each, after the records (JSON has them in its records).
     if a.log_format == LogFormat::Text {
         for p in summary.failed() {
-            eprintln!("error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
+            errln!("error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
         }
         if let Some(e) = &summary.journal_error {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
         }
     }
     run_record(&summary);
@@ -784,7 +809,7 @@ fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
                 "stopping: no new partition starts, swaps in flight finish, leases are released; a second signal exits at once");
             stop.stop(first);
             let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130 };
-            eprintln!("lakeswap: second signal: exiting at once");
+            errln!("lakeswap: second signal: exiting at once");
             lakeswap::spill::remove_all();
             std::process::exit(code);
         }
@@ -936,20 +961,17 @@ async fn cmd_generate(a: GenerateArgs) -> Result<ExitCode, Error> {
         files_per_day: a.files_per_day,
     };
     let total = generate::generate(&out, &opts, |d, c| {
-        eprintln!("{d} rows={} orders={} conflicts={}", c.raw_rows, c.orders, c.conflict_rows)
+        errln!("{d} rows={} orders={} conflicts={}", c.raw_rows, c.orders, c.conflict_rows)
     })
     .await?;
-    println!("{}", serde_json::to_string(&total).unwrap_or_default());
+    outln!("{}", serde_json::to_string(&total).unwrap_or_default());
     Ok(ExitCode::Ok)
 }
 
 async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
     let vars = &config_vars(vars, &a.vars)?;
     // A dry run writes nothing: no folders made, no probe of whether a run could write.
-    let job = match a.dry_run {
-        true => Job::load_read_only(&a.config, vars)?,
-        false => Job::load_with(&a.config, vars)?,
-    };
+    let job = Job::load_for_output(&a.config, vars, !a.dry_run)?;
     outside_the_process(&job)?;
     let opts = lakeswap::gc::GcOptions {
         quarantine_older_than: match &a.quarantine_older_than {
@@ -965,36 +987,36 @@ async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error>
     job.check_layout(!a.dry_run).await?;
     let r = lakeswap::gc::gc(&job.output, &job.state, &job.config.partition.column, &opts).await?;
     let removed = if a.dry_run { "would remove" } else { "removed" };
-    println!(
+    outln!(
         "{removed} {} expired lease(s) and {} stale staged file(s); kept {} staged file(s) of live runs or unfinished moves",
         r.expired_leases, r.staging_removed, r.staging_kept
     );
     if r.temp_files_removed > 0 {
-        println!("{removed} {} temporary file(s) of interrupted writes", r.temp_files_removed);
+        outln!("{removed} {} temporary file(s) of interrupted writes", r.temp_files_removed);
     }
     if r.quarantine_removed > 0 {
-        println!(
+        outln!(
             "{removed} {} quarantined file(s) older than {}",
             r.quarantine_removed,
             a.quarantine_older_than.as_deref().unwrap_or("")
         );
     }
     if r.spill_removed > 0 {
-        println!("{removed} {} spill folder(s) of runs that were killed", r.spill_removed);
+        outln!("{removed} {} spill folder(s) of runs that were killed", r.spill_removed);
     }
     if r.sidecars_removed > 0 {
-        println!("{removed} {} tombstone / key-index object(s) no partition names", r.sidecars_removed);
+        outln!("{removed} {} tombstone / key-index object(s) no partition names", r.sidecars_removed);
     }
     if a.dry_run && !r.removed.is_empty() {
-        println!("would remove ({}):", r.removed.len());
+        outln!("would remove ({}):", r.removed.len());
         for p in &r.removed {
-            println!("  {p}");
+            outln!("  {p}");
         }
     }
     if !r.not_mine.is_empty() {
-        println!("not mine, left alone ({}):", r.not_mine.len());
+        outln!("not mine, left alone ({}):", r.not_mine.len());
         for p in &r.not_mine {
-            println!("  {p}");
+            outln!("  {p}");
         }
     }
     Ok(ExitCode::Ok)
@@ -1027,17 +1049,17 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
         failed.extend(j.dates.iter().filter(|d| !j.partitions.iter().any(|p| p.date == **d)));
         failed.sort();
         failed.dedup();
-        eprintln!("run {run_id} did not finish: retrying {} date(s) it failed or did not get to", failed.len());
+        errln!("run {run_id} did not finish: retrying {} date(s) it failed or did not get to", failed.len());
     }
     if failed.is_empty() {
-        eprintln!("run {run_id} failed no partition: nothing to retry");
+        errln!("run {run_id} failed no partition: nothing to retry");
     }
     Ok(failed)
 }
 
 async fn cmd_status(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
     let vars = &config_vars(vars, &a.vars)?;
-    let job = Job::load_read_only(&a.config, vars)?;
+    let job = Job::load_for_output(&a.config, vars, false)?;
     outside_the_process(&job)?;
     let status = lakeswap::status::status(&job, a.dates(job.config.timezone())?).await?;
     if a.json {
@@ -1046,9 +1068,9 @@ async fn cmd_status(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode,
         if !status.strays.is_empty() {
             v["strays"] = serde_json::json!(status.strays);
         }
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        print!("{}", lakeswap::status::render(&status, 10));
+        out!("{}", lakeswap::status::render(&status, 10));
     }
     Ok(ExitCode::Ok)
 }
@@ -1065,11 +1087,11 @@ async fn cmd_verify(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode,
     let opts = RunOptions { dates: Some(dates), allow_empty: true, ..Default::default() };
     let summary = run::verify(&job, &opts).await?;
     if a.json {
-        println!("{}", report::verify_json(&summary));
+        outln!("{}", report::verify_json(&summary));
     } else {
-        print!("{}", report::verify_table(&summary));
+        out!("{}", report::verify_table(&summary));
         for p in summary.failed() {
-            eprintln!("error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
+            errln!("error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
         }
     }
     Ok(summary.exit_code)

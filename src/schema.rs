@@ -42,6 +42,40 @@ fn record_path(state: &StoreLocation) -> object_store::path::Path {
 /// The schema record's metadata key naming a merge table's identity.
 pub const IDENTITY_KEY: &str = "lakeswap.identity";
 
+/// The schema record's metadata key naming how the table's rows are dated ([`partitioning_text`]).
+pub const PARTITIONING_KEY: &str = "lakeswap.partitioning";
+
+/// How a job dates its rows, as recorded: the partition column, and for dates taken from a
+/// timestamp, that column and the zone whose calendar dates it (another zone moves rows
+/// between dates: re-running some dates under it would hold a key under two dates, or none).
+pub fn partitioning_text(cfg: &crate::config::JobConfig) -> String {
+    let p = &cfg.partition;
+    let zone = p.from_timestamp.as_ref().map(|_| cfg.timezone().name().to_string());
+    serde_json::json!({ "column": p.column, "from_timestamp": p.from_timestamp, "timezone": zone }).to_string()
+}
+
+/// A recorded partitioning ([`partitioning_text`]) in words.
+pub fn partitioning_words(text: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    match (v["from_timestamp"].as_str(), v["timezone"].as_str()) {
+        (Some(ts), Some(zone)) => format!("dated by `{ts}` in {zone}"),
+        (Some(ts), None) => format!("dated by `{ts}`"),
+        _ => format!("dated by the column `{}`", v["column"].as_str().unwrap_or("?")),
+    }
+}
+
+/// What the table's schema record says beside its columns.
+#[derive(Debug, Default)]
+pub struct TableRecord {
+    /// The schema the table holds (see [`table_record`]).
+    pub schema: Option<SchemaRef>,
+    /// A merge table's identity ([`identity_text`]); `None` for a record written before
+    /// identities were recorded.
+    pub identity: Option<String>,
+    /// How its rows are dated ([`partitioning_text`]); `None` for a record written before.
+    pub partitioning: Option<String>,
+}
+
 /// A merge job's identity as recorded: its key columns and version column.
 pub fn identity_text(identity: &crate::config::IdentitySection) -> String {
     serde_json::json!({ "key": identity.key, "version": identity.version }).to_string()
@@ -110,17 +144,43 @@ pub fn of_footer(md: &parquet::file::metadata::ParquetMetaData) -> Option<Schema
 
 /// The committed partitions' dates: the `<column>=<date>/` folders of the output.
 pub async fn committed_dates(out: &StoreLocation, column: &str) -> Result<Vec<NaiveDate>> {
-    let listing =
-        out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;
-    let prefix = format!("{column}=");
-    let mut v: Vec<NaiveDate> = listing
-        .common_prefixes
-        .iter()
-        .filter_map(|p| p.filename()?.strip_prefix(&prefix).and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()))
-        .collect();
+    let mut v: Vec<NaiveDate> =
+        partition_folders(out).await?.into_iter().filter(|(name, _)| name == column).map(|(_, d)| d).collect();
     v.sort();
     v.dedup();
     Ok(v)
+}
+
+/// The output's `<name>=<date>/` folders, by name and date: a table's partitions, whatever
+/// column named them.
+pub async fn partition_folders(out: &StoreLocation) -> Result<Vec<(String, NaiveDate)>> {
+    let listing =
+        out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;
+    Ok(listing
+        .common_prefixes
+        .iter()
+        .filter_map(|p| {
+            let (name, date) = p.filename()?.split_once('=')?;
+            Some((name.to_string(), NaiveDate::parse_from_str(date, "%Y-%m-%d").ok()?))
+        })
+        .collect())
+}
+
+/// Refuses a run whose partition column is not the one the table's partitions are named by
+/// (`[partition] column` changed between runs): readers of the whole table would see two
+/// partition columns (DuckDB refuses the mix, pyarrow reads each row under one of them), and a
+/// merge would hold each key twice, as this run finds none of the stored rows.
+pub async fn same_partition_column(out: &StoreLocation, column: &str) -> Result<()> {
+    let folders = partition_folders(out).await?;
+    let Some((other, date)) = folders.iter().find(|(name, _)| name != column) else { return Ok(()) };
+    let n = folders.iter().filter(|(name, _)| name == other).count();
+    Err(Error::Usage(format!(
+        "the table {} holds {n} partition(s) in `{other}=` folders (first: {other}={date}/), and this config \
+         partitions by `{column}`: a reader of the table would find two partition columns, and a merge would hold \
+         each key twice. Nothing was done. Keep [partition] column = \"{other}\", or write to a new table \
+         (another [output] url)",
+        out.url
+    )))
 }
 
 /// The schema the table holds: its record, or (a table written before the record existed) its
@@ -128,39 +188,48 @@ pub async fn committed_dates(out: &StoreLocation, column: &str) -> Result<Vec<Na
 /// (the table folder emptied by hand, a first run that died before its first swap): an empty
 /// table holds no schema to keep.
 pub async fn table_schema(out: &StoreLocation, state: &StoreLocation, column: &str) -> Result<Option<SchemaRef>> {
-    Ok(table_record(out, state, column).await?.0)
+    Ok(table_record(out, state, column).await?.schema)
 }
 
-/// [`table_schema`], and the identity a merge table's record names (`None`: no record, or one
-/// written before identities were recorded), from one read of the record.
-pub async fn table_record(
-    out: &StoreLocation,
-    state: &StoreLocation,
-    column: &str,
-) -> Result<(Option<SchemaRef>, Option<String>)> {
+/// [`table_schema`], with what the record says beside it, from one read of the record.
+pub async fn table_record(out: &StoreLocation, state: &StoreLocation, column: &str) -> Result<TableRecord> {
     let committed = committed_dates(out, column).await?;
     if committed.is_empty() {
-        return Ok((None, None));
+        return Ok(TableRecord::default());
     }
     // The columns alone: the record's metadata is not the partitions'.
     if let Some(schema) = read_record(state).await? {
-        let identity = schema.metadata().get(IDENTITY_KEY).cloned();
-        return Ok((Some(Arc::new(Schema::new(schema.fields().clone()))), identity));
+        let said = |key: &str| schema.metadata().get(key).cloned();
+        return Ok(TableRecord {
+            identity: said(IDENTITY_KEY),
+            partitioning: said(PARTITIONING_KEY),
+            schema: Some(Arc::new(Schema::new(schema.fields().clone()))),
+        });
     }
     for date in committed.into_iter().rev() {
         let target = commit::target_path(out, &commit::partition_dir(column, date));
         let footer = commit::committed_footer(out, &target).await.map_err(Error::of_partition)?;
         if let Some(Some(md)) = footer {
-            return Ok((of_footer(&md).map(Arc::new), None));
+            return Ok(TableRecord { schema: of_footer(&md).map(Arc::new), ..Default::default() });
         }
     }
-    Ok((None, None))
+    Ok(TableRecord::default())
 }
 
-/// Records `schema` as the table's, and a merge table's `identity` ([`identity_text`]).
-pub async fn record(state: &StoreLocation, schema: &SchemaRef, identity: Option<String>) -> Result<()> {
+/// Records `schema` as the table's, with how its rows are dated ([`partitioning_text`]) and a
+/// merge table's `identity` ([`identity_text`]).
+pub async fn record(
+    state: &StoreLocation,
+    schema: &SchemaRef,
+    partitioning: String,
+    identity: Option<String>,
+) -> Result<()> {
     let path = record_path(state);
-    let metadata = identity.map(|i| (IDENTITY_KEY.to_string(), i)).into_iter().collect();
+    let metadata = identity
+        .map(|i| (IDENTITY_KEY.to_string(), i))
+        .into_iter()
+        .chain([(PARTITIONING_KEY.to_string(), partitioning)])
+        .collect();
     let schema = &Arc::new(Schema::new_with_metadata(schema.fields().clone(), metadata));
     let mut buf = Vec::new();
     let internal = |e: parquet::errors::ParquetError| Error::Internal {

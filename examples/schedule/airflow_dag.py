@@ -1,4 +1,4 @@
-"""Airflow: one lakeswap task per logical date ({{ ds }}).
+"""Airflow: one lakeswap task per logical date ({{ ds }}), run the next day once it is over.
 
 Re-running or clearing a task replaces that date's partition atomically; it never appends, so
 retries and backfills (`airflow dags backfill -s 2026-01-01 -e 2026-03-31 revenue_daily`) are safe.
@@ -16,12 +16,13 @@ import subprocess
 import pendulum
 
 try:  # Airflow 3
-    from airflow.sdk import DAG, task
+    from airflow.sdk import DAG, CronDataIntervalTimetable, task
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 except ImportError:  # Airflow 2
     from airflow import DAG
     from airflow.decorators import task
     from airflow.exceptions import AirflowException, AirflowFailException
+    from airflow.timetables.interval import CronDataIntervalTimetable
 
 CONFIG = os.environ.get("LAKESWAP_CONFIG", "/opt/lake/revenue.toml")
 NOT_RETRIED = {2: "usage or config error", 3: "data contract violation"}
@@ -42,7 +43,11 @@ def lakeswap_run(ds=None):
 
 with DAG(
     dag_id="revenue_daily",
-    schedule="30 2 * * *",
+    # The day's data interval, run once it has ended: {{ ds }} is the day before the run (at
+    # 02:30 on the 2nd, `--date` the 1st). A plain cron string would not say so: Airflow 3 reads
+    # it as a trigger (`create_cron_data_intervals = False`), whose {{ ds }} is the day the run
+    # starts, a day whose input is still arriving.
+    schedule=CronDataIntervalTimetable("30 2 * * *", timezone="UTC"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=True,
     max_active_runs=4,

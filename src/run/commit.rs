@@ -6,6 +6,10 @@
 //! the job says `foreign_files = "remove"`. The objects a file's footer names (tombstones, key
 //! index) are written before it; those the replaced file named are removed after it.
 //!
+//! A run that makes a new table takes the table's lease before its schema record is written
+//! and holds it until its first partition is swapped in: a first run committing at the same
+//! moment waits, then finds the table made and goes on only if its schema is the same.
+//!
 //! A merge that moves keys between dates stages every file first, records the pending swaps
 //! in the run journal, and only then swaps them in — the dates gaining keys before the dates
 //! losing them — so a crash in between leaves a record the next run of the table completes
@@ -44,60 +48,103 @@ pub struct Committed {
 
 /// Commits every computed partition (see the module documentation).
 pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed) -> Committed {
-    let Held { run_id, started, new_table_schema, identity_adopted, leases, renewer, mut journal, mut reports, .. } =
-        held;
+    let Held {
+        run_id,
+        started,
+        mut new_table_schema,
+        identity_adopted,
+        makes_table,
+        leases,
+        renewer,
+        mut journal,
+        mut reports,
+        ..
+    } = held;
     let Some(leases) = leases else {
         return Committed { run_id, started, journal, reports, _renewer: renewer };
     };
     let Computed { mut outcomes, moves } = computed;
+    let writes = |outcomes: &[Outcome]| outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|f| !f.skip));
+    // A run that makes a new table holds it from here until its first partition is swapped in:
+    // another first run waits, then finds the table made (and is refused if its schema is
+    // another), as if it had started after.
+    let mut holds_table = false;
+    if makes_table && writes(&outcomes) {
+        let made = match leases.acquire_waiting(TABLE_LEASE, &opts.stop, true).await {
+            Ok(()) => {
+                holds_table = true;
+                super::hold::made_meanwhile(job, new_table_schema.as_ref()).await.map_err(|e| match e {
+                    crate::Error::Usage(m) => PartitionError::Refused(m),
+                    other => other.into(),
+                })
+            }
+            Err(e) => Err(e),
+        };
+        match made {
+            Ok(made) => new_table_schema = new_table_schema.filter(|_| !made),
+            Err(e) => fail_all(&mut outcomes, &e),
+        }
+        if new_table_schema.is_none() && holds_table {
+            leases.release(TABLE_LEASE).await;
+            holds_table = false;
+        }
+    }
     // A table without a schema record (new, or rebuilt) gets one before its first swap.
     if let Some(schema) = &new_table_schema {
         let record = match identity_adopted {
             true => !outcomes.is_empty() && outcomes.iter().all(|o| o.result.is_ok()),
-            false => outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|f| !f.skip)),
+            false => writes(&outcomes),
         };
         if record {
             let identity = job.kind.reads_stored_state().then(|| crate::schema::identity_text(&job.config.identity));
-            if let Err(e) = crate::schema::record(&job.state, schema, identity).await {
-                let m = e.to_string();
-                for o in &mut outcomes {
-                    if o.result.is_ok() {
-                        o.result = Err(PartitionError::Other(m.clone()));
-                    }
-                }
+            let partitioning = crate::schema::partitioning_text(&job.config);
+            if let Err(e) = crate::schema::record(&job.state, schema, partitioning, identity).await {
+                fail_all(&mut outcomes, &PartitionError::Other(e.to_string()));
             }
         }
     }
     let done: Vec<PartitionReport> = if moves.is_empty() {
-        futures::stream::iter(outcomes)
-            .map(|o| {
-                let (leases, run_id) = (leases.clone(), run_id.as_str());
-                async move {
-                    let t = Instant::now();
-                    let date = o.plan.date;
-                    let r = match o.result {
-                        Err(e) => report(date, Action::Failed, None, 0, o.seconds, Some(e)),
-                        Ok(f) => {
-                            let res = match leases.check(&o.plan.dir).and_then(|_| opts.stop.check()) {
-                                Ok(()) if f.skip => {
-                                    set_aside(job, run_id, &o.plan.dir, &f).await.map(|()| Action::Untouched)
-                                }
-                                Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f)
-                                    .await
-                                    .map_err(|e| lost_lease(&leases, &o.plan.dir, e)),
-                                Err(e) => Err(e),
-                            };
-                            finished(date, res, &f, o.seconds + t.elapsed().as_secs_f64())
-                        }
-                    };
-                    leases.release(&o.plan.dir).await;
-                    opts.observer.event(&Event::Done { report: &r });
-                    r
-                }
-            })
-            .buffer_unordered(opts.concurrency.max(1))
-            .collect()
-            .await
+        let one = |o: Outcome| {
+            let (leases, run_id) = (leases.clone(), run_id.as_str());
+            async move {
+                let t = Instant::now();
+                let date = o.plan.date;
+                let r = match o.result {
+                    Err(e) => report(date, Action::Failed, None, 0, o.seconds, Some(e)),
+                    Ok(f) => {
+                        let res = match leases.check(&o.plan.dir).and_then(|_| opts.stop.check()) {
+                            Ok(()) if f.skip => {
+                                set_aside(job, run_id, &o.plan.dir, &f).await.map(|()| Action::Untouched)
+                            }
+                            Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f)
+                                .await
+                                .map_err(|e| lost_lease(&leases, &o.plan.dir, e)),
+                            Err(e) => Err(e),
+                        };
+                        finished(date, res, &f, o.seconds + t.elapsed().as_secs_f64())
+                    }
+                };
+                leases.release(&o.plan.dir).await;
+                opts.observer.event(&Event::Done { report: &r });
+                r
+            }
+        };
+        // The table's first partitions one at a time until one is swapped in; then the rest.
+        let mut done = Vec::new();
+        let mut rest = outcomes.into_iter();
+        while holds_table {
+            let Some(o) = rest.next() else { break };
+            let r = one(o).await;
+            if matches!(r.action, Action::Created | Action::Replaced | Action::Unchanged) {
+                leases.release(TABLE_LEASE).await;
+                holds_table = false;
+            }
+            done.push(r);
+        }
+        let rest: Vec<PartitionReport> =
+            futures::stream::iter(rest).map(one).buffer_unordered(opts.concurrency.max(1)).collect().await;
+        done.extend(rest);
+        done
     } else {
         journal.moves = moves.clone();
         let dirs: Vec<String> = outcomes.iter().map(|o| o.plan.dir.clone()).collect();
@@ -111,10 +158,20 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
         done
     };
     reports.extend(done);
-    if job.kind.one_run_at_a_time() {
-        leases.release(TABLE_LEASE).await;
-    }
+    // Held by a merge, or by the run that made the table (a no-op otherwise).
+    leases.release(TABLE_LEASE).await;
     Committed { run_id, started, journal, reports, _renewer: renewer }
+}
+
+/// Fails every partition not failed yet with `e` (or its words, where it cannot be copied).
+fn fail_all(outcomes: &mut [Outcome], e: &PartitionError) {
+    for o in outcomes.iter_mut().filter(|o| o.result.is_ok()) {
+        o.result = Err(match e {
+            PartitionError::Stopped { signal } => PartitionError::Stopped { signal },
+            PartitionError::Refused(m) => PartitionError::Refused(m.clone()),
+            other => PartitionError::Other(other.to_string()),
+        });
+    }
 }
 
 fn finished(

@@ -31,6 +31,9 @@ pub struct Held {
     pub new_table_schema: Option<arrow::datatypes::SchemaRef>,
     /// The record is written only to add the identity of a table recorded without one.
     pub identity_adopted: bool,
+    /// The run gives a new table its schema, holding the table from its commit until its first
+    /// partition is swapped in (a merge holds it all along).
+    pub makes_table: bool,
     pub rebuild: bool,
     pub now: chrono::DateTime<chrono::Utc>,
     /// `None` when verifying: nothing is written, no lease taken.
@@ -62,18 +65,41 @@ impl Held {
 /// Takes the run's leases (see the module documentation).
 pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held> {
     let cfg = &job.config;
-    let Planned { run_id, started, now, mut plan, flat, new_table_schema, identity_adopted, rebuild } = planned;
+    let Planned { run_id, started, now, mut plan, flat, mut new_table_schema, identity_adopted, rebuild } = planned;
     let dates = plan.partitions.iter().map(|p| p.date).collect();
     let leases = Arc::new(Leases::new(job.state.clone(), &run_id, opts.lease_ttl, opts.wait));
     // Renewing from the first lease on: taking the others may wait (--wait) longer than a TTL.
     let renewer = Some(leases.spawn_renewer());
     let mut completed = Vec::new();
+    // A run that gives a new table its schema: two first runs with different queries would
+    // each record theirs, and the table hold partitions of both (readers cast one to the
+    // other's types, or fail). A merge holds the table from here on; another run takes it
+    // when it commits ([`super::commit`]).
+    let creates = new_table_schema.is_some() && !rebuild && !identity_adopted;
     if job.kind.one_run_at_a_time() {
         // One run of this table at a time; then finish what an interrupted one left.
         leases.acquire(TABLE_LEASE, &opts.stop).await.map_err(|e| match e {
             crate::error::PartitionError::Stopped { signal } => Error::Stopped(signal),
             e => Error::Leased(format!("the table {} is busy: {e}", job.output.url)),
         })?;
+        if creates {
+            // Planned before the table was held: another run may have made it since.
+            match made_meanwhile(job, new_table_schema.as_ref()).await {
+                Ok(made) => new_table_schema = new_table_schema.filter(|_| !made),
+                Err(e) => {
+                    leases.release(TABLE_LEASE).await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let makes_table = creates && !job.kind.one_run_at_a_time();
+    if !job.kind.one_run_at_a_time() {
+        // A run killed while it made the table left the table's lease: taken over and removed
+        // (a live holder's stays).
+        leases.clear_if_gone(TABLE_LEASE, &opts.stop).await;
+    }
+    if job.kind.one_run_at_a_time() {
         match super::commit::roll_forward(job, &run_id).await {
             Ok(done) => completed = done,
             Err(e) => {
@@ -167,6 +193,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         flat,
         new_table_schema,
         identity_adopted,
+        makes_table,
         rebuild,
         now,
         leases: Some(leases),
@@ -175,6 +202,39 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         reports,
         spill,
     })
+}
+
+/// Whether the table this run planned as new was made by another run since, with the same
+/// schema and dating (the run goes on, recording nothing); another is refused, as it would
+/// have been had the run started after.
+pub(super) async fn made_meanwhile(job: &Job, planned: Option<&arrow::datatypes::SchemaRef>) -> Result<bool> {
+    let cfg = &job.config;
+    crate::schema::same_partition_column(&job.output, &cfg.partition.column).await?;
+    let record = crate::schema::table_record(&job.output, &job.state, &cfg.partition.column).await?;
+    let (Some(table), Some(planned)) = (record.schema, planned) else { return Ok(false) };
+    let want = crate::schema::partitioning_text(cfg);
+    let mut differences = crate::schema::differences(&table, planned);
+    if let Some(have) = record.partitioning.filter(|have| *have != want) {
+        differences.push(format!(
+            "its rows are {} in the table, {} in this run",
+            crate::schema::partitioning_words(&have),
+            crate::schema::partitioning_words(&want)
+        ));
+    }
+    if let Some(have) = record.identity.filter(|_| job.kind.reads_stored_state()) {
+        if have != crate::schema::identity_text(&cfg.identity) {
+            differences.push(format!("it was merged by another identity ({have})"));
+        }
+    }
+    match differences.is_empty() {
+        true => Ok(true),
+        false => Err(Error::Usage(format!(
+            "another run made the table {} while this one was planned, with another schema: {}. Nothing was \
+             done. Run again to see the table as it is now (and change the config, or write to a new output)",
+            job.output.url,
+            differences.join("; ")
+        ))),
+    }
 }
 
 /// Holds nothing, writes nothing: for `verify`.
@@ -195,6 +255,7 @@ pub async fn unleased(job: &Job, opts: &RunOptions, planned: Planned) -> Result<
         flat,
         new_table_schema,
         identity_adopted,
+        makes_table: false,
         rebuild,
         now,
         leases: None,

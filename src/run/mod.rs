@@ -67,15 +67,24 @@ impl Job {
     /// reads as empty.
     pub fn load_read_only(path: &std::path::Path, vars: &crate::vars::Vars) -> Result<Job> {
         let config = JobConfig::load_with(path, vars)?;
-        Job::open(config, &path.display().to_string(), false)
+        Job::open(config, &path.display().to_string(), Access::ReadOnly)
+    }
+
+    /// Loads a config file for a command that reads or tidies the output alone (`status`,
+    /// `gc`): an input folder not made yet is no error there, as nothing is read from it.
+    pub fn load_for_output(path: &std::path::Path, vars: &crate::vars::Vars, writes: bool) -> Result<Job> {
+        let config = JobConfig::load_with(path, vars)?;
+        let access = if writes { Access::OutputOnly } else { Access::OutputReadOnly };
+        Job::open(config, &path.display().to_string(), access)
     }
 
     /// Opens the stores of a validated config.
     pub fn from_config(config: JobConfig, origin: &str) -> Result<Job> {
-        Job::open(config, origin, true)
+        Job::open(config, origin, Access::Run)
     }
 
-    fn open(mut config: JobConfig, origin: &str, writes: bool) -> Result<Job> {
+    fn open(mut config: JobConfig, origin: &str, access: Access) -> Result<Job> {
+        let writes = matches!(access, Access::Run | Access::OutputOnly);
         config.origin = origin.to_string();
         let fix = |e: ConfigError| match e {
             ConfigError::Invalid { key, message, .. } => {
@@ -85,7 +94,8 @@ impl Job {
         };
         // An input folder not made yet is input not arrived yet (exit 1, as an empty one or a
         // bucket prefix with no object), not a config error a scheduler would not retry.
-        if let Some(dir) = store::missing_local_folder(&config.input.url) {
+        let reads_input = matches!(access, Access::Run | Access::ReadOnly);
+        if let Some(dir) = store::missing_local_folder(&config.input.url).filter(|_| reads_input) {
             return Err(crate::Error::Input(crate::error::InputError::unreadable(
                 crate::error::Location::object(config.input.url.clone()),
                 format!(
@@ -97,7 +107,11 @@ impl Job {
                 ),
             )));
         }
-        let input = store::open(&config.input.url, &config.input.options, "input.url", false).map_err(fix)?;
+        let input = match reads_input {
+            true => store::open(&config.input.url, &config.input.options, "input.url", false),
+            false => store::open_read(&config.input.url, &config.input.options, "input.url"),
+        }
+        .map_err(fix)?;
         let (url, options) = (&config.output.url, &config.output.options);
         let output = match writes {
             true => store::open(url, options, "output.url", true),
@@ -113,6 +127,19 @@ impl Job {
         let kind = kind::of(&config)?;
         Ok(Job { config, kind, input, output, state })
     }
+}
+
+/// What a command does with a job's stores.
+#[derive(Clone, Copy)]
+enum Access {
+    /// A run: reads the input, writes the output.
+    Run,
+    /// Reads the input and the output, writes nothing (`--dry-run`, `verify`).
+    ReadOnly,
+    /// Tidies the output, reads no input (`gc`).
+    OutputOnly,
+    /// Reads the output alone (`status`, `gc --dry-run`).
+    OutputReadOnly,
 }
 
 impl Job {

@@ -59,7 +59,20 @@ impl Planned {
             plan.add_partitions(cfg, &read.dates());
             flat = Some(Arc::new(read));
         }
-        let (table, recorded_identity) = schema::table_record(&job.output, &job.state, &cfg.partition.column).await?;
+        schema::same_partition_column(&job.output, &cfg.partition.column).await?;
+        let record = schema::table_record(&job.output, &job.state, &cfg.partition.column).await?;
+        let (table, recorded_identity) = (record.schema, record.identity);
+        // Rows dated otherwise than the table's (another zone, another timestamp column): a
+        // change like the schema's, made only by rewriting every partition.
+        let want = schema::partitioning_text(cfg);
+        let redated = record.partitioning.filter(|have| *have != want).map(|have| {
+            format!(
+                "its rows are {} in the table, {} in this run (re-running some dates alone would hold a key under two \
+                 dates, or none)",
+                schema::partitioning_words(&have),
+                schema::partitioning_words(&want)
+            )
+        });
         plan::type_empty_columns(&mut plan, cfg, &job.input, table.as_ref(), job.kind.reads_stored_state())?;
         // A merge stores rows by column name: the same columns in another order (the first
         // object's header order) keep the table's order.
@@ -98,10 +111,23 @@ impl Planned {
             }
         }
         let output_schema = plan.output_schema.clone();
+        let changes = |t: &arrow::datatypes::Schema, o: &arrow::datatypes::Schema| {
+            schema::differences(t, o).into_iter().chain(redated.clone()).collect::<Vec<_>>()
+        };
         let (new_table_schema, rebuild) = match (&table, &output_schema) {
-            (Some(t), Some(o)) if !schema::differences(t, o).is_empty() => {
+            (Some(t), Some(o)) if !changes(t, o).is_empty() => {
+                // A merge table's rows are rebuilt from what it stores under their dates.
+                if let (Some(why), true) = (&redated, job.kind.reads_stored_state()) {
+                    return Err(Error::Usage(format!(
+                        "this run would date the rows of the merge table {} otherwise: {why}. A merge table keeps \
+                         how its rows are dated, even by --schema-change rebuild. Nothing was done. Keep the \
+                         table's [partition] and timezone, or write a new table (another [output] url) and merge \
+                         every batch into it",
+                        job.output.url
+                    )));
+                }
                 if opts.schema_change != SchemaChange::Rebuild || verify {
-                    let differences = schema::differences(t, o);
+                    let differences = changes(t, o);
                     // A column the run's objects lack is not there to keep: a rebuild drops it.
                     let drops = match differences.iter().any(|d| d.ends_with(") removed")) {
                         true => {
@@ -112,7 +138,11 @@ impl Planned {
                     };
                     // Text inputs type undeclared columns by their values, which differ from run to run.
                     let inferred = match cfg.input.format {
-                        crate::config::Format::Parquet => "",
+                        crate::config::Format::Parquet => {
+                            " Where the input's own types changed (a producer now writes decimal(10,3) where \
+                             the table holds decimal(10,2)), declare the column in [input.schema] as the table \
+                             has it instead."
+                        }
                         _ => {
                             " Where a column's type was inferred from this run's values (a CSV or NDJSON input: \
                              `1` an integer, `1.5` a float), declare it in [input.schema] as the table has it \

@@ -50,11 +50,54 @@ fn racing_processes_end_in_the_expected_bytes() {
     assert!(lake.state().join("leases").read_dir().map_or(true, |mut d| d.next().is_none()));
 }
 
+/// Two first runs of a new table at once, with queries that give other types: one makes the
+/// table, the other is refused as it would have been after it (both committed before, one
+/// partition with `orders` an integer and one with a decimal, which DuckDB's read of the table
+/// cast to integers).
+#[test]
+fn first_runs_of_a_new_table_agree_on_its_schema() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(92, 2, 300), 2);
+    let counted = lake.config();
+    let summed = lake.dir.path().join("summed.toml");
+    let text_of = std::fs::read_to_string(&counted).unwrap();
+    let other = text_of.replace("fn = \"count\" }", "fn = \"sum\", column = \"amount\" }");
+    assert_ne!(other, text_of);
+    std::fs::write(&summed, other).unwrap();
+    for _ in 0..3 {
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.state());
+        let spawn = |cfg: &std::path::Path, date: &str| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+                .args(["run", "--config", cfg.to_str().unwrap(), "--date", date, "--wait"])
+                .current_dir(lake.dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let racers = [spawn(&counted, "2026-11-01"), spawn(&summed, "2026-11-02")];
+        let outs: Vec<_> = racers.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+        let mut codes: Vec<i32> = outs.iter().map(|o| o.status.code().unwrap()).collect();
+        codes.sort();
+        assert_eq!(codes, [0, 2], "{}\n{}", text(&outs[0]), text(&outs[1]));
+        let loser = outs.iter().find(|o| o.status.code() == Some(2)).unwrap();
+        let t = text(loser);
+        assert!(t.contains("another run made the table") || t.contains("would change the schema"), "{t}");
+        let made: Vec<_> = std::fs::read_dir(lake.output()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(made.len(), 1, "one partition, of the run that made the table: {made:?}");
+    }
+}
+
 /// A run of 2026-11-01 with a 300 ms lease, held at its first staging write until the gate
 /// lets it on: its task, the gate, the lease's time-to-live.
 async fn held_at_staging(
     lake: &Lake,
 ) -> (tokio::task::JoinHandle<lakeswap::RunSummary>, Arc<tokio::sync::Semaphore>, Duration) {
+    // The table made first (a zero-row date): a run making a new table holds the table from its
+    // commit to its first swap, so a run held at that swap would keep the other one waiting.
+    let made = run_with(&lake.config(), "2026-11-02", "2026-11-02", |o| o.allow_empty = true).await;
+    assert_eq!(made.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&made));
     let mut slow = Job::load(&lake.config()).unwrap();
     let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
     let (gate, arrived) = faulty.gate("staging/");

@@ -355,13 +355,19 @@ fn folders_named_by_value_below_the_date_are_refused_unless_their_values_are_not
 /// was a config error (exit 2, never retried), where an empty one was input not arrived
 /// (exit 1); and a flat CSV input holding a header alone was "no column event_date" (exit 2).
 #[test]
-fn input_not_arrived_is_a_retry_whether_its_folder_is_missing_or_holds_a_header_alone() {
+fn input_not_arrived_is_a_retry_whether_its_folder_is_missing_or_holds_a_header_alone_and_status_needs_none() {
     let lake = Lake::new();
     std::fs::remove_dir_all(lake.input()).unwrap();
     let cfg = lake.config();
     let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
     assert_eq!(code(&o), 1, "{}", text(&o));
     assert!(text(&o).contains("does not exist (yet)"), "{}", text(&o));
+    // What reads or tidies the table alone needs no input (`status` was exit 1 here).
+    for args in [&["status"][..], &["gc"], &["gc", "--dry-run"]] {
+        let o = cli(&[args, &["--config", cfg.to_str().unwrap()]].concat(), lake.dir.path());
+        assert_eq!(code(&o), 0, "{args:?}: {}", text(&o));
+    }
+    assert!(!lake.input().exists(), "status and gc made the input folder");
     std::fs::create_dir_all(lake.input()).unwrap();
     std::fs::write(
         lake.input().join("f1.csv"),
@@ -792,6 +798,58 @@ async fn a_bad_row_in_flat_input_fails_only_its_date(kind: Kind) {
     assert_eq!(got["2026-11-01"], want["2026-11-01"]);
 }
 
+/// How a table's rows are dated is kept like its schema: another zone for a `from_timestamp`
+/// job, or another partition column, is refused (another zone re-dated some rows: re-running one
+/// date under it held keys under two dates and none; another column gave the table `d=` and
+/// `d2=` folders, which DuckDB refuses to read and pyarrow over-counts). A rebuild of every
+/// partition re-dates the whole table.
+async fn a_tables_dating_is_kept_like_its_schema(kind: Kind) {
+    let rows = timed_orders();
+    let p = Place::new(kind);
+    p.put("a.parquet", timed_parquet(&rows, None)).await;
+    let partition = "[partition]\nfrom_timestamp = \"ts\"\n";
+    let range = ["--from", "2026-10-30", "--to", "2026-11-03", "--allow-empty"];
+    let o = p.run(&p.config("parquet", "", partition, "America/New_York"), &range);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let before = p.b.partitions().await;
+    let tokyo = p.config("parquet", "", partition, "Asia/Tokyo");
+    let o = p.run(&tokyo, &["--date", "2026-11-01"]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(
+        text(&o).contains(
+            "rows are dated by `ts` in America/New_York in the table, dated by `ts` in Asia/Tokyo in this run"
+        ),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(p.b.partitions().await, before, "nothing done");
+    let mut all = range.to_vec();
+    all.extend(["--schema-change", "rebuild"]);
+    let o = p.run(&tokyo, &all);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let tz: chrono_tz::Tz = "Asia/Tokyo".parse().unwrap();
+    let redated: Vec<Order> =
+        rows.iter().map(|(r, t)| Order { date: tz.from_utc_datetime(t).date_naive(), ..r.clone() }).collect();
+    let got: BTreeMap<String, Vec<OutRow>> = p.tables().await.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+    assert_eq!(got, model_tables(&redated));
+    let o = p.run(&tokyo, &["--date", "2026-11-01"]);
+    assert_eq!(code(&o), 0, "the table is Tokyo's now: {}", text(&o));
+    // Another partition column, even with a rebuild (which would leave the old folders).
+    let before = p.b.partitions().await;
+    let day = p.config("parquet", "", "[partition]\ncolumn = \"day\"\nfrom_timestamp = \"ts\"\n", "Asia/Tokyo");
+    for args in [&all[..], &["--date", "2026-11-01"]] {
+        let o = p.run(&day, args);
+        assert_eq!(code(&o), 2, "{}", text(&o));
+        assert!(
+            text(&o).contains("holds 5 partition(s) in `event_date=` folders (first: event_date=2026-10-30/)")
+                && text(&o).contains("this config partitions by `day`"),
+            "{}",
+            text(&o)
+        );
+    }
+    assert_eq!(p.b.partitions().await, before, "nothing done");
+}
+
 macro_rules! suite {
     ($name:ident, $kind:expr $(, $attr:meta)?) => {
         mod $name {
@@ -830,6 +888,11 @@ macro_rules! suite {
             $(#[$attr])?
             async fn a_schema_change_is_refused_then_rebuilt() {
                 super::a_schema_change_is_refused_then_rebuilt($kind).await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            $(#[$attr])?
+            async fn a_tables_dating_is_kept_like_its_schema() {
+                super::a_tables_dating_is_kept_like_its_schema($kind).await
             }
             #[tokio::test(flavor = "multi_thread")]
             $(#[$attr])?

@@ -93,6 +93,52 @@ fn text_logs_say_the_same_for_people_and_errors_go_to_stderr() {
     assert!(!table_of(&o).contains("conflict"), "{}", table_of(&o));
 }
 
+/// Output streams that fail — a full disk, a reader that went away (`| head`, a log shipper
+/// that died) — change nothing a run does: it was exit 101 at the first line it could not
+/// write, its summary left "running", a backfill stopped in the middle of its commits.
+#[test]
+fn streams_that_fail_change_nothing() {
+    let lake = Lake::new();
+    let rows = random_orders(93, 3, 50);
+    lake.write_hive(&rows, 1);
+    let cfg = lake.config();
+    let summary = lake.dir.path().join("s.json");
+    let full = || Stdio::from(std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap());
+    let args = ["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-03"];
+    let status = bin()
+        .current_dir(lake.dir.path())
+        .args(args)
+        .args(["--summary-json", summary.to_str().unwrap()])
+        .stdout(full())
+        .stderr(full())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let s = read_json(&summary);
+    assert_eq!((s["exit_code"].as_i64(), s["counts"]["created"].as_i64()), (Some(0), Some(3)), "{s}");
+    // A config error keeps its exit code (2: not retried).
+    let status = bin().current_dir(lake.dir.path()).args(args).args(["--var", "UNUSED=1"]).stderr(full()).status();
+    assert_eq!(status.unwrap().code(), Some(2));
+    // Both streams' readers gone before the run writes a line, and before `status` does.
+    std::fs::remove_dir_all(lake.output()).unwrap();
+    for command in [&args[..], &["status", "--config", cfg.to_str().unwrap()]] {
+        let mut child = bin()
+            .current_dir(lake.dir.path())
+            .args(command)
+            .env("LAKESWAP_LOG", "lakeswap=debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop((child.stdout.take(), child.stderr.take()));
+        assert_eq!(child.wait().unwrap().code(), Some(0), "{command:?}");
+    }
+    let want = model(&rows);
+    for (date, rows) in &want {
+        assert_eq!(&read_partition(&lake.partition_file(&date.to_string())), rows, "{date}");
+    }
+}
+
 #[test]
 fn a_summary_is_written_on_every_exit() {
     let lake = lake_with_a_conflict();
