@@ -5,7 +5,7 @@
 //! - staged files `staging/<run id>/<col>=<date>/part-00000.parquet` of runs that do not hold
 //!   a live lease on the partition (never a live run's; never staging an unfinished move still
 //!   needs);
-//! - expired leases `leases/<col>=<date>.json` (and the table lease of merges), leases
+//! - expired leases `leases/<col>=<date>.json` (and the table's lease, `_merge.json`), leases
 //!   of runs that died on this host ([`lease::holder_gone`]), and leases set aside during a
 //!   take-over;
 //! - with [`GcOptions::quarantine_older_than`], quarantined rows written longer ago than that;

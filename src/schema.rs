@@ -55,13 +55,50 @@ pub fn partitioning_text(cfg: &crate::config::JobConfig) -> String {
 }
 
 /// A recorded partitioning ([`partitioning_text`]) in words.
-pub fn partitioning_words(text: &str) -> String {
+fn partitioning_words(text: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
     match (v["from_timestamp"].as_str(), v["timezone"].as_str()) {
         (Some(ts), Some(zone)) => format!("dated by `{ts}` in {zone}"),
         (Some(ts), None) => format!("dated by `{ts}`"),
         _ => format!("dated by the column `{}`", v["column"].as_str().unwrap_or("?")),
     }
+}
+
+/// How this run would date the table's rows otherwise than the table's record says, in words;
+/// `None` when alike, or for a record written before the dating was recorded. Zones are
+/// compared by their rules: `Etc/UTC` dates as `UTC`, `US/Eastern` as `America/New_York`.
+pub fn redating(recorded: Option<&str>, cfg: &crate::config::JobConfig) -> Option<String> {
+    let (have, want) = (recorded?, partitioning_text(cfg));
+    let parse = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap_or_default();
+    let (a, b) = (parse(have), parse(&want));
+    let same_zone = || match (a["timezone"].as_str(), b["timezone"].as_str()) {
+        (Some(x), Some(y)) => same_rules(x, y),
+        (x, y) => x == y,
+    };
+    if a["column"] == b["column"] && a["from_timestamp"] == b["from_timestamp"] && same_zone() {
+        return None;
+    }
+    Some(format!(
+        "its rows are {} in the table, {} in this run (re-running some dates alone would hold a key under two \
+         dates, or none)",
+        partitioning_words(have),
+        partitioning_words(&want)
+    ))
+}
+
+/// Whether two zones give every instant from 1950 to 2100, hour by hour, the same offset.
+fn same_rules(a: &str, b: &str) -> bool {
+    use chrono::Offset;
+    let (Ok(x), Ok(y)) = (a.parse::<chrono_tz::Tz>(), b.parse::<chrono_tz::Tz>()) else { return a == b };
+    if x == y || a == b {
+        return true;
+    }
+    let start = chrono::NaiveDate::from_ymd_opt(1950, 1, 1).and_then(|d| d.and_hms_opt(0, 0, 0));
+    let Some(start) = start else { return false };
+    (0..150 * 366 * 24).map(|h| start + chrono::Duration::hours(h)).all(|t| {
+        use chrono::TimeZone;
+        x.offset_from_utc_datetime(&t).fix() == y.offset_from_utc_datetime(&t).fix()
+    })
 }
 
 /// What the table's schema record says beside its columns.
@@ -160,7 +197,8 @@ pub async fn partition_folders(out: &StoreLocation) -> Result<Vec<(String, Naive
         .common_prefixes
         .iter()
         .filter_map(|p| {
-            let (name, date) = p.filename()?.split_once('=')?;
+            // Readers skip `_`- and `.`-folders, and no partition column is named so.
+            let (name, date) = p.filename().filter(|f| !f.starts_with(['_', '.']))?.split_once('=')?;
             Some((name.to_string(), NaiveDate::parse_from_str(date, "%Y-%m-%d").ok()?))
         })
         .collect())
@@ -250,6 +288,13 @@ pub async fn record(
 mod tests {
     use super::*;
     use arrow::datatypes::{DataType, Field};
+
+    #[test]
+    fn zones_are_compared_by_their_rules() {
+        assert!(same_rules("UTC", "Etc/UTC") && same_rules("US/Eastern", "America/New_York"));
+        assert!(same_rules("Europe/Kiev", "Europe/Kyiv"));
+        assert!(!same_rules("UTC", "Europe/London") && !same_rules("America/New_York", "America/Chicago"));
+    }
 
     #[test]
     fn differences_in_words() {

@@ -81,12 +81,18 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
             Err(e) => Err(e),
         };
         match made {
-            Ok(made) => new_table_schema = new_table_schema.filter(|_| !made),
+            Ok(made) => new_table_schema = new_table_schema.filter(|_| made.is_none()),
             Err(e) => fail_all(&mut outcomes, &e),
         }
         if new_table_schema.is_none() && holds_table {
             leases.release(TABLE_LEASE).await;
             holds_table = false;
+        }
+    }
+    // Held, unless it lapsed (a stalled run: another may have taken it and made the table).
+    if holds_table {
+        if let Err(e) = leases.check(TABLE_LEASE) {
+            fail_all(&mut outcomes, &e);
         }
     }
     // A table without a schema record (new, or rebuilt) gets one before its first swap.
@@ -133,7 +139,10 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
         let mut done = Vec::new();
         let mut rest = outcomes.into_iter();
         while holds_table {
-            let Some(o) = rest.next() else { break };
+            let Some(mut o) = rest.next() else { break };
+            if let Err(e) = leases.check(TABLE_LEASE) {
+                o.result = o.result.and(Err(e));
+            }
             let r = one(o).await;
             if matches!(r.action, Action::Created | Action::Replaced | Action::Unchanged) {
                 leases.release(TABLE_LEASE).await;
@@ -169,6 +178,7 @@ fn fail_all(outcomes: &mut [Outcome], e: &PartitionError) {
         o.result = Err(match e {
             PartitionError::Stopped { signal } => PartitionError::Stopped { signal },
             PartitionError::Refused(m) => PartitionError::Refused(m.clone()),
+            PartitionError::LeaseLost { dir } => PartitionError::LeaseLost { dir: dir.clone() },
             other => PartitionError::Other(other.to_string()),
         });
     }

@@ -18,7 +18,8 @@ use crate::plan::{Layout, PartitionPlan, Plan};
 use crate::prepare::PrepareStats;
 use crate::read::{self, FlatInput};
 
-/// The lease that keeps runs of one table apart when their kind asks for it.
+/// The table's lease: held by a merge for its whole run (one run of a merge table at a time),
+/// and by a run making a new table from its commit to its first swap.
 pub const TABLE_LEASE: &str = "_merge";
 
 /// A run holding its partitions.
@@ -32,7 +33,7 @@ pub struct Held {
     /// The record is written only to add the identity of a table recorded without one.
     pub identity_adopted: bool,
     /// The run gives a new table its schema, holding the table from its commit until its first
-    /// partition is swapped in (a merge holds it all along).
+    /// partition is swapped in (never a merge's run, which holds the table all along).
     pub makes_table: bool,
     pub rebuild: bool,
     pub now: chrono::DateTime<chrono::Utc>,
@@ -85,7 +86,11 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         if creates {
             // Planned before the table was held: another run may have made it since.
             match made_meanwhile(job, new_table_schema.as_ref()).await {
-                Ok(made) => new_table_schema = new_table_schema.filter(|_| !made),
+                Ok(Some(table)) => {
+                    new_table_schema = None;
+                    plan.output_schema = Some(table);
+                }
+                Ok(None) => {}
                 Err(e) => {
                     leases.release(TABLE_LEASE).await;
                     return Err(e);
@@ -204,30 +209,29 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     })
 }
 
-/// Whether the table this run planned as new was made by another run since, with the same
-/// schema and dating (the run goes on, recording nothing); another is refused, as it would
-/// have been had the run started after.
-pub(super) async fn made_meanwhile(job: &Job, planned: Option<&arrow::datatypes::SchemaRef>) -> Result<bool> {
+/// The table this run planned as new, when another run made it since with the same schema and
+/// dating (the run goes on, recording nothing); one made otherwise is refused, as the run would
+/// have been had it started after. A merge takes the table's column order, as when planned.
+pub(super) async fn made_meanwhile(
+    job: &Job,
+    planned: Option<&arrow::datatypes::SchemaRef>,
+) -> Result<Option<arrow::datatypes::SchemaRef>> {
     let cfg = &job.config;
     crate::schema::same_partition_column(&job.output, &cfg.partition.column).await?;
     let record = crate::schema::table_record(&job.output, &job.state, &cfg.partition.column).await?;
-    let (Some(table), Some(planned)) = (record.schema, planned) else { return Ok(false) };
-    let want = crate::schema::partitioning_text(cfg);
+    let (Some(table), Some(planned)) = (record.schema, planned) else { return Ok(None) };
     let mut differences = crate::schema::differences(&table, planned);
-    if let Some(have) = record.partitioning.filter(|have| *have != want) {
-        differences.push(format!(
-            "its rows are {} in the table, {} in this run",
-            crate::schema::partitioning_words(&have),
-            crate::schema::partitioning_words(&want)
-        ));
+    if job.kind.reads_stored_state() {
+        differences.retain(|d| !d.starts_with("the columns are reordered"));
     }
+    differences.extend(crate::schema::redating(record.partitioning.as_deref(), cfg));
     if let Some(have) = record.identity.filter(|_| job.kind.reads_stored_state()) {
         if have != crate::schema::identity_text(&cfg.identity) {
-            differences.push(format!("it was merged by another identity ({have})"));
+            differences.push(format!("it was merged by {have}"));
         }
     }
     match differences.is_empty() {
-        true => Ok(true),
+        true => Ok(Some(table)),
         false => Err(Error::Usage(format!(
             "another run made the table {} while this one was planned, with another schema: {}. Nothing was \
              done. Run again to see the table as it is now (and change the config, or write to a new output)",

@@ -64,15 +64,7 @@ impl Planned {
         let (table, recorded_identity) = (record.schema, record.identity);
         // Rows dated otherwise than the table's (another zone, another timestamp column): a
         // change like the schema's, made only by rewriting every partition.
-        let want = schema::partitioning_text(cfg);
-        let redated = record.partitioning.filter(|have| *have != want).map(|have| {
-            format!(
-                "its rows are {} in the table, {} in this run (re-running some dates alone would hold a key under two \
-                 dates, or none)",
-                schema::partitioning_words(&have),
-                schema::partitioning_words(&want)
-            )
-        });
+        let redated = schema::redating(record.partitioning.as_deref(), cfg);
         plan::type_empty_columns(&mut plan, cfg, &job.input, table.as_ref(), job.kind.reads_stored_state())?;
         // A merge stores rows by column name: the same columns in another order (the first
         // object's header order) keep the table's order.
@@ -138,6 +130,8 @@ impl Planned {
                     };
                     // Text inputs type undeclared columns by their values, which differ from run to run.
                     let inferred = match cfg.input.format {
+                        // Dated otherwise, the same columns: nothing to declare.
+                        _ if schema::differences(t, o).is_empty() => "",
                         crate::config::Format::Parquet => {
                             " Where the input's own types changed (a producer now writes decimal(10,3) where \
                              the table holds decimal(10,2)), declare the column in [input.schema] as the table \

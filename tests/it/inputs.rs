@@ -834,6 +834,9 @@ async fn a_tables_dating_is_kept_like_its_schema(kind: Kind) {
     assert_eq!(got, model_tables(&redated));
     let o = p.run(&tokyo, &["--date", "2026-11-01"]);
     assert_eq!(code(&o), 0, "the table is Tokyo's now: {}", text(&o));
+    // A zone of the same rules under another name dates alike.
+    let o = p.run(&p.config("parquet", "", partition, "Japan"), &["--date", "2026-11-01"]);
+    assert_eq!(code(&o), 0, "Japan is Tokyo's zone: {}", text(&o));
     // Another partition column, even with a rebuild (which would leave the old folders).
     let before = p.b.partitions().await;
     let day = p.config("parquet", "", "[partition]\ncolumn = \"day\"\nfrom_timestamp = \"ts\"\n", "Asia/Tokyo");
