@@ -190,7 +190,7 @@ pub async fn committed_dates(out: &StoreLocation, column: &str) -> Result<Vec<Na
 
 /// The output's `<name>=<date>/` folders, by name and date: a table's partitions, whatever
 /// column named them.
-pub async fn partition_folders(out: &StoreLocation) -> Result<Vec<(String, NaiveDate)>> {
+async fn partition_folders(out: &StoreLocation) -> Result<Vec<(String, NaiveDate)>> {
     let listing =
         out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;
     Ok(listing
@@ -204,12 +204,11 @@ pub async fn partition_folders(out: &StoreLocation) -> Result<Vec<(String, Naive
         .collect())
 }
 
-/// Refuses a run whose partition column is not the one the table's partitions are named by
-/// (`[partition] column` changed between runs): readers of the whole table would see two
-/// partition columns (DuckDB refuses the mix, pyarrow reads each row under one of them), and a
-/// merge would hold each key twice, as this run finds none of the stored rows.
-pub async fn same_partition_column(out: &StoreLocation, column: &str) -> Result<()> {
-    let folders = partition_folders(out).await?;
+/// Refuses a run whose partition column is not the one the table's partitions (`folders`) are
+/// named by (`[partition] column` changed between runs): readers of the whole table would see
+/// two partition columns (DuckDB refuses the mix, pyarrow reads each row under one of them),
+/// and a merge would hold each key twice, as this run finds none of the stored rows.
+fn same_partition_column(out: &StoreLocation, folders: &[(String, NaiveDate)], column: &str) -> Result<()> {
     let Some((other, date)) = folders.iter().find(|(name, _)| name != column) else { return Ok(()) };
     let n = folders.iter().filter(|(name, _)| name == other).count();
     Err(Error::Usage(format!(
@@ -226,12 +225,27 @@ pub async fn same_partition_column(out: &StoreLocation, column: &str) -> Result<
 /// (the table folder emptied by hand, a first run that died before its first swap): an empty
 /// table holds no schema to keep.
 pub async fn table_schema(out: &StoreLocation, state: &StoreLocation, column: &str) -> Result<Option<SchemaRef>> {
-    Ok(table_record(out, state, column).await?.schema)
+    let folders = partition_folders(out).await?;
+    Ok(record_of(out, state, column, &folders).await?.schema)
 }
 
-/// [`table_schema`], with what the record says beside it, from one read of the record.
+/// For a run: [`table_schema`], with what the record says beside it, from one listing and one
+/// read of the record; a table partitioned by another column is refused.
 pub async fn table_record(out: &StoreLocation, state: &StoreLocation, column: &str) -> Result<TableRecord> {
-    let committed = committed_dates(out, column).await?;
+    let folders = partition_folders(out).await?;
+    same_partition_column(out, &folders, column)?;
+    record_of(out, state, column, &folders).await
+}
+
+async fn record_of(
+    out: &StoreLocation,
+    state: &StoreLocation,
+    column: &str,
+    folders: &[(String, NaiveDate)],
+) -> Result<TableRecord> {
+    let mut committed: Vec<NaiveDate> = folders.iter().filter(|(name, _)| name == column).map(|(_, d)| *d).collect();
+    committed.sort();
+    committed.dedup();
     if committed.is_empty() {
         return Ok(TableRecord::default());
     }

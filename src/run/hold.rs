@@ -217,7 +217,6 @@ pub(super) async fn made_meanwhile(
     planned: Option<&arrow::datatypes::SchemaRef>,
 ) -> Result<Option<arrow::datatypes::SchemaRef>> {
     let cfg = &job.config;
-    crate::schema::same_partition_column(&job.output, &cfg.partition.column).await?;
     let record = crate::schema::table_record(&job.output, &job.state, &cfg.partition.column).await?;
     let (Some(table), Some(planned)) = (record.schema, planned) else { return Ok(None) };
     let mut differences = crate::schema::differences(&table, planned);

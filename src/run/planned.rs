@@ -59,7 +59,6 @@ impl Planned {
             plan.add_partitions(cfg, &read.dates());
             flat = Some(Arc::new(read));
         }
-        schema::same_partition_column(&job.output, &cfg.partition.column).await?;
         let record = schema::table_record(&job.output, &job.state, &cfg.partition.column).await?;
         let (table, recorded_identity) = (record.schema, record.identity);
         // Rows dated otherwise than the table's (another zone, another timestamp column): a
