@@ -159,10 +159,22 @@ pub fn intact(bytes: &[u8]) -> bool {
     sealed.iter().all(u8::is_ascii_hexdigit) && digest(&unsealed).as_bytes() == sealed
 }
 
-/// Whether a file carries a seal its bytes no longer match: lakeswap wrote it, and it was
-/// changed since (a flipped bit, an edited footer statistic), though its rows may read alike.
-pub fn seal_broken(bytes: &[u8]) -> bool {
-    seal_at(bytes).is_some() && !intact(bytes)
+/// The first [`crate::lineage::RULES`] under which every daily table's file is sealed.
+const SEALED_SINCE_RULES: u32 = 3;
+
+/// Whether a file lakeswap wrote is not the bytes it wrote, though its rows may read alike: its
+/// seal no longer matches (a flipped bit, an edited footer statistic), or it has none while its
+/// lineage says it was written sealed (rewritten by a tool that kept the footer's lineage).
+pub fn seal_broken(bytes: &Bytes) -> bool {
+    match seal_at(bytes) {
+        Some(_) => !intact(bytes),
+        None => lineage_of(bytes).is_some_and(|l| l.rules >= SEALED_SINCE_RULES),
+    }
+}
+
+/// Whether a file carries a seal (it may not match: [`intact`]).
+pub fn has_seal(bytes: &[u8]) -> bool {
+    seal_at(bytes).is_some()
 }
 
 /// Reads a partition file back and checks its schema and row count.

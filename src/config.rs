@@ -723,6 +723,16 @@ impl JobConfig {
                 ),
             ));
         }
+        // Inside a state location (`<folder>/_lakeswap/<table>/…`): the `gc` of the table that
+        // owns it removes what it did not write there (old staging, unknown run folders).
+        if url.split('/').any(|seg| seg == "_lakeswap") {
+            return Err(bad(
+                "output.url",
+                format!(
+                    "`{url}` is inside a `_lakeswap/` folder, where lakeswap keeps tables' run state: the `gc` of                      the table whose state it is would remove this table's files. Choose a path outside it"
+                ),
+            ));
+        }
         if self.job.kind == JobKind::Merge {
             // A merge keeps each key under the date of its latest version, and stores rows without
             // the partition column (the path holds it): the date is where a key lives, not who it
@@ -1317,6 +1327,19 @@ url = "out"
         let e = JobConfig::parse(&t, "t.toml").unwrap_err().to_string();
         assert!(e.contains("output.url") && e.contains("`event_date=2020-01-01` named like the partitions"), "{e}");
         let t = BASE.replace("url = \"out\"", "url = \"lake/region=eu/revenue\"");
+        assert!(JobConfig::parse(&t, "t.toml").is_ok());
+    }
+
+    /// A table inside another table's state location was accepted, and that table's `gc` listed
+    /// its committed partitions for removal.
+    #[test]
+    fn a_table_is_not_kept_inside_a_state_location() {
+        for url in ["lake/_lakeswap/revenue_daily/staging/x", "_lakeswap/t", "s3://b/_lakeswap/t"] {
+            let t = BASE.replace("url = \"out\"", &format!("url = \"{url}\""));
+            let e = JobConfig::parse(&t, "t.toml").unwrap_err().to_string();
+            assert!(e.contains("output.url") && e.contains("inside a `_lakeswap/` folder"), "{url}: {e}");
+        }
+        let t = BASE.replace("url = \"out\"", "url = \"lake/_lakeswap_old/t\"");
         assert!(JobConfig::parse(&t, "t.toml").is_ok());
     }
 }

@@ -22,6 +22,8 @@ pub enum ExitCode {
     DataContract = 3,
     /// A partition is leased by another live run.
     Leased = 4,
+    /// Stopped by SIGHUP (the terminal that started it closed), likewise.
+    HungUp = 129,
     /// Stopped by SIGINT (Ctrl-C): what was in flight finished or was abandoned safely.
     Interrupted = 130,
     /// Stopped by SIGTERM (a pod eviction, a task timeout), likewise.
@@ -44,7 +46,7 @@ impl ExitCode {
                 ExitCode::Leased => 2,
                 ExitCode::DataContract => 3,
                 ExitCode::Usage => 4,
-                ExitCode::Interrupted | ExitCode::Terminated => 5,
+                ExitCode::HungUp | ExitCode::Interrupted | ExitCode::Terminated => 5,
             };
             if rank(c) > rank(worst) {
                 worst = c;
@@ -407,13 +409,11 @@ impl PartitionError {
             PartitionError::GuardUnread { exit, .. } | PartitionError::KeysUnread { exit, .. } => *exit,
             PartitionError::Leased { .. } | PartitionError::LeaseLost { .. } => ExitCode::Leased,
             PartitionError::Refused(_) => ExitCode::Usage,
-            PartitionError::Stopped { signal } => {
-                if *signal == "SIGINT" {
-                    ExitCode::Interrupted
-                } else {
-                    ExitCode::Terminated
-                }
-            }
+            PartitionError::Stopped { signal } => match *signal {
+                "SIGINT" => ExitCode::Interrupted,
+                "SIGHUP" => ExitCode::HungUp,
+                _ => ExitCode::Terminated,
+            },
             PartitionError::MissingInput { .. }
             | PartitionError::Foreign { .. }
             | PartitionError::Linked { .. }

@@ -37,6 +37,20 @@ pub struct PartitionReport {
     pub exit_code: i32,
 }
 
+impl PartitionReport {
+    /// The rows this run set aside under its own quarantine folder for the partition: an
+    /// aggregate run writes them with the partition's file (one that finds the partition
+    /// unchanged writes no new copy), a merge whenever it ran the date.
+    pub fn quarantined_by_run(&self) -> u64 {
+        let written = matches!(self.action, Action::Created | Action::Replaced)
+            || (self.merge.is_some() && matches!(self.action, Action::Unchanged | Action::Untouched));
+        match (written, self.counts) {
+            (true, Some(c)) => c.quarantined_rows,
+            _ => 0,
+        }
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

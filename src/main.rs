@@ -45,7 +45,7 @@ version of each key, computes a table per date and swaps each date's partition i
 Running a date again replaces it byte for byte; it never appends.\n\n\
 Exit codes: 0 every partition committed or unchanged, 1 some partitions failed (the others \
 committed) or a store error stopped the run as a whole, 2 usage or config error (nothing done), 3 data contract violation (conflicts, bad \
-rows), 4 a partition is leased by another live run, 130 / 143 stopped by SIGINT / SIGTERM (the \
+rows), 4 a partition is leased by another live run, 129 / 130 / 143 stopped by SIGHUP / SIGINT / SIGTERM (the \
 partitions in flight finished or were left as they were; the others are reported `stopped`; a \
 second signal exits at once).\n\n\
 Config values may use ${VAR} and ${VAR:-default}, from --var NAME=VALUE or the environment.",
@@ -89,7 +89,7 @@ enum Command {
     #[command(after_help = "Exit codes: 0 every partition committed or unchanged, 1 some partitions failed \
 (the others committed) or a store error stopped the run, 2 usage or config error (nothing done), 3 a \
 data contract violation (conflicts, bad rows, a key under two dates), 4 a partition leased by another \
-live run, 130 / 143 stopped by SIGINT / SIGTERM.\n\n\
+live run, 129 / 130 / 143 stopped by SIGHUP / SIGINT / SIGTERM.\n\n\
 Examples:\n  \
 lakeswap run --config config/example.toml --from 2026-11-01 --to 2026-11-07\n  \
 lakeswap run --config revenue.toml --date yesterday          # daily, from cron\n  \
@@ -656,6 +656,13 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
     // committed would leave the orchestrator without its answer.
     // The file says `running` until the run ends: a reader never takes an older attempt's
     // summary (one killed with SIGKILL) for this one's.
+    // Listening before anything else: a signal from here on stops the run politely and leaves
+    // its own summary, never an older run's (a dry run writes nothing and keeps the default).
+    let stop = Arc::new(run::Stop::default());
+    if !a.dry_run {
+        // Listening until the process exits: a second signal exits at once at any point.
+        on_signals(stop.clone());
+    }
     if let Some(path) = &a.summary_json {
         check_summary_path(path, &a, vars)?;
         // A pipe or a device (`/dev/stdout`) gets the final summary alone: one JSON document,
@@ -667,7 +674,7 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
     }
     let summary_json = a.summary_json.clone();
     let started = std::time::Instant::now();
-    let result = run_job(a, vars).await;
+    let result = run_job(a, vars, stop).await;
     if let Some(path) = &summary_json {
         let text = match &result {
             Ok(Some(summary)) => report::json(summary),
@@ -690,7 +697,11 @@ fn check_summary_path(path: &std::path::Path, a: &RunArgs, vars: &[(String, Stri
 }
 
 /// A run, or its plan with `--dry-run` (`None`).
-async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::RunSummary>, Error> {
+async fn run_job(
+    a: RunArgs,
+    vars: &[(String, String)],
+    stop: Arc<run::Stop>,
+) -> Result<Option<run::RunSummary>, Error> {
     let vars = &config_vars(vars, &a.vars)?;
     // An empty LAKESWAP_MEMORY_LIMIT is no limit given.
     let memory_limit = match a.memory_limit.as_deref().filter(|t| !t.trim().is_empty()) {
@@ -760,6 +771,7 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
             Some(SchemaChangeArg::Rebuild) => lakeswap::schema::SchemaChange::Rebuild,
             None => lakeswap::schema::SchemaChange::Refuse,
         },
+        stop,
         ..Default::default()
     };
     if a.dry_run {
@@ -773,8 +785,6 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
     let terminal = std::io::stderr().is_terminal() && a.log_format == LogFormat::Text;
     let progress = Arc::new(Progress::new(n, terminal, a.summary_json.clone()));
     opts.observer = progress.clone();
-    // Listening until the process exits: a second signal exits at once at any point.
-    on_signals(opts.stop.clone());
     let summary = run::run(&job, &opts).await?;
     progress.finish();
     if !a.quiet {
@@ -793,22 +803,28 @@ async fn run_job(a: RunArgs, vars: &[(String, String)]) -> Result<Option<run::Ru
     Ok(Some(summary))
 }
 
-/// SIGTERM and SIGINT: the first asks the run to stop politely (no new partition starts,
+/// SIGTERM, SIGINT and SIGHUP: the first asks the run to stop politely (no new partition starts,
 /// computations in flight are abandoned, swaps in flight finish, leases are released, the
-/// journal and the summary are written; exit 143 or 130); a second exits at once.
+/// journal and the summary are written; exit 143, 130 or 129); a second exits at once.
 fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
+            else {
                 return;
             };
-            let first = tokio::select! { _ = term.recv() => "SIGTERM", _ = int.recv() => "SIGINT" };
+            let first = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+                _ = hup.recv() => "SIGHUP",
+            };
             tracing::warn!(signal = first,
                 "stopping: no new partition starts, swaps in flight finish, leases are released; a second signal exits at once");
             stop.stop(first);
-            let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130 };
+            let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130, _ = hup.recv() => 129 };
             errln!("lakeswap: second signal: exiting at once");
             lakeswap::spill::remove_all();
             std::process::exit(code);
@@ -1085,13 +1101,25 @@ async fn cmd_verify(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode,
     // A date without input recomputes as a zero-row file: what `run --allow-empty` committed
     // is verified, and a committed file whose input is gone differs.
     let opts = RunOptions { dates: Some(dates), allow_empty: true, ..Default::default() };
-    let summary = run::verify(&job, &opts).await?;
+    let mut summary = run::verify(&job, &opts).await?;
+    // Objects outside every partition are read by a reader of the whole table, as its rows.
+    let strays = lakeswap::status::strays(&job).await?;
+    if !strays.is_empty() {
+        summary.exit_code = ExitCode::combine([summary.exit_code, ExitCode::PartialFailure]);
+    }
     if a.json {
-        outln!("{}", report::verify_json(&summary));
+        outln!("{}", report::verify_json(&summary, &strays));
     } else {
         out!("{}", report::verify_table(&summary));
         for p in summary.failed() {
             errln!("error: {}: {}", p.date, p.error.as_deref().unwrap_or("failed"));
+        }
+        if !strays.is_empty() {
+            errln!(
+                "error: the table's folder holds objects in no partition, which a reader of the whole table reads \
+                 as its rows: {}. Move them away",
+                strays.join(", ")
+            );
         }
     }
     Ok(summary.exit_code)

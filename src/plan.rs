@@ -999,11 +999,49 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
             return Err(refused(why));
         }
         let table = read::assemble(pieces, &decoder).map_err(|e| refused(e.to_string()))?;
-        // A lookup with no rows (a CSV header alone) has the columns its schema declares.
+        // A lookup with no rows (a CSV header alone) has its objects' columns, each of the type
+        // its schema declares (a Parquet footer's otherwise); a text column left undeclared has
+        // no type, and is not dropped.
         let table = match table.num_rows() {
             0 if !t.schema.is_empty() => {
-                let fields: Vec<arrow::datatypes::Field> =
-                    decoder.declared.iter().map(|(c, d)| arrow::datatypes::Field::new(c, d.ty.clone(), true)).collect();
+                let mut fields: Vec<arrow::datatypes::Field> = Vec::new();
+                for m in &objects {
+                    // (name, type in the object's own schema, if it has one)
+                    let columns: Vec<(String, Option<DataType>)> = match t.format {
+                        Format::Csv => {
+                            let bytes = fetch(&store, m).await?;
+                            let name = store.display(&m.location);
+                            let names = decoder.csv_header(&name, &bytes).map_err(|e| refused(e.to_string()))?;
+                            names.into_iter().map(|n| (n, None)).collect()
+                        }
+                        _ => {
+                            let schema =
+                                object_schema(&decoder, &store, m).await.map_err(|e| refused(e.to_string()))?;
+                            schema.fields().iter().map(|f| (f.name().clone(), Some(f.data_type().clone()))).collect()
+                        }
+                    };
+                    for (column, own) in columns {
+                        if fields.iter().any(|g| *g.name() == column) {
+                            continue;
+                        }
+                        let ty = match (decoder.declared.get(&column), own) {
+                            (Some(d), _) => d.ty.clone(),
+                            (None, Some(own)) if t.format == Format::Parquet => own,
+                            (None, _) => {
+                                return Err(config_err(
+                                    cfg,
+                                    &format!("aggregate.tables[{i}].schema"),
+                                    format!(
+                                        "the lookup table `{}` has no rows, so its column `{column}` has no type: \
+                                         declare it in its `schema` beside the others",
+                                        t.name
+                                    ),
+                                ))
+                            }
+                        };
+                        fields.push(arrow::datatypes::Field::new(column, ty, true));
+                    }
+                }
                 read::Table::empty(Arc::new(arrow::datatypes::Schema::new(fields)))
             }
             0 => {

@@ -218,15 +218,7 @@ pub fn running_json(run_id: Option<&str>) -> String {
 /// merge's partitions it found unchanged or left untouched (a merge writes them whenever it sets
 /// rows aside).
 pub fn quarantined_now(s: &RunSummary) -> u64 {
-    s.partitions
-        .iter()
-        .filter(|p| {
-            matches!(p.action, Action::Created | Action::Replaced)
-                || (p.merge.is_some() && matches!(p.action, Action::Unchanged | Action::Untouched))
-        })
-        .filter_map(|p| p.counts)
-        .map(|c| c.quarantined_rows)
-        .sum()
+    s.partitions.iter().map(|p| p.quarantined_by_run()).sum()
 }
 
 /// The summary of `--dry-run`: nothing ran.
@@ -238,13 +230,15 @@ pub fn dry_run_json() -> String {
 }
 
 /// `verify --json`: how many partitions match their recomputation, how many do not.
-pub fn verify_json(s: &RunSummary) -> String {
+/// `strays`: objects of the table's folder outside every partition.
+pub fn verify_json(s: &RunSummary, strays: &[String]) -> String {
     let count = |a: Action| s.partitions.iter().filter(|p| p.action == a).count();
     serde_json::to_string_pretty(&serde_json::json!({
         "exit_code": s.exit_code.code(),
         "verified": count(Action::Verified),
         "differs": count(Action::Differs),
         "failed": count(Action::Failed),
+        "strays": strays,
         "seconds": s.seconds,
         "partitions": s.partitions,
     }))

@@ -178,10 +178,26 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
             error: run.and_then(|(_, _, e)| e.clone()),
         });
     }
+    let strays = strays_in(out, column, &listing);
+    Ok(Status { journals, partitions: parts, strays, recomputable: job.kind.output_from_input_alone() })
+}
+
+/// What the table's folder holds outside its partitions, which readers of the whole table
+/// read too: objects at its top level, and folders not named `<column>=<date>` (hidden ones,
+/// `_…` and `.…`, left out, as readers skip them).
+pub async fn strays(job: &Job) -> Result<Vec<String>> {
+    let out = &job.output;
+    let listing =
+        out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;
+    Ok(strays_in(out, &job.config.partition.column, &listing))
+}
+
+fn strays_in(out: &crate::store::StoreLocation, column: &str, listing: &object_store::ListResult) -> Vec<String> {
+    let prefix = format!("{column}=");
     let dated =
         |name: &str| name.strip_prefix(&prefix).is_some_and(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok());
     let read = |name: &str| !name.starts_with('_') && !name.starts_with('.');
-    let strays = listing
+    listing
         .objects
         .iter()
         .filter(|m| !crate::read::list::is_folder_marker(m, &out.prefix, &listing.common_prefixes))
@@ -192,8 +208,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
                 .iter()
                 .filter_map(|p| p.filename().filter(|n| read(n) && !dated(n)).map(|_| format!("{}/", out.relative(p)))),
         )
-        .collect();
-    Ok(Status { journals, partitions: parts, strays, recomputable: job.kind.output_from_input_alone() })
+        .collect()
 }
 
 /// The runs that hold a live lease: unexpired, and not of a process known to be gone.
@@ -248,8 +263,9 @@ pub fn render(status: &Status, recent: usize) -> String {
             ),
             j.host
         );
-        // Every row a run set aside, on any date: a date it left untouched has no lineage to show them.
-        let aside: u64 = j.partitions.iter().filter_map(|p| p.counts).map(|c| c.quarantined_rows).sum();
+        // Every row a run set aside in its own folder, on any date: a date it left untouched has
+        // no lineage to show them; one it found unchanged keeps them under the run that wrote it.
+        let aside: u64 = j.partitions.iter().map(|p| p.quarantined_by_run()).sum();
         if aside > 0 {
             let _ = writeln!(
                 s,

@@ -1,4 +1,4 @@
-//! Stopping a run politely (SIGTERM, SIGINT): see [`Stop`].
+//! Stopping a run politely (SIGTERM, SIGINT, SIGHUP): see [`Stop`].
 
 use crate::error::PartitionError;
 

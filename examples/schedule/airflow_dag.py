@@ -5,7 +5,7 @@ retries and backfills (`airflow dags backfill -s 2026-01-01 -e 2026-03-31 revenu
 
 Retries follow lakeswap's exit codes: 2 (usage or config error) and 3 (data contract violation:
 conflicting versions, bad rows) need a person, so the task fails at once without retrying; 1
-(some partitions failed, e.g. a store outage), 4 (leased by another live run) and 130 / 143
+(some partitions failed, e.g. a store outage), 4 (leased by another live run) and 129 / 130 / 143
 (stopped by a signal) are retried. lakeswap writes the summary JSON on every exit; a successful
 task returns it (to XCom), a failed one leaves it in /tmp/lakeswap-<date>.json and the log.
 """

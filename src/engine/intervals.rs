@@ -59,6 +59,222 @@ impl AnalyzerRule for DatesPlusTimes {
     }
 }
 
+/// An analyzer rule run before type coercion: an interval compared (`=`, `<`, `BETWEEN`, `IN`)
+/// is compared by its length, as in SQL (PostgreSQL and DuckDB count a day as 24 hours). The
+/// engine orders intervals by their months, then their days, then the rest, and makes a
+/// duration it compares with one an interval of no days: `delivered_at - ordered_at <=
+/// INTERVAL '2 days'` held for a delivery of 60 hours, and `INTERVAL '1 day' = INTERVAL '24
+/// hours'` was false. A constant interval of days and smaller parts is made the duration it
+/// lasts; one with months (which have no one length), or one computed, is refused.
+#[derive(Debug, Default)]
+pub struct ComparedIntervals;
+
+impl AnalyzerRule for ComparedIntervals {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        super::rewrite_exprs(plan, compared_interval)
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_compared_intervals"
+    }
+}
+
+fn compared_interval(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    use datafusion::logical_expr::expr::{Between, InList};
+    let comparison = |op: &Operator| {
+        matches!(
+            op,
+            Operator::Eq
+                | Operator::NotEq
+                | Operator::Lt
+                | Operator::LtEq
+                | Operator::Gt
+                | Operator::GtEq
+                | Operator::IsDistinctFrom
+                | Operator::IsNotDistinctFrom
+        )
+    };
+    let operands: Vec<&Expr> = match &e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if comparison(op) => vec![left.as_ref(), right.as_ref()],
+        Expr::Between(Between { expr, low, high, .. }) => vec![expr.as_ref(), low.as_ref(), high.as_ref()],
+        Expr::InList(InList { expr, list, .. }) => std::iter::once(expr.as_ref()).chain(list).collect(),
+        _ => return Ok(Transformed::no(e)),
+    };
+    let Ok(types) = operands.iter().map(|x| x.get_type(schema)).collect::<Result<Vec<_>>>() else {
+        return Ok(Transformed::no(e));
+    };
+    if !types.iter().any(|t| matches!(t, DataType::Interval(_))) {
+        return Ok(Transformed::no(e));
+    }
+    // Compared in the unit of the duration it meets, if any.
+    let unit = types.iter().find_map(|t| match t {
+        DataType::Duration(u) => Some(*u),
+        _ => None,
+    });
+    let unit = unit.unwrap_or(TimeUnit::Nanosecond);
+    let refused = |why: &str| {
+        datafusion::common::plan_err!(
+            "`{e}` compares an interval {why}: the engine orders intervals by their months, then their days, \
+             then the rest (36 hours below INTERVAL '1 day'), where SQL compares how long they last. Compare \
+             with a constant of days, hours and smaller parts (INTERVAL '2 days', INTERVAL '36 hours'), or \
+             compare seconds: date_part('epoch', b - a) > 86400"
+        )
+    };
+    let mut lengths = Vec::with_capacity(operands.len());
+    for (x, t) in operands.iter().zip(&types) {
+        if !matches!(t, DataType::Interval(_)) {
+            lengths.push(None);
+            continue;
+        }
+        let nanos: Option<i128> = match x {
+            Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+                Some(i128::from(v.days) * 86_400_000_000_000 + i128::from(v.nanoseconds))
+            }
+            Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
+                Some(i128::from(v.days) * 86_400_000_000_000 + i128::from(v.milliseconds) * 1_000_000)
+            }
+            Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(_)) | ScalarValue::IntervalYearMonth(Some(_)), _) => {
+                return refused("with months, which have no one length (SQL counts 30 days)");
+            }
+            Expr::Literal(v, _) if v.is_null() => None,
+            _ => return refused("that is not a constant"),
+        };
+        let per = match unit {
+            TimeUnit::Second => 1_000_000_000,
+            TimeUnit::Millisecond => 1_000_000,
+            TimeUnit::Microsecond => 1_000,
+            TimeUnit::Nanosecond => 1,
+        };
+        let length = match nanos {
+            None => None,
+            Some(n) if n % per != 0 => return refused(&format!("finer than the {unit:?}s of the duration it meets")),
+            Some(n) => match i64::try_from(n / per) {
+                Ok(v) => Some(v),
+                Err(_) => return refused("too long to count"),
+            },
+        };
+        let d = match unit {
+            TimeUnit::Second => ScalarValue::DurationSecond(length),
+            TimeUnit::Millisecond => ScalarValue::DurationMillisecond(length),
+            TimeUnit::Microsecond => ScalarValue::DurationMicrosecond(length),
+            TimeUnit::Nanosecond => ScalarValue::DurationNanosecond(length),
+        };
+        lengths.push(Some(Expr::Literal(d, None)));
+    }
+    let mut at = lengths.into_iter();
+    let mut take = |x: Box<Expr>| -> Box<Expr> {
+        match at.next().flatten() {
+            Some(d) => Box::new(d),
+            None => x,
+        }
+    };
+    let e = match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let left = take(left);
+            Expr::BinaryExpr(BinaryExpr { left, op, right: take(right) })
+        }
+        Expr::Between(Between { expr, negated, low, high }) => {
+            let expr = take(expr);
+            let low = take(low);
+            Expr::Between(Between { expr, negated, low, high: take(high) })
+        }
+        Expr::InList(InList { expr, list, negated }) => {
+            let expr = take(expr);
+            let list = list.into_iter().map(|x| *take(Box::new(x))).collect();
+            Expr::InList(InList { expr, list, negated })
+        }
+        e => e,
+    };
+    Ok(Transformed::yes(e))
+}
+
+/// An analyzer rule run before type coercion: a zone-less timestamp or a date that meets a
+/// zoned timestamp in a subtraction (`ts - local_ts`, `ts - event_date`) or as one value
+/// (`coalesce(ts, event_date)`, `greatest`, `least`, `nullif`, the branches of a `CASE`) is the
+/// instant its wall-clock time names in that timestamp's zone (a date its midnight there), as
+/// SQL makes it. The engine took a zone-less value for UTC's wall-clock time (off by the zone's
+/// offset every day) and subtracted a date from the zoned value's wall-clock time (off by an
+/// hour across a daylight-saving change), and a `coalesce` of the two lost the zone.
+#[derive(Debug, Default)]
+pub struct WallClockMeetsInstant;
+
+impl AnalyzerRule for WallClockMeetsInstant {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        super::rewrite_exprs(plan, wall_clock_meets_instant)
+    }
+
+    fn name(&self) -> &str {
+        "lakeswap_wall_clock_meets_instant"
+    }
+}
+
+fn wall_clock_meets_instant(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    use datafusion::logical_expr::cast;
+    let ty = |x: &Expr| x.get_type(schema).ok();
+    let zoned = |t: &Option<DataType>| match t {
+        Some(DataType::Timestamp(u, Some(z))) => Some((*u, z.clone())),
+        _ => None,
+    };
+    let wall =
+        |t: &Option<DataType>| matches!(t, Some(DataType::Timestamp(_, None) | DataType::Date32 | DataType::Date64));
+    // `x` as the instant its wall-clock time names in `z` (a date: its midnight).
+    let instant = |x: Expr, t: &Option<DataType>, (u, z): &(TimeUnit, Arc<str>)| -> Expr {
+        let x = match t {
+            Some(DataType::Date32 | DataType::Date64) => cast(x, DataType::Timestamp(*u, None)),
+            _ => x,
+        };
+        cast(x, DataType::Timestamp(*u, Some(z.clone())))
+    };
+    // The zone the values meet in, when one is zoned and another is wall-clock time.
+    let meeting = |types: &[Option<DataType>]| match types.iter().find_map(zoned) {
+        Some(zu) if types.iter().any(wall) => Some(zu),
+        _ => None,
+    };
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Minus, right }) => {
+            let (l, r) = (ty(&left), ty(&right));
+            let Some(zu) = meeting(&[l.clone(), r.clone()]) else {
+                return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op: Operator::Minus, right })));
+            };
+            let left = if wall(&l) { Box::new(instant(*left, &l, &zu)) } else { left };
+            let right = if wall(&r) { Box::new(instant(*right, &r, &zu)) } else { right };
+            Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr { left, op: Operator::Minus, right })))
+        }
+        Expr::ScalarFunction(mut f)
+            if matches!(f.name(), "coalesce" | "nvl" | "ifnull" | "nullif" | "greatest" | "least") =>
+        {
+            let types: Vec<Option<DataType>> = f.args.iter().map(ty).collect();
+            let Some(zu) = meeting(&types) else { return Ok(Transformed::no(Expr::ScalarFunction(f))) };
+            f.args = std::mem::take(&mut f.args)
+                .into_iter()
+                .zip(&types)
+                .map(|(a, t)| if wall(t) { instant(a, t, &zu) } else { a })
+                .collect();
+            Ok(Transformed::yes(Expr::ScalarFunction(f)))
+        }
+        Expr::Case(mut c) => {
+            let branch_types: Vec<Option<DataType>> =
+                c.when_then_expr.iter().map(|(_, t)| ty(t)).chain(c.else_expr.as_deref().map(ty)).collect();
+            let Some(zu) = meeting(&branch_types) else { return Ok(Transformed::no(Expr::Case(c))) };
+            let mut types = branch_types.into_iter();
+            for (_, then) in c.when_then_expr.iter_mut() {
+                let t = types.next().flatten();
+                if wall(&t) {
+                    **then = instant(then.as_ref().clone(), &t, &zu);
+                }
+            }
+            if let Some(x) = c.else_expr.as_mut() {
+                let t = types.next().flatten();
+                if wall(&t) {
+                    **x = instant(x.as_ref().clone(), &t, &zu);
+                }
+            }
+            Ok(Transformed::yes(Expr::Case(c)))
+        }
+        e => Ok(Transformed::no(e)),
+    }
+}
+
 fn date_plus_time(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &e else { return Ok(Transformed::no(e)) };
     if !matches!(op, Operator::Plus | Operator::Minus) {

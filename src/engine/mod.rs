@@ -461,6 +461,8 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     rules.insert(at + 3, Arc::new(unlike::ExactMedians));
     rules.insert(at + 4, Arc::new(intervals::DatesPlusTimes));
     rules.insert(at + 5, Arc::new(unlike::SqlFunctions));
+    rules.insert(at + 6, Arc::new(intervals::ComparedIntervals));
+    rules.insert(at + 7, Arc::new(intervals::WallClockMeetsInstant));
     if let Some(zone) = zone {
         let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
@@ -637,17 +639,58 @@ pub(crate) fn text(t: &DataType) -> bool {
     matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
-/// Whether values of types `a` and `b`, compared or made one, would be text against a number,
-/// at any depth (`struct(code) = struct(n)`).
-fn clash(a: &DataType, b: &DataType) -> bool {
+/// How values of two types compared or made one would be read otherwise than SQL reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Clash {
+    /// Text against a number: every text value read as a number, or every number as text.
+    Text,
+    /// A date or time against a number: the number read as a count of days (or of the type's
+    /// unit) since 1970-01-01, where SQL refuses it (`event_date = 20261101`).
+    Time,
+}
+
+impl Clash {
+    /// What meets a number, for messages.
+    fn what(self) -> &'static str {
+        match self {
+            Clash::Text => "text",
+            Clash::Time => "a date or time",
+        }
+    }
+
+    /// What the engine would do with it, and the way out.
+    fn reading(self) -> &'static str {
+        match self {
+            Clash::Text => {
+                "the engine would read every text value as a number ('007' equal to 7, and the date failing at the \
+                 first value that is not one)"
+            }
+            Clash::Time => {
+                "the engine would read the number as a count of days (or of the type's unit) since 1970-01-01 \
+                 (20758 is 2026-11-01, 20261101 a day in the year 57443), where SQL refuses it"
+            }
+        }
+    }
+}
+
+/// Whether a type is a date, a time of day, a timestamp, a duration or an interval.
+fn temporal(t: &DataType) -> bool {
+    use DataType::*;
+    matches!(t, Date32 | Date64 | Timestamp(..) | Time32(_) | Time64(_) | Duration(_) | Interval(_))
+}
+
+/// Whether values of types `a` and `b`, compared or made one, would be text or a date against
+/// a number, at any depth (`struct(code) = struct(n)`).
+fn clash(a: &DataType, b: &DataType) -> Option<Clash> {
     use DataType::*;
     match (a, b) {
-        (a, b) if (text(a) && b.is_numeric()) || (a.is_numeric() && text(b)) => true,
-        (Struct(x), Struct(y)) => x.iter().zip(y.iter()).any(|(f, g)| clash(f.data_type(), g.data_type())),
+        (a, b) if (text(a) && b.is_numeric()) || (a.is_numeric() && text(b)) => Some(Clash::Text),
+        (a, b) if (temporal(a) && b.is_numeric()) || (a.is_numeric() && temporal(b)) => Some(Clash::Time),
+        (Struct(x), Struct(y)) => x.iter().zip(y.iter()).find_map(|(f, g)| clash(f.data_type(), g.data_type())),
         (List(x) | LargeList(x) | FixedSizeList(x, _), List(y) | LargeList(y) | FixedSizeList(y, _)) => {
             clash(x.data_type(), y.data_type())
         }
-        _ => false,
+        _ => None,
     }
 }
 
@@ -661,12 +704,12 @@ fn mixed_in_joins_and_unions(plan: &LogicalPlan) -> Option<String> {
         found = match node {
             LogicalPlan::Join(j) => j.on.iter().find_map(|(l, r)| {
                 let (a, b) = (l.get_type(j.left.schema()).ok()?, r.get_type(j.right.schema()).ok()?);
-                clash(&a, &b).then(|| {
+                clash(&a, &b).map(|c| {
                     format!(
                         "the join on `{l}` = `{r}` (a USING, a NATURAL JOIN, an INTERSECT or an EXCEPT) compares \
-                         text with a number: the engine would read every text value as a number ('007' equal to \
-                         7, and the date failing at the first value that is not one). Cast one side to the \
-                         other's type"
+                         {} with a number: {}. Cast one side to the other's type",
+                        c.what(),
+                        c.reading()
                     )
                 })
             }),
@@ -676,12 +719,13 @@ fn mixed_in_joins_and_unions(plan: &LogicalPlan) -> Option<String> {
                 (0..first.fields().len()).find_map(|c| {
                     let types: Vec<&DataType> =
                         schemas.iter().filter_map(|s| s.fields().get(c)).map(|f| f.data_type()).collect();
-                    types.iter().any(|a| types.iter().any(|b| clash(a, b))).then(|| {
+                    types.iter().find_map(|a| types.iter().find_map(|b| clash(a, b))).map(|k| {
                         format!(
-                            "the column `{}` of a UNION is text in one of its queries and a number in another: the \
-                             engine would write every number as text, or read every text value as a number. Cast \
-                             it to one type in each query",
-                            first.field(c).name()
+                            "the column `{}` of a UNION is {} in one of its queries and a number in another: {}, \
+                             or write the other as the number. Cast it to one type in each query",
+                            first.field(c).name(),
+                            k.what(),
+                            k.reading()
                         )
                     })
                 })
@@ -716,7 +760,7 @@ fn mixed_text_and_numbers(plan: &LogicalPlan) -> Option<String> {
         };
         let mixing = |xs: &[&Expr], literals: bool| {
             let types: Vec<DataType> = xs.iter().filter_map(|x| typed(x, literals)).collect();
-            types.iter().enumerate().any(|(i, a)| types[i + 1..].iter().any(|b| clash(a, b)))
+            types.iter().enumerate().find_map(|(i, a)| types[i + 1..].iter().find_map(|b| clash(a, b)))
         };
         let mixed = |xs: &[&Expr]| mixing(xs, false);
         let compared = match e {
@@ -726,22 +770,34 @@ fn mixed_text_and_numbers(plan: &LogicalPlan) -> Option<String> {
                     Op::Eq | Op::NotEq | Op::Lt | Op::LtEq | Op::Gt | Op::GtEq | Op::IsDistinctFrom | Op::IsNotDistinctFrom,
                 right,
             }) => mixed(&[left, right]),
-            Expr::InList(l) => l.list.iter().any(|x| mixed(&[&l.expr, x])),
-            Expr::Between(b) => mixed(&[&b.expr, &b.low]) || mixed(&[&b.expr, &b.high]),
-            Expr::Case(c) => c.expr.as_deref().is_some_and(|x| c.when_then_expr.iter().any(|(w, _)| mixed(&[x, w]))),
+            Expr::InList(l) => l.list.iter().find_map(|x| mixed(&[&l.expr, x])),
+            Expr::Between(b) => mixed(&[&b.expr, &b.low]).or_else(|| mixed(&[&b.expr, &b.high])),
+            Expr::Case(c) => c.expr.as_deref().and_then(|x| c.when_then_expr.iter().find_map(|(w, _)| mixed(&[x, w]))),
             Expr::InSubquery(q) => match (q.expr.get_type(schema), q.subquery.subquery.schema().fields().first()) {
                 (Ok(a), Some(b)) => clash(&a, b.data_type()),
-                _ => false,
+                _ => None,
             },
-            _ => false,
+            _ => None,
         };
-        if compared {
-            return Some(format!(
-                "`{e}` compares text with a number: the engine would read every text value as a number ('007' \
-                 equal to 7, and the date failing at the first value that is not one). Compare text with text \
-                 (quote the number), or cast the text to the number you mean (CAST(s AS BIGINT), CAST(s AS \
-                 DECIMAL(12,2)))"
-            ));
+        match compared {
+            Some(Clash::Text) => {
+                return Some(format!(
+                    "`{e}` compares text with a number: {}. Compare text with text (quote the number), or cast the \
+                     text to the number you mean (CAST(s AS BIGINT), CAST(s AS DECIMAL(12,2)))",
+                    Clash::Text.reading()
+                ))
+            }
+            Some(Clash::Time) => {
+                return Some(format!(
+                    "`{e}` compares a date or time with a number: {}. Compare it with a date (DATE '2026-11-01'), \
+                     or turn the date into the number you mean (CAST(to_char(d, '%Y%m%d') AS BIGINT) is 20261101)",
+                    Clash::Time.reading()
+                ))
+            }
+            None => {}
+        }
+        if let Some(why) = unlike_sql_cast(e, schema) {
+            return Some(why);
         }
         let one_value: Vec<&Expr> = match e {
             Expr::Case(c) => c.when_then_expr.iter().map(|(_, t)| t.as_ref()).chain(c.else_expr.as_deref()).collect(),
@@ -753,13 +809,24 @@ fn mixed_text_and_numbers(plan: &LogicalPlan) -> Option<String> {
             Expr::ScalarFunction(f) if f.name() == "nvl2" => f.args.iter().skip(1).collect(),
             _ => Vec::new(),
         };
-        if mixing(&one_value, true) {
-            return Some(format!(
-                "`{e}` makes one value of text and a number: the engine would read every text value as a number \
-                 (the date failing at the first that is not one), or write every number as text. Give every \
-                 branch one type: write a number unquoted (0, not '0'), or cast the text to the number you mean \
-                 (CAST(s AS BIGINT)), or the number to text (CAST(n AS VARCHAR))"
-            ));
+        match mixing(&one_value, true) {
+            Some(Clash::Text) => {
+                return Some(format!(
+                    "`{e}` makes one value of text and a number: the engine would read every text value as a \
+                     number (the date failing at the first that is not one), or write every number as text. Give \
+                     every branch one type: write a number unquoted (0, not '0'), or cast the text to the number \
+                     you mean (CAST(s AS BIGINT)), or the number to text (CAST(n AS VARCHAR))"
+                ))
+            }
+            Some(Clash::Time) => {
+                return Some(format!(
+                    "`{e}` makes one value of a date or time and a number: {}. Give every branch one type: a \
+                     date (DATE '2026-11-01'), or the date turned into the number you mean \
+                     (CAST(to_char(d, '%Y%m%d') AS BIGINT))",
+                    Clash::Time.reading()
+                ))
+            }
+            None => {}
         }
         match e {
             Expr::AggregateFunction(f) if f.params.distinct && f.func.name() == "count" && f.params.args.len() > 1 => {
@@ -772,6 +839,71 @@ fn mixed_text_and_numbers(plan: &LogicalPlan) -> Option<String> {
             _ => None,
         }
     })
+}
+
+/// Why a cast (or a concatenation, which casts to text) computes otherwise than SQL, if it
+/// does; PostgreSQL and DuckDB agree on each:
+/// - a number to a date: the engine counts days since 1970-01-01 (`CAST(20261101 AS DATE)` is a
+///   day in the year 57443), SQL refuses;
+/// - a date or time to a number: the engine gives a count in the value's own unit (days,
+///   microseconds or nanoseconds since 1970), SQL refuses;
+/// - a time to text: the engine writes ISO 8601 (`2026-11-01T05:30:00Z`), SQL `2026-11-01
+///   05:30:00+00` (a `LIKE '2026-11-01 05:%'` matched nothing);
+/// - a decimal or a float to an integer: the engine cuts the fraction (2.7 is 2), SQL rounds (3).
+fn unlike_sql_cast(e: &Expr, schema: &datafusion::common::DFSchema) -> Option<String> {
+    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator};
+    let ty = |x: &Expr| x.get_type(schema).ok();
+    // A time of day, a timestamp, a duration or an interval: their text differs from SQL's.
+    let timed = |t: &DataType| temporal(t) && !matches!(t, DataType::Date32 | DataType::Date64);
+    let as_text = "the engine would write it as ISO 8601 text (2026-11-01T05:30:00Z, an interval as `1 days 2 \
+                   hours`), where SQL writes 2026-11-01 05:30:00+00; write the text you mean with to_char(ts, \
+                   '%Y-%m-%d %H:%M:%S')";
+    let (expr, to) = match e {
+        Expr::Cast(c) => (c.expr.as_ref(), c.field.data_type()),
+        Expr::TryCast(c) => (c.expr.as_ref(), c.field.data_type()),
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::StringConcat, right }) => {
+            return [left, right]
+                .into_iter()
+                .any(|x| ty(x).is_some_and(|t| timed(&t)))
+                .then(|| format!("`{e}` joins a time to text: {as_text}"));
+        }
+        Expr::ScalarFunction(f) if matches!(f.name(), "concat" | "concat_ws") => {
+            return f
+                .args
+                .iter()
+                .any(|x| ty(x).is_some_and(|t| timed(&t)))
+                .then(|| format!("`{e}` joins a time to text: {as_text}"));
+        }
+        _ => return None,
+    };
+    let from = ty(expr)?;
+    if matches!(to, DataType::Date32 | DataType::Date64) && from.is_numeric() {
+        return Some(format!(
+            "`{e}` casts a number to a date: the engine would read it as a count of days since 1970-01-01 \
+             (20261101 a day in the year 57443), where SQL refuses the cast. Write the date (DATE '2026-11-01'), \
+             or read a number of the form yyyymmdd with to_date(CAST(n AS VARCHAR), '%Y%m%d')"
+        ));
+    }
+    if temporal(&from) && to.is_numeric() {
+        return Some(format!(
+            "`{e}` casts a date or time to a number: the engine would give a count in the value's own unit (days, \
+             or microseconds or nanoseconds since 1970, as each object stores it), where SQL refuses the cast. \
+             Write date_part('epoch', ts) for seconds since 1970, or the field you mean (extract(year FROM d))"
+        ));
+    }
+    if timed(&from) && text(to) {
+        return Some(format!("`{e}` casts a time to text: {as_text}"));
+    }
+    let fractional =
+        matches!(from, DataType::Decimal128(_, s) | DataType::Decimal256(_, s) if s > 0) || from.is_floating();
+    let rounded = matches!(expr, Expr::ScalarFunction(f) if matches!(f.name(), "round" | "trunc" | "floor" | "ceil"));
+    if to.is_integer() && fractional && !rounded {
+        return Some(format!(
+            "`{e}` casts a number with a fraction to an integer: the engine would cut the fraction (2.7 becomes \
+             2), where SQL rounds (3). Say which: CAST(round(x) AS BIGINT), or CAST(trunc(x) AS BIGINT) to cut"
+        ));
+    }
+    None
 }
 
 /// Plans `query` against the schema of `events` and the lookups: its output schema, its plan

@@ -57,12 +57,42 @@ pub fn assemble(pieces: Vec<Piece>, decoder: &Decoder) -> Result<Table, InputErr
 /// The schema the objects' schemas unify to (the written rule of [`unify`]): declared types
 /// first, and a column with no value in any of them in the run's type.
 pub fn unified(schemas: &[(&str, &arrow::datatypes::Schema)], decoder: &Decoder) -> Result<SchemaRef, InputError> {
-    unify::unify(schemas, &|c| decoder.column_type(c), &|c| decoder.run_type(c)).map_err(|c| {
+    let schema = unify::unify(schemas, &|c| decoder.column_type(c), &|c| decoder.run_type(c)).map_err(|c| {
         let objects = format!("{} and {}", c.types[0].1, c.types[1].1);
         InputError::bad(
             Location { object: objects, row: None, line: None, column: Some(c.column.clone()) },
             c.to_string(),
         )
+    })?;
+    match same_but_for_case(&schema) {
+        None => Ok(schema),
+        Some((a, b)) => {
+            let first = |name: &str| {
+                schemas.iter().find(|(_, s)| s.field_with_name(name).is_ok()).map_or("", |(o, _)| *o).to_string()
+            };
+            let (oa, ob) = (first(a), first(b));
+            let objects = if oa == ob { oa.clone() } else { format!("{oa} and {ob}") };
+            Err(InputError::bad(
+                Location { object: objects, row: None, line: None, column: Some(b.to_string()) },
+                format!(
+                    "columns `{a}` (in {oa}) and `{b}` (in {ob}) differ only by case: SQL reads an unquoted name \
+                     as one of them and leaves the other's values out, and DuckDB and Spark take them for one \
+                     column. A field its producer renamed, most likely: fix the writer, or give them names apart"
+                ),
+            ))
+        }
+    }
+}
+
+/// Two columns of `schema` whose names differ only by case (`amount`, `Amount`).
+fn same_but_for_case(schema: &arrow::datatypes::Schema) -> Option<(&str, &str)> {
+    let mut seen: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
+    schema.fields().iter().find_map(|f| {
+        let name = f.name().as_str();
+        match seen.insert(name.to_lowercase(), name) {
+            Some(before) if before != name => Some((before, name)),
+            _ => None,
+        }
     })
 }
 

@@ -473,6 +473,9 @@ pub async fn record(job: &Job, opts: &RunOptions, committed: Committed) -> Resul
 fn stale_lineage(committed: &bytes::Bytes, date: chrono::NaiveDate) -> String {
     let why = match lineage_apart(committed, date) {
         Some(why) => why,
+        None if !commit::has_seal(committed) => "it was written by an older lakeswap, before files were sealed, so \
+                                                 its bytes cannot be checked"
+            .to_string(),
         None => "its lineage is out of date (input objects touched, renamed or rewritten with the same rows since, \
                  or a config that computes the same)"
             .to_string(),
@@ -564,9 +567,10 @@ pub async fn compare(job: &Job, held: Held, computed: Computed) -> Result<RunSum
                         // otherwise may be what changed.
                         Some(b) if commit::seal_broken(&b) => Err(PartitionError::Differs {
                             path: job.output.display(&path),
-                            why: "its bytes changed after lakeswap wrote them (its seal no longer matches: a damaged \
-                                  or edited file), so readers may see other values or fail to read it. Run the date \
-                                  again to rewrite it"
+                            why: "its bytes changed after lakeswap wrote them (its seal no longer matches, or is \
+                                  gone from a file lakeswap sealed: a damaged or edited file, or one another tool \
+                                  rewrote), so readers may see other values or fail to read it. Run the date again to \
+                                  rewrite it"
                                 .into(),
                         }),
                         // Inputs touched, renamed or rewritten alike: the data is right.

@@ -595,6 +595,7 @@ fn exit_of(code: i32) -> ExitCode {
         2 => ExitCode::Usage,
         3 => ExitCode::DataContract,
         4 => ExitCode::Leased,
+        129 => ExitCode::HungUp,
         130 => ExitCode::Interrupted,
         143 => ExitCode::Terminated,
         _ => ExitCode::PartialFailure,

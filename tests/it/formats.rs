@@ -317,7 +317,7 @@ fn parquet_integers_and_dates_declared_timestamps_read_as_text_would() {
     use arrow::array::{Date32Array, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     let identity = "[identity]\nkey = [\"id\"]\nimmutable = true\n\n[partition]\nfrom_timestamp = \"created\"";
-    let sql = "SELECT id, CAST(created AS VARCHAR) AS c FROM events";
+    let sql = "SELECT id, to_char(created, '%Y-%m-%dT%H:%M:%S%:z') AS c FROM events";
     let write = |lake: &Lake, created: arrow::array::ArrayRef| {
         let schema = Schema::new(vec![
             Field::new("id", DataType::Utf8, false),
@@ -365,7 +365,7 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     use chrono::{DateTime, Timelike};
     let identity = "[identity]\nkey = [\"id\"]\nimmutable = true\n\n[partition]\nfrom_timestamp = \"ts\"";
     let sql =
-        "SELECT extract(hour FROM ts) AS h, CAST(ts AS DATE) AS d, CAST(date_trunc('hour', ts) AS VARCHAR) AS t, \
+        "SELECT extract(hour FROM ts) AS h, CAST(ts AS DATE) AS d, to_char(date_trunc('hour', ts), '%Y-%m-%dT%H:%M:%S%:z') AS t, \
                count(*) AS n, count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01 10:00:00') AS late, \
                count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01T15:00:00Z') AS after, \
                count(*) FILTER (WHERE ts >= TIMESTAMP '2026-11-01 16:00:00 UTC') AS named, \
@@ -463,7 +463,8 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     assert_eq!((b.num_rows(), v("h"), v("n")), (1, "10".to_string(), "1".to_string()));
 
     // A wall-clock literal the clocks skip is refused before anything runs; one they repeat
-    // is the earlier time (01:30 EDT, 05:30Z: two of the rows are at or after it, and 06:20Z).
+    // is the later time, as PostgreSQL and DuckDB read it (01:30 EST, 06:30Z: no row is in
+    // [06:30Z, 07:00Z); the earlier time, 05:30Z, would have counted the row at 06:20Z).
     let out = job(
         &lake,
         "parquet",
@@ -477,12 +478,15 @@ fn the_query_reads_timestamps_in_the_jobs_zone() {
     let out = job(&lake, "parquet", "", identity, "SELECT count(*) AS n FROM events WHERE ts >= TIMESTAMP '2026-11-01 01:30:00' AND ts < TIMESTAMP '2026-11-01T07:00:00Z'", "2026-11-01");
     assert!(out.status.success(), "{}", text(&out));
     let b = read_batch(&lake.partition_file("2026-11-01"));
-    assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "1");
+    assert_eq!(arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(), "0");
+    let sql = "SELECT count(*) AS n FROM events WHERE ts >= TIMESTAMP '2026-11-01 01:20:00' AND ts < TIMESTAMP '2026-11-01T07:00:00Z'";
+    // 01:20 EST is 06:20Z, the row's own time (01:20 EDT, 05:20Z, would also count the row at 05:20Z).
+    assert_eq!(first_value(&lake, identity, sql), "1");
     // Bare strings compared with the column mean the same instants (DataFusion casts them
     // straight to the column's type, which took a repeated time as an error and cut a time
     // finer than the column's unit).
     let sql = "SELECT count(*) AS n FROM events WHERE ts >= '2026-11-01 01:30:00' AND ts < '2026-11-01T07:00:00Z'";
-    assert_eq!(first_value(&lake, identity, sql), "1");
+    assert_eq!(first_value(&lake, identity, sql), "0");
     for finer in [
         "ts < '2026-11-01T14:10:00.0000005Z'",
         "ts < TIMESTAMP '2026-11-01T14:10:00.0000005Z'",
@@ -605,7 +609,7 @@ fn time_arithmetic_and_conversions_in_the_jobs_zone_are_sqls() {
         let b = read_batch(&lake.partition_file(date));
         arrow::util::display::array_value_to_string(b.column(0), 0).unwrap()
     };
-    let sql = "SELECT CAST(ts + INTERVAL '1 day' AS VARCHAR) AS t FROM events";
+    let sql = "SELECT to_char(ts + INTERVAL '1 day', '%Y-%m-%dT%H:%M:%S%:z') AS t FROM events";
     assert_eq!(on("2026-03-07", sql), "2026-03-08T03:30:00-04:00");
     let sql_at = "SELECT count(*) AS n FROM events WHERE ts + INTERVAL '1 day' = TIMESTAMP '2026-03-08T07:30:00Z'";
     assert_eq!(on("2026-03-07", sql_at), "1");
@@ -822,7 +826,7 @@ fn what_sql_says_is_computed_or_refused() {
     // 2.645 and 5.0025, rounded to cents 1.27 + 2.65 + 5.00 (DuckDB, PostgreSQL).
     // A decimal quotient is a double, as DuckDB's: not cut four places past the dividend.
     let sql = "SELECT count(*) AS n, sum(CAST(amount * 1.15 AS DECIMAL(12,2))) AS gross, \
-               CAST(date_part('epoch', max(ts) - min(ts)) AS BIGINT) AS span_seconds, \
+               CAST(round(date_part('epoch', max(ts) - min(ts))) AS BIGINT) AS span_seconds, \
                count(*) / 1e9 AS per_billion, 1 / 3.0 AS third FROM events";
     let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
     assert!(out.status.success(), "{}", text(&out));
@@ -898,6 +902,28 @@ fn what_sql_says_is_computed_or_refused() {
             "SELECT count(*) AS n FROM events a JOIN (SELECT v AS sku FROM events) b USING (sku)",
             "a NATURAL JOIN, an INTERSECT or an EXCEPT) compares text",
         ),
+        // A date against a number: the engine read the number as days since 1970-01-01
+        // (`event_date = 20758` matched 2026-11-01; a yyyymmdd key joined nothing), exit 0.
+        ("SELECT count(*) FILTER (WHERE event_date = 20758) AS n FROM events", "compares a date or time with a"),
+        ("SELECT count(*) FILTER (WHERE event_date > 0) AS n FROM events", "compares a date or time with a"),
+        ("SELECT count(*) FILTER (WHERE event_date BETWEEN 1 AND 9) AS n FROM events", "compares a date or time"),
+        ("SELECT count(*) FILTER (WHERE event_date IN (20758, 1)) AS n FROM events", "compares a date or time"),
+        ("SELECT count(*) FILTER (WHERE amount = DATE '1970-01-06') AS n FROM events", "compares a date or time"),
+        ("SELECT max(CASE WHEN v = 1 THEN event_date ELSE 20393 END) AS d FROM events", "makes one value of a date"),
+        ("SELECT max(CAST(20261101 AS DATE)) AS d FROM events", "casts a number to a date:"),
+        ("SELECT max(TRY_CAST(v AS DATE)) AS d FROM events", "casts a number to a date:"),
+        (
+            "SELECT count(*) AS n FROM events a JOIN (SELECT v AS d FROM events) b ON a.event_date = b.d",
+            "compares a date or time with a number",
+        ),
+        // Casts SQL computes otherwise: a time as ISO text (`2026-11-01T05:30:00Z`, where SQL
+        // writes `2026-11-01 05:30:00+00`), a time as a count in its own unit, a fraction cut.
+        ("SELECT max(CAST(ts AS VARCHAR)) AS t FROM events", "casts a time to text"),
+        ("SELECT max('at ' || ts) AS t FROM events", "joins a time to text"),
+        ("SELECT max(concat('at ', ts)) AS t FROM events", "joins a time to text"),
+        ("SELECT max(CAST(ts AS BIGINT)) AS t FROM events", "casts a date or time to a number"),
+        ("SELECT max(CAST(event_date AS INT)) AS t FROM events", "casts a date or time to a number"),
+        ("SELECT sum(CAST(amount AS INT)) AS t FROM events", "casts a number with a fraction to an integer"),
     ] {
         let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
         assert_eq!(out.status.code(), Some(2), "{sql}: {}", text(&out));
@@ -2231,4 +2257,96 @@ fn a_float32_list_value_and_a_double_declared_a_timestamp_are_not_rounded_or_gue
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(text(&o).contains("column `t`: Float64 values cannot be read as Date32"), "{}", text(&o));
     assert!(!text(&o).contains("Cast error"), "{}", text(&o));
+}
+
+/// Risk: an NDJSON field renamed by its producer only in case (`amount` to `Amount`, between
+/// lines or objects) became a second column, which the query's `amount` did not read: its
+/// values left out of the sum, exit 0.
+#[test]
+fn columns_that_differ_only_by_case_are_refused() {
+    let sql = "SELECT sum(amount) AS s, count(*) AS n FROM events";
+    for files in [
+        vec![("a.ndjson", "{\"k\":1,\"v\":1,\"amount\":5}\n{\"k\":2,\"v\":1,\"Amount\":7}\n")],
+        vec![("a.ndjson", "{\"k\":1,\"v\":1,\"amount\":5}\n"), ("b.ndjson", "{\"k\":2,\"v\":1,\"Amount\":7}\n")],
+    ] {
+        let lake = text_objects(&files);
+        let out = job(&lake, "ndjson", "", KV, sql, "2026-11-02");
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+        let t = text(&out);
+        // Apart, the object without `amount` lacks a column the query reads.
+        let named = match files.len() {
+            1 => t.contains("a.ndjson) and `Amount` (in ") && t.contains("differ only by case"),
+            _ => t.contains("b.ndjson, column `amount`: missing column"),
+        };
+        assert!(named, "{t}");
+        assert!(!lake.partition_file("2026-11-02").exists());
+    }
+    // Apart, and the query reads neither: still two names for one column.
+    let lake = text_objects(&[
+        ("a.ndjson", "{\"k\":1,\"v\":1,\"amount\":5}\n"),
+        ("b.ndjson", "{\"k\":2,\"v\":1,\"Amount\":7}\n"),
+    ]);
+    let out = job(&lake, "ndjson", "", KV, "SELECT count(*) AS n FROM events", "2026-11-02");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("differ only by case"), "{}", text(&out));
+}
+
+/// Risks, each exit 0 with another answer than PostgreSQL's and DuckDB's:
+/// - an interval compared by its months, then days, then the rest: a 36-hour delivery was not
+///   `> INTERVAL '1 day'` (0 days), and `INTERVAL '1 day' = INTERVAL '24 hours'` was false;
+/// - `local AT TIME ZONE 'UTC'` of a zone-less value kept UTC's clock where SQL reads the
+///   instant in the session's (the job's) zone;
+/// - a zone-less value subtracted from a zoned one taken as UTC's wall-clock time (off by the
+///   zone's offset), a date subtracted from the zoned value's wall-clock time (off by an hour on
+///   the night the clocks change), and `coalesce(ts, event_date)` made zone-less.
+#[test]
+fn intervals_and_wall_clock_times_meet_instants_as_in_sql() {
+    use arrow::array::{ArrayRef, Int64Array, TimestampMicrosecondArray};
+    let us = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros();
+    let wall =
+        |s: &str| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M").unwrap().and_utc().timestamp_micros();
+    let zoned = |v: Vec<i64>| Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC")) as ArrayRef;
+    // The night New York's clocks go back: 08:00Z is 03:00 there (EST), its midnight 04:00Z.
+    let ordered = "2026-11-01T08:00:00Z";
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![1, 1, 1])) as ArrayRef),
+        ("ordered", zoned(vec![us(ordered); 3])),
+        // 36 hours, 73 hours and 1 hour later.
+        ("delivered", zoned(vec![us("2026-11-02T20:00:00Z"), us("2026-11-04T09:00:00Z"), us("2026-11-01T09:00:00Z")])),
+        // `ordered` on New York's clock, and 16:00 on UTC's.
+        ("local", Arc::new(TimestampMicrosecondArray::from(vec![wall("2026-11-01 03:00"); 3])) as ArrayRef),
+        ("utc_wall", Arc::new(TimestampMicrosecondArray::from(vec![wall("2026-11-01 16:00"); 3])) as ArrayRef),
+    ])
+    .unwrap();
+    let lake = one_object(&batch);
+    let sql = "SELECT count(*) FILTER (WHERE delivered - ordered <= INTERVAL '2 days') AS on_time, \
+               count(*) FILTER (WHERE delivered - ordered > INTERVAL '1 day') AS slow, \
+               count(*) FILTER (WHERE delivered - ordered BETWEEN INTERVAL '1 hour' AND INTERVAL '36 hours') AS mid, \
+               count(*) FILTER (WHERE delivered - ordered IN (INTERVAL '1 day 12 hours', INTERVAL '60 minutes')) AS listed, \
+               count(*) FILTER (WHERE INTERVAL '1 day' = INTERVAL '24 hours') AS same, \
+               max(extract(hour FROM utc_wall AT TIME ZONE 'UTC')) AS utc_hour, \
+               max(CAST(utc_wall AT TIME ZONE 'UTC' AS DATE)) AS utc_day, \
+               max(CAST(round(date_part('epoch', ordered - local)) AS BIGINT)) AS from_local, \
+               max(CAST(round(date_part('epoch', ordered - event_date)) AS BIGINT)) AS from_midnight, \
+               max(CAST(round(date_part('epoch', coalesce(ordered, event_date))) AS BIGINT)) AS first_known \
+               FROM events";
+    let out = job(&lake, "parquet", "", KV, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    let cols = ["on_time", "slow", "mid", "listed", "same", "utc_hour", "utc_day", "from_local", "from_midnight"];
+    assert_eq!(cols.map(v), ["2", "2", "2", "2", "3", "11", "2026-11-01", "0", "14400"]);
+    assert_eq!(v("first_known"), (us(ordered) / 1_000_000).to_string());
+    for (sql, says) in [
+        ("SELECT count(*) FILTER (WHERE delivered - ordered < INTERVAL '1 month') AS n FROM events", "with months"),
+        (
+            "SELECT count(*) FILTER (WHERE delivered - ordered < INTERVAL '1 day' + INTERVAL '1 hour') AS n FROM events",
+            "not a constant",
+        ),
+    ] {
+        let out = job(&lake, "parquet", "", KV, sql, "2026-11-01");
+        assert_eq!(out.status.code(), Some(2), "{sql}: {}", text(&out));
+        assert!(text(&out).contains(says) && text(&out).contains("how long they last"), "{sql}: {}", text(&out));
+    }
 }

@@ -658,6 +658,27 @@ fn verify_finds_a_file_changed_since_it_was_written_though_its_rows_read_alike()
     let o = cli(&["verify", "--config", c, "--date", "2026-11-01"], lake.dir.path());
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("no lakeswap lineage"), "{}", text(&o));
+    // Rewritten by a writer that kept the footer's lineage and dropped its seal: the rows read
+    // alike, and the lineage says lakeswap sealed the file (it was `verified`, exit 0).
+    std::fs::remove_file(&file).unwrap();
+    let o = cli(&["run", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(
+        std::fs::read(&file).unwrap(),
+    ))
+    .unwrap();
+    let kv: Vec<_> = reader.metadata().file_metadata().key_value_metadata().unwrap().clone();
+    assert!(kv.iter().any(|k| k.key == "lakeswap.seal"));
+    let kv = kv.into_iter().filter(|k| k.key != "lakeswap.seal").collect();
+    let b = reader.build().unwrap().next().unwrap().unwrap();
+    let props = parquet::file::properties::WriterProperties::builder().set_key_value_metadata(Some(kv)).build();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&file).unwrap(), b.schema(), Some(props)).unwrap();
+    w.write(&b).unwrap();
+    w.close().unwrap();
+    let o = cli(&["verify", "--config", c, "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("or is gone from a file lakeswap sealed"), "{}", text(&o));
 }
 
 /// Risks: a table made inside another table's folder (`lake/revenue/inner`) was accepted: its

@@ -281,6 +281,24 @@ fn verify_json_counts_verified_and_differing_partitions() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((v["verified"].as_u64(), v["differs"].as_u64()), (Some(1), Some(1)), "{v}");
+    assert_eq!(v["strays"], serde_json::json!([]), "{v}");
+    // An object at the table's top level, which a reader of the whole table reads as rows with
+    // no date, was passed over (exit 0): every partition verified, the object named.
+    let o = run(&lake, &lake.config(), &["--from", "2026-11-01", "--to", "2026-11-02"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    std::fs::copy(lake.partition_file("2026-11-01"), lake.output().join("stray.parquet")).unwrap();
+    let o = verify(&lake);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["verified"].as_u64(), v["exit_code"].as_u64()), (Some(2), Some(1)), "{v}");
+    assert_eq!(v["strays"], serde_json::json!(["stray.parquet"]), "{v}");
+    let o = bin()
+        .current_dir(lake.dir.path())
+        .args(["verify", "--config", lake.config().to_str().unwrap(), "--date", "2026-11-01"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("in no partition") && stderr(&o).contains("stray.parquet"), "{}", stderr(&o));
 }
 
 fn lease_file(lake: &Lake, date: &str) -> PathBuf {
@@ -464,6 +482,13 @@ fn sigterm_stops_the_run_politely() {
 #[test]
 fn sigint_stops_the_run_politely() {
     stop_politely(libc::SIGINT, 130);
+}
+
+/// A closed terminal (SIGHUP) stops a backfill as politely as Ctrl-C: leases released, the
+/// summary written, the rest one retry away.
+#[test]
+fn sighup_stops_the_run_politely() {
+    stop_politely(libc::SIGHUP, 129);
 }
 
 #[test]

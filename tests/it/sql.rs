@@ -938,13 +938,13 @@ print("\n".join(sorted(out)))
     let o = cli(&["run", "--config", c, "--date", "2026-11-01", "--dry-run"], lake.dir.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("aggregate.tables[0].name") && text(&o).contains("names two tables"), "{}", text(&o));
-    // A lookup of a header alone is a table of no rows of its declared columns; undeclared, its
-    // columns have no types.
+    // A lookup of a header alone is a table of no rows of its declared columns; a column left
+    // undeclared has no type, and is named (it was dropped: "No field named fx.currency").
     std::fs::write(&cfg, &text1).unwrap();
     std::fs::write(fx.join("rates.csv"), "currency,date,usd_rate\n").unwrap();
     let o = cli(&["run", "--config", c, "--date", "2026-11-01", "--dry-run"], lake.dir.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("No field named fx.currency"), "{}", text(&o));
+    assert!(text(&o).contains("its column `currency` has no type: declare it"), "{}", text(&o));
     std::fs::write(
         &cfg,
         text1.replace("usd_rate = \"decimal(12,6)\" }", "usd_rate = \"decimal(12,6)\", currency = \"utf8\" }"),

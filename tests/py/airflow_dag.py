@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Loads examples/schedule/airflow_dag.py with Airflow (a DagBag, as the scheduler does) and
 checks that a run's date ({{ ds }}) is the day before it starts, then runs its task's code against a stand-in `lakeswap` that exits with each code in turn: 0 returns
-the summary, 2 and 3 fail the task without retries (AirflowFailException), 1, 4, 130 and 143 ask
+the summary, 2 and 3 fail the task without retries (AirflowFailException), 1, 4, 129, 130 and 143 ask
 for a retry (AirflowException). Prints `ok` when every check holds.
 
 usage: airflow_dag.py DAG_FOLDER
@@ -52,7 +52,7 @@ def main():
                 'exit "$CODE"\n')
     os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
     os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
-    for code, want in [(0, None), (1, "retry"), (2, "fail"), (3, "fail"), (4, "retry"), (130, "retry"), (143, "retry")]:
+    for code, want in [(0, None), (1, "retry"), (2, "fail"), (3, "fail"), (4, "retry"), (129, "retry"), (130, "retry"), (143, "retry")]:
         os.environ["CODE"] = str(code)
         try:
             got = task.python_callable(ds="2026-11-01")
