@@ -80,7 +80,7 @@ impl AnalyzerRule for ComparedIntervals {
 }
 
 fn compared_interval(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    use datafusion::logical_expr::expr::{Between, InList};
+    use datafusion::logical_expr::expr::{Between, Case, InList};
     let comparison = |op: &Operator| {
         matches!(
             op,
@@ -94,36 +94,124 @@ fn compared_interval(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 | Operator::IsNotDistinctFrom
         )
     };
-    let operands: Vec<&Expr> = match &e {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) if comparison(op) => vec![left.as_ref(), right.as_ref()],
-        Expr::Between(Between { expr, low, high, .. }) => vec![expr.as_ref(), low.as_ref(), high.as_ref()],
-        Expr::InList(InList { expr, list, .. }) => std::iter::once(expr.as_ref()).chain(list).collect(),
+    let shown = match &e {
+        Expr::BinaryExpr(_) | Expr::Between(_) | Expr::InList(_) | Expr::Case(_) | Expr::ScalarFunction(_) => {
+            e.to_string()
+        }
         _ => return Ok(Transformed::no(e)),
     };
-    let Ok(types) = operands.iter().map(|x| x.get_type(schema)).collect::<Result<Vec<_>>>() else {
-        return Ok(Transformed::no(e));
+    let mut changed = false;
+    // Each group of operands compared (`true`) or made one value (`false`), as durations.
+    let mut durations = |xs: Vec<Expr>, compared: bool| -> Result<Vec<Expr>> {
+        match as_durations(&xs, schema, compared, &shown)? {
+            Some(ys) => {
+                changed = true;
+                Ok(ys)
+            }
+            None => Ok(xs),
+        }
     };
+    let e = match e {
+        // SQL's `extract(epoch FROM b - a)`: the engine dropped the fraction of a duration of a
+        // minute or more (61.5 seconds gave 61).
+        Expr::ScalarFunction(f)
+            if f.name() == "date_part" && f.args.len() == 2 && epoch_of_duration(&f.args, schema) =>
+        {
+            use datafusion::logical_expr::{cast, lit};
+            // Counted in nanoseconds whatever unit the duration is in (its unit is known for
+            // sure only once types are coerced).
+            let nanos = cast(cast(f.args[1].clone(), DataType::Duration(TimeUnit::Nanosecond)), DataType::Int64);
+            return Ok(Transformed::yes(cast(nanos, DataType::Float64) / lit(1e9)));
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if comparison(&op) => {
+            let [l, r]: [Expr; 2] = durations(vec![*left, *right], true)?.try_into().map_err(|_| operands_changed())?;
+            Expr::BinaryExpr(BinaryExpr { left: Box::new(l), op, right: Box::new(r) })
+        }
+        Expr::Between(Between { expr, negated, low, high }) => {
+            let [x, l, h]: [Expr; 3] =
+                durations(vec![*expr, *low, *high], true)?.try_into().map_err(|_| operands_changed())?;
+            Expr::Between(Between { expr: Box::new(x), negated, low: Box::new(l), high: Box::new(h) })
+        }
+        Expr::InList(InList { expr, list, negated }) => {
+            let mut all = durations(std::iter::once(*expr).chain(list).collect(), true)?;
+            let expr = Box::new(all.remove(0));
+            Expr::InList(InList { expr, list: all, negated })
+        }
+        Expr::Case(Case { expr, when_then_expr, else_expr }) => {
+            let (whens, thens): (Vec<Expr>, Vec<Expr>) = when_then_expr.into_iter().map(|(w, t)| (*w, *t)).unzip();
+            // `CASE x WHEN v …` compares `x` with each `v`.
+            let (expr, whens) = match expr {
+                Some(x) => {
+                    let mut all = durations(std::iter::once(*x).chain(whens).collect(), true)?;
+                    (Some(Box::new(all.remove(0))), all)
+                }
+                None => (None, whens),
+            };
+            let n = thens.len();
+            let mut values = durations(thens.into_iter().chain(else_expr.map(|x| *x)).collect(), false)?;
+            let else_expr = (values.len() > n).then(|| Box::new(values.remove(n)));
+            let when_then_expr = whens.into_iter().zip(values).map(|(w, t)| (Box::new(w), Box::new(t))).collect();
+            Expr::Case(Case { expr, when_then_expr, else_expr })
+        }
+        // `nullif`, `greatest` and `least` compare their arguments; `coalesce` makes them one.
+        Expr::ScalarFunction(mut f)
+            if matches!(f.name(), "nullif" | "greatest" | "least" | "coalesce" | "nvl" | "ifnull") =>
+        {
+            let compared = matches!(f.name(), "nullif" | "greatest" | "least");
+            f.args = durations(std::mem::take(&mut f.args), compared)?;
+            Expr::ScalarFunction(f)
+        }
+        e => e,
+    };
+    Ok(if changed { Transformed::yes(e) } else { Transformed::no(e) })
+}
+
+fn operands_changed() -> datafusion::common::DataFusionError {
+    datafusion::common::DataFusionError::Internal("the operands of an expression changed in number".into())
+}
+
+/// Whether `date_part`'s arguments ask for the epoch of a duration.
+fn epoch_of_duration(args: &[Expr], schema: &DFSchema) -> bool {
+    let epoch = matches!(&args[0], Expr::Literal(v, _) if v.try_as_str().flatten().is_some_and(|p| p.eq_ignore_ascii_case("epoch")));
+    epoch && matches!(args[1].get_type(schema), Ok(DataType::Duration(_)))
+}
+
+/// `xs` with their constant intervals (days and smaller parts) as the durations they last, in
+/// the unit of a duration among them (else nanoseconds); `None` when nothing is to change.
+/// Operands `compared` with one another that hold an interval not made a duration (one with
+/// months, or one computed) are refused; operands made one value (`coalesce`, the branches of a
+/// `CASE`) are made durations only beside a duration, and left as they are otherwise.
+fn as_durations(xs: &[Expr], schema: &DFSchema, compared: bool, shown: &str) -> Result<Option<Vec<Expr>>> {
+    let Ok(types) = xs.iter().map(|x| x.get_type(schema)).collect::<Result<Vec<_>>>() else { return Ok(None) };
     if !types.iter().any(|t| matches!(t, DataType::Interval(_))) {
-        return Ok(Transformed::no(e));
+        return Ok(None);
     }
-    // Compared in the unit of the duration it meets, if any.
     let unit = types.iter().find_map(|t| match t {
         DataType::Duration(u) => Some(*u),
         _ => None,
     });
+    if !compared && unit.is_none() {
+        return Ok(None);
+    }
     let unit = unit.unwrap_or(TimeUnit::Nanosecond);
-    let refused = |why: &str| {
+    let refused = |why: &str| -> Result<Option<Vec<Expr>>> {
         datafusion::common::plan_err!(
-            "`{e}` compares an interval {why}: the engine orders intervals by their months, then their days, \
+            "`{shown}` compares an interval {why}: the engine orders intervals by their months, then their days, \
              then the rest (36 hours below INTERVAL '1 day'), where SQL compares how long they last. Compare \
              with a constant of days, hours and smaller parts (INTERVAL '2 days', INTERVAL '36 hours'), or \
              compare seconds: date_part('epoch', b - a) > 86400"
         )
     };
-    let mut lengths = Vec::with_capacity(operands.len());
-    for (x, t) in operands.iter().zip(&types) {
+    let per = match unit {
+        TimeUnit::Second => 1_000_000_000,
+        TimeUnit::Millisecond => 1_000_000,
+        TimeUnit::Microsecond => 1_000,
+        TimeUnit::Nanosecond => 1,
+    };
+    let mut out = Vec::with_capacity(xs.len());
+    for (x, t) in xs.iter().zip(&types) {
         if !matches!(t, DataType::Interval(_)) {
-            lengths.push(None);
+            out.push(x.clone());
             continue;
         }
         let nanos: Option<i128> = match x {
@@ -133,23 +221,24 @@ fn compared_interval(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
                 Some(i128::from(v.days) * 86_400_000_000_000 + i128::from(v.milliseconds) * 1_000_000)
             }
+            Expr::Literal(v, _) if v.is_null() => None,
+            _ if !compared => return Ok(None),
             Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(_)) | ScalarValue::IntervalYearMonth(Some(_)), _) => {
                 return refused("with months, which have no one length (SQL counts 30 days)");
             }
-            Expr::Literal(v, _) if v.is_null() => None,
             _ => return refused("that is not a constant"),
-        };
-        let per = match unit {
-            TimeUnit::Second => 1_000_000_000,
-            TimeUnit::Millisecond => 1_000_000,
-            TimeUnit::Microsecond => 1_000,
-            TimeUnit::Nanosecond => 1,
         };
         let length = match nanos {
             None => None,
-            Some(n) if n % per != 0 => return refused(&format!("finer than the {unit:?}s of the duration it meets")),
+            Some(n) if n % per != 0 => {
+                if !compared {
+                    return Ok(None);
+                }
+                return refused(&format!("finer than the {unit:?}s of the duration it meets"));
+            }
             Some(n) => match i64::try_from(n / per) {
                 Ok(v) => Some(v),
+                Err(_) if !compared => return Ok(None),
                 Err(_) => return refused("too long to count"),
             },
         };
@@ -159,33 +248,9 @@ fn compared_interval(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             TimeUnit::Microsecond => ScalarValue::DurationMicrosecond(length),
             TimeUnit::Nanosecond => ScalarValue::DurationNanosecond(length),
         };
-        lengths.push(Some(Expr::Literal(d, None)));
+        out.push(Expr::Literal(d, None));
     }
-    let mut at = lengths.into_iter();
-    let mut take = |x: Box<Expr>| -> Box<Expr> {
-        match at.next().flatten() {
-            Some(d) => Box::new(d),
-            None => x,
-        }
-    };
-    let e = match e {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            let left = take(left);
-            Expr::BinaryExpr(BinaryExpr { left, op, right: take(right) })
-        }
-        Expr::Between(Between { expr, negated, low, high }) => {
-            let expr = take(expr);
-            let low = take(low);
-            Expr::Between(Between { expr, negated, low, high: take(high) })
-        }
-        Expr::InList(InList { expr, list, negated }) => {
-            let expr = take(expr);
-            let list = list.into_iter().map(|x| *take(Box::new(x))).collect();
-            Expr::InList(InList { expr, list, negated })
-        }
-        e => e,
-    };
-    Ok(Transformed::yes(e))
+    Ok(Some(out))
 }
 
 /// An analyzer rule run before type coercion: a zone-less timestamp or a date that meets a

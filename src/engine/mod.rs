@@ -896,7 +896,16 @@ fn unlike_sql_cast(e: &Expr, schema: &datafusion::common::DFSchema) -> Option<St
     }
     let fractional =
         matches!(from, DataType::Decimal128(_, s) | DataType::Decimal256(_, s) if s > 0) || from.is_floating();
-    let rounded = matches!(expr, Expr::ScalarFunction(f) if matches!(f.name(), "round" | "trunc" | "floor" | "ceil"));
+    // Whole already: `floor`, `ceil`, and `round` or `trunc` to no decimal places.
+    let rounded = match expr {
+        Expr::ScalarFunction(f) if matches!(f.name(), "floor" | "ceil") => true,
+        Expr::ScalarFunction(f) if matches!(f.name(), "round" | "trunc") => match f.args.get(1) {
+            None => true,
+            Some(Expr::Literal(v, _)) => v.is_null() || v.to_string() == "0",
+            Some(_) => false,
+        },
+        _ => false,
+    };
     if to.is_integer() && fractional && !rounded {
         return Some(format!(
             "`{e}` casts a number with a fraction to an integer: the engine would cut the fraction (2.7 becomes \

@@ -224,6 +224,39 @@ impl AnalyzerRule for UnlikeSql {
 
 fn refuse(x: &Expr, schema: &DFSchema) -> Result<()> {
     match x {
+        // A time made text where the query does not say so (`string_agg(ts, ',')`, `left(ts,
+        // 10)`): ISO 8601 text, where SQL writes `2026-11-01 05:30:00+00` or refuses.
+        Expr::Cast(datafusion::logical_expr::Cast { expr, field })
+        | Expr::TryCast(datafusion::logical_expr::TryCast { expr, field })
+            if super::text(field.data_type())
+                && expr.get_type(schema).is_ok_and(|t| {
+                    matches!(
+                        t,
+                        DataType::Timestamp(..)
+                            | DataType::Time32(_)
+                            | DataType::Time64(_)
+                            | DataType::Duration(_)
+                            | DataType::Interval(_)
+                    )
+                }) =>
+        {
+            plan_err!(
+                "`{x}` makes a time text: the engine would write it as ISO 8601 text (2026-11-01T05:30:00Z), where \
+                 SQL writes 2026-11-01 05:30:00+00 or refuses; write the text you mean with to_char(ts, \
+                 '%Y-%m-%d %H:%M:%S')"
+            )
+        }
+        // A number made a date: days since 1970-01-01 (20261101 a day in the year 57443).
+        Expr::ScalarFunction(f)
+            if f.func.name() == "to_date"
+                && f.args.len() == 1
+                && f.args[0].get_type(schema).is_ok_and(|t| t.is_numeric()) =>
+        {
+            plan_err!(
+                "`{x}` reads a number as a count of days since 1970-01-01 (20261101 a day in the year 57443), where \
+                 SQL refuses it; read a number of the form yyyymmdd with to_date(CAST(n AS VARCHAR), '%Y%m%d')"
+            )
+        }
         // DataFusion runs the pattern as an unanchored regular expression: `%` and `_` are no
         // wildcards, and `'abc' SIMILAR TO 'b'` is true.
         Expr::SimilarTo(_) => plan_err!(

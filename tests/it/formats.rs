@@ -924,6 +924,9 @@ fn what_sql_says_is_computed_or_refused() {
         ("SELECT max(CAST(ts AS BIGINT)) AS t FROM events", "casts a date or time to a number"),
         ("SELECT max(CAST(event_date AS INT)) AS t FROM events", "casts a date or time to a number"),
         ("SELECT sum(CAST(amount AS INT)) AS t FROM events", "casts a number with a fraction to an integer"),
+        ("SELECT sum(CAST(round(amount, 1) AS INT)) AS t FROM events", "casts a number with a fraction to an"),
+        ("SELECT max(left(ts, 10)) AS t FROM events", "makes a time text"),
+        ("SELECT string_agg(ts, ',') AS t FROM events", "makes a time text"),
     ] {
         let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
         assert_eq!(out.status.code(), Some(2), "{sql}: {}", text(&out));
@@ -2317,6 +2320,8 @@ fn intervals_and_wall_clock_times_meet_instants_as_in_sql() {
         // `ordered` on New York's clock, and 16:00 on UTC's.
         ("local", Arc::new(TimestampMicrosecondArray::from(vec![wall("2026-11-01 03:00"); 3])) as ArrayRef),
         ("utc_wall", Arc::new(TimestampMicrosecondArray::from(vec![wall("2026-11-01 16:00"); 3])) as ArrayRef),
+        // 61.5 seconds after `ordered`.
+        ("later", zoned(vec![us("2026-11-01T08:01:01.500Z"); 3])),
     ])
     .unwrap();
     let lake = one_object(&batch);
@@ -2338,6 +2343,18 @@ fn intervals_and_wall_clock_times_meet_instants_as_in_sql() {
     let cols = ["on_time", "slow", "mid", "listed", "same", "utc_hour", "utc_day", "from_local", "from_midnight"];
     assert_eq!(cols.map(v), ["2", "2", "2", "2", "3", "11", "2026-11-01", "0", "14400"]);
     assert_eq!(v("first_known"), (us(ordered) / 1_000_000).to_string());
+    // The epoch of a duration of a minute or more kept its fraction (61.5 was 61); a constant
+    // interval beside a duration is its length in `CASE x WHEN`, `nullif` and `least` too.
+    let sql = "SELECT max(date_part('epoch', later - ordered)) AS secs, \
+               count(*) FILTER (WHERE CASE delivered - ordered WHEN INTERVAL '1 hour' THEN true ELSE false END) AS hourly, \
+               count(*) FILTER (WHERE nullif(delivered - ordered, INTERVAL '60 minutes') IS NULL) AS nulled, \
+               max(date_part('epoch', least(delivered - ordered, INTERVAL '1 day'))) AS capped \
+               FROM events";
+    let out = job(&lake, "parquet", "", KV, sql, "2026-11-01");
+    assert!(out.status.success(), "{}", text(&out));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let v = |c: &str| arrow::util::display::array_value_to_string(b.column_by_name(c).unwrap(), 0).unwrap();
+    assert_eq!(["secs", "hourly", "nulled", "capped"].map(v), ["61.5", "1", "1", "86400.0"]);
     for (sql, says) in [
         ("SELECT count(*) FILTER (WHERE delivered - ordered < INTERVAL '1 month') AS n FROM events", "with months"),
         (
