@@ -55,7 +55,7 @@ pub enum Action {
     /// Nothing to do for it in this run (a merge date without batch rows).
     Untouched,
     Failed,
-    /// Not run: the run was stopped (SIGTERM, SIGINT) first.
+    /// Not run: the run was stopped (SIGTERM, SIGINT, SIGHUP) first.
     Stopped,
     Planned,
     /// `verify`: the committed bytes equal a recomputation.

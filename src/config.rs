@@ -729,7 +729,7 @@ impl JobConfig {
             return Err(bad(
                 "output.url",
                 format!(
-                    "`{url}` is inside a `_lakeswap/` folder, where lakeswap keeps tables' run state: the `gc` of                      the table whose state it is would remove this table's files. Choose a path outside it"
+                    "`{url}` is inside a `_lakeswap/` folder, where lakeswap keeps tables' run state: the `gc` of the table whose state it is would remove this table's files. Choose a path outside it"
                 ),
             ));
         }

@@ -22,7 +22,8 @@ pub enum ExitCode {
     DataContract = 3,
     /// A partition is leased by another live run.
     Leased = 4,
-    /// Stopped by SIGHUP (the terminal that started it closed), likewise.
+    /// Stopped by SIGHUP (the terminal that started it closed): what was in flight finished or
+    /// was abandoned safely.
     HungUp = 129,
     /// Stopped by SIGINT (Ctrl-C): what was in flight finished or was abandoned safely.
     Interrupted = 130,

@@ -32,7 +32,7 @@ pub struct InputObject {
 /// changes what some input and config compute (a value read another way, a refusal that made a
 /// date fail), so that `--skip-unchanged` recomputes a partition written under older rules
 /// rather than keep what a fixed bug wrote.
-pub const RULES: u32 = 3;
+pub const RULES: u32 = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lineage {

@@ -811,20 +811,24 @@ fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-            else {
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
                 return;
+            };
+            // A run started under `nohup` ignores SIGHUP, and goes on ignoring it: listening
+            // would replace that.
+            let mut hup = match hangup_ignored() {
+                true => None,
+                false => signal(SignalKind::hangup()).ok(),
             };
             let first = tokio::select! {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
-                _ = hup.recv() => "SIGHUP",
+                _ = hung_up(&mut hup) => "SIGHUP",
             };
             tracing::warn!(signal = first,
                 "stopping: no new partition starts, swaps in flight finish, leases are released; a second signal exits at once");
             stop.stop(first);
-            let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130, _ = hup.recv() => 129 };
+            let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130, _ = hung_up(&mut hup) => 129 };
             errln!("lakeswap: second signal: exiting at once");
             lakeswap::spill::remove_all();
             std::process::exit(code);
@@ -837,6 +841,27 @@ fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
             }
         }
     })
+}
+
+/// Resolves at SIGHUP, when listened for.
+#[cfg(unix)]
+async fn hung_up(hup: &mut Option<tokio::signal::unix::Signal>) {
+    match hup {
+        Some(h) => {
+            h.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// Whether the process was started ignoring SIGHUP (`nohup`).
+#[cfg(unix)]
+fn hangup_ignored() -> bool {
+    // SAFETY: reads the signal's disposition into a zeroed struct; changes nothing.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 /// The record of a run's end: its counts and exit code.

@@ -1003,6 +1003,12 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
         // its schema declares (a Parquet footer's otherwise); a text column left undeclared has
         // no type, and is not dropped.
         let table = match table.num_rows() {
+            // NDJSON of no lines names no columns: those its schema declares.
+            0 if !t.schema.is_empty() && t.format == Format::Ndjson => {
+                let fields: Vec<arrow::datatypes::Field> =
+                    decoder.declared.iter().map(|(c, d)| arrow::datatypes::Field::new(c, d.ty.clone(), true)).collect();
+                read::Table::empty(Arc::new(arrow::datatypes::Schema::new(fields)))
+            }
             0 if !t.schema.is_empty() => {
                 let mut fields: Vec<arrow::datatypes::Field> = Vec::new();
                 for m in &objects {

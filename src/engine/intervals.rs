@@ -157,7 +157,9 @@ fn compared_interval(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         Expr::ScalarFunction(mut f)
             if matches!(f.name(), "nullif" | "greatest" | "least" | "coalesce" | "nvl" | "ifnull") =>
         {
-            let compared = matches!(f.name(), "nullif" | "greatest" | "least");
+            // Their result is of their arguments' type: constants alone stay intervals.
+            let beside_duration = f.args.iter().any(|a| matches!(a.get_type(schema), Ok(DataType::Duration(_))));
+            let compared = matches!(f.name(), "nullif" | "greatest" | "least") && beside_duration;
             f.args = durations(std::mem::take(&mut f.args), compared)?;
             Expr::ScalarFunction(f)
         }
@@ -202,12 +204,7 @@ fn as_durations(xs: &[Expr], schema: &DFSchema, compared: bool, shown: &str) -> 
              compare seconds: date_part('epoch', b - a) > 86400"
         )
     };
-    let per = match unit {
-        TimeUnit::Second => 1_000_000_000,
-        TimeUnit::Millisecond => 1_000_000,
-        TimeUnit::Microsecond => 1_000,
-        TimeUnit::Nanosecond => 1,
-    };
+    let per = i128::from(super::zones::per(&unit));
     let mut out = Vec::with_capacity(xs.len());
     for (x, t) in xs.iter().zip(&types) {
         if !matches!(t, DataType::Interval(_)) {

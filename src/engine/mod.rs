@@ -462,11 +462,13 @@ fn with_rules(ctx: SessionContext, zone: Option<&str>) -> SessionContext {
     rules.insert(at + 4, Arc::new(intervals::DatesPlusTimes));
     rules.insert(at + 5, Arc::new(unlike::SqlFunctions));
     rules.insert(at + 6, Arc::new(intervals::ComparedIntervals));
-    rules.insert(at + 7, Arc::new(intervals::WallClockMeetsInstant));
     if let Some(zone) = zone {
         let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
         rules.insert(at, Arc::new(zones::EpochInstants { zone: zone.into() }));
     }
+    // After `EpochInstants`: a value `AT TIME ZONE` is an instant in the job's zone by then.
+    let at = rules.iter().position(|r| r.name() == "type_coercion").unwrap_or(0);
+    rules.insert(at, Arc::new(intervals::WallClockMeetsInstant));
     rules.push(Arc::new(zones::ZonedLiterals));
     rules.push(Arc::new(zones::WrittenTimes));
     rules.push(Arc::new(intervals::ZonedIntervals));
@@ -721,8 +723,8 @@ fn mixed_in_joins_and_unions(plan: &LogicalPlan) -> Option<String> {
                         schemas.iter().filter_map(|s| s.fields().get(c)).map(|f| f.data_type()).collect();
                     types.iter().find_map(|a| types.iter().find_map(|b| clash(a, b))).map(|k| {
                         format!(
-                            "the column `{}` of a UNION is {} in one of its queries and a number in another: {}, \
-                             or write the other as the number. Cast it to one type in each query",
+                            "the column `{}` of a UNION is {} in one of its queries and a number in another: {}. \
+                             Cast it to one type in each query",
                             first.field(c).name(),
                             k.what(),
                             k.reading()
@@ -841,39 +843,20 @@ fn mixed_text_and_numbers(plan: &LogicalPlan) -> Option<String> {
     })
 }
 
-/// Why a cast (or a concatenation, which casts to text) computes otherwise than SQL, if it
-/// does; PostgreSQL and DuckDB agree on each:
+/// Why a cast computes otherwise than SQL, if it does; PostgreSQL and DuckDB agree on each:
 /// - a number to a date: the engine counts days since 1970-01-01 (`CAST(20261101 AS DATE)` is a
 ///   day in the year 57443), SQL refuses;
 /// - a date or time to a number: the engine gives a count in the value's own unit (days,
 ///   microseconds or nanoseconds since 1970), SQL refuses;
-/// - a time to text: the engine writes ISO 8601 (`2026-11-01T05:30:00Z`), SQL `2026-11-01
-///   05:30:00+00` (a `LIKE '2026-11-01 05:%'` matched nothing);
 /// - a decimal or a float to an integer: the engine cuts the fraction (2.7 is 2), SQL rounds (3).
 fn unlike_sql_cast(e: &Expr, schema: &datafusion::common::DFSchema) -> Option<String> {
-    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator};
+    use datafusion::logical_expr::ExprSchemable;
     let ty = |x: &Expr| x.get_type(schema).ok();
-    // A time of day, a timestamp, a duration or an interval: their text differs from SQL's.
-    let timed = |t: &DataType| temporal(t) && !matches!(t, DataType::Date32 | DataType::Date64);
-    let as_text = "the engine would write it as ISO 8601 text (2026-11-01T05:30:00Z, an interval as `1 days 2 \
-                   hours`), where SQL writes 2026-11-01 05:30:00+00; write the text you mean with to_char(ts, \
-                   '%Y-%m-%d %H:%M:%S')";
+    // (A time made text, here or by the engine's own casts, is refused after type coercion:
+    // `unlike::refuse`.)
     let (expr, to) = match e {
         Expr::Cast(c) => (c.expr.as_ref(), c.field.data_type()),
         Expr::TryCast(c) => (c.expr.as_ref(), c.field.data_type()),
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::StringConcat, right }) => {
-            return [left, right]
-                .into_iter()
-                .any(|x| ty(x).is_some_and(|t| timed(&t)))
-                .then(|| format!("`{e}` joins a time to text: {as_text}"));
-        }
-        Expr::ScalarFunction(f) if matches!(f.name(), "concat" | "concat_ws") => {
-            return f
-                .args
-                .iter()
-                .any(|x| ty(x).is_some_and(|t| timed(&t)))
-                .then(|| format!("`{e}` joins a time to text: {as_text}"));
-        }
         _ => return None,
     };
     let from = ty(expr)?;
@@ -890,9 +873,6 @@ fn unlike_sql_cast(e: &Expr, schema: &datafusion::common::DFSchema) -> Option<St
              or microseconds or nanoseconds since 1970, as each object stores it), where SQL refuses the cast. \
              Write date_part('epoch', ts) for seconds since 1970, or the field you mean (extract(year FROM d))"
         ));
-    }
-    if timed(&from) && text(to) {
-        return Some(format!("`{e}` casts a time to text: {as_text}"));
     }
     let fractional =
         matches!(from, DataType::Decimal128(_, s) | DataType::Decimal256(_, s) if s > 0) || from.is_floating();

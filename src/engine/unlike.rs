@@ -230,14 +230,8 @@ fn refuse(x: &Expr, schema: &DFSchema) -> Result<()> {
         | Expr::TryCast(datafusion::logical_expr::TryCast { expr, field })
             if super::text(field.data_type())
                 && expr.get_type(schema).is_ok_and(|t| {
-                    matches!(
-                        t,
-                        DataType::Timestamp(..)
-                            | DataType::Time32(_)
-                            | DataType::Time64(_)
-                            | DataType::Duration(_)
-                            | DataType::Interval(_)
-                    )
+                    // A time of day is written as SQL writes it (`05:30:00`).
+                    matches!(t, DataType::Timestamp(..) | DataType::Duration(_) | DataType::Interval(_))
                 }) =>
         {
             plan_err!(

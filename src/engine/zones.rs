@@ -8,7 +8,7 @@
 //!
 //! This analyzer rule runs after type coercion and replaces each such conversion of a literal
 //! by the instant it means: a literal with an offset (`Z`, `+01:00`, `-0500`) is that instant;
-//! one without is wall-clock time in the zone — the later of a time that happens twice, and
+//! one without is wall-clock time in the zone — the earlier of a time that happens twice, and
 //! a time that does not exist is refused, and so is a literal finer than the column's unit
 //! (it would be cut). A date meeting a zoned timestamp is midnight in its zone, and a zoned
 //! timestamp made zone-less (to meet a date or a wall-clock value) is its wall-clock time there.
@@ -594,9 +594,7 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         false => {
             let wall = chrono::DateTime::from_timestamp_nanos(nanos).naive_utc();
             match tz.from_local_datetime(&wall) {
-                // A time the clocks repeat is the later of the two (standard time), as PostgreSQL
-                // and DuckDB read it.
-                LocalResult::Single(t) | LocalResult::Ambiguous(_, t) => t.timestamp_nanos_opt().unwrap_or(nanos),
+                LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => t.timestamp_nanos_opt().unwrap_or(nanos),
                 LocalResult::None => {
                     return plan_err!(
                         "the time '{s}' does not exist in {tz} (the clocks skip it); give the offset, e.g. '{s}{}'",

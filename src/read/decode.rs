@@ -270,14 +270,14 @@ impl Decoder {
         }
     }
 
-    /// The record schema one object gives (Parquet: from its footer alone), under the same
-    /// conversions as its rows.
     /// The column names of a CSV object's header, which a header alone (no rows) still gives.
     pub fn csv_header(&self, object: &str, bytes: &Bytes) -> Result<Vec<String>, InputError> {
         let bytes = self.text_bytes(object, bytes.clone())?;
         Ok(self.csv_types(&bytes).map_err(|e| text_error(object, e))?.names)
     }
 
+    /// The record schema one object gives (Parquet: from its footer alone), under the same
+    /// conversions as its rows.
     pub fn schema_of(&self, object: &str, bytes: &Bytes) -> Result<SchemaRef, InputError> {
         match self.format {
             Format::Parquet => {

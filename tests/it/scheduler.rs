@@ -370,7 +370,19 @@ fn a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once() {
 
 /// Spawns a run of many small partitions one at a time, and waits until `ready` holds.
 fn spawn_long_run(lake: &Lake, extra: &[&str], ready: impl Fn() -> bool) -> std::process::Child {
-    let mut child = bin()
+    spawn_long_run_with(lake, extra, ready, |_| {})
+}
+
+/// [`spawn_long_run`], with `setup` given the command first.
+fn spawn_long_run_with(
+    lake: &Lake,
+    extra: &[&str],
+    ready: impl Fn() -> bool,
+    setup: impl FnOnce(&mut std::process::Command),
+) -> std::process::Child {
+    let mut cmd = bin();
+    setup(&mut cmd);
+    let mut child = cmd
         .current_dir(lake.dir.path())
         .args(["run", "--config", lake.config().to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-12-30"])
         .args(["--concurrency", "1", "--log-format", "json", "--summary-json", "summary.json"])
@@ -489,6 +501,32 @@ fn sigint_stops_the_run_politely() {
 #[test]
 fn sighup_stops_the_run_politely() {
     stop_politely(libc::SIGHUP, 129);
+}
+
+/// A run started under `nohup` (SIGHUP ignored) goes on through a SIGHUP to its end.
+#[test]
+fn a_run_started_under_nohup_goes_on_through_sighup() {
+    use std::os::unix::process::CommandExt;
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(157, 60, 2000), 2);
+    let child = spawn_long_run_with(
+        &lake,
+        &[],
+        || committed(&lake) >= 2,
+        |cmd| {
+            // SAFETY: only sets a signal's disposition in the child before exec, as nohup does.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
+        },
+    );
+    signal(&child, libc::SIGHUP);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(committed(&lake), 60);
 }
 
 #[test]
