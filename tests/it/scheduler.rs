@@ -370,7 +370,17 @@ fn a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once() {
 
 /// Spawns a run of many small partitions one at a time, and waits until `ready` holds.
 fn spawn_long_run(lake: &Lake, extra: &[&str], ready: impl Fn() -> bool) -> std::process::Child {
-    spawn_long_run_with(lake, extra, ready, |_| {})
+    use std::os::unix::process::CommandExt;
+    spawn_long_run_with(lake, extra, ready, |cmd| {
+        // SIGHUP as a terminal's child has it, whatever this test runs under (`nohup`).
+        // SAFETY: only sets a signal's disposition in the child before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+    })
 }
 
 /// [`spawn_long_run`], with `setup` given the command first.
