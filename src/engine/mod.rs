@@ -843,6 +843,20 @@ fn mixed_text_and_numbers(plan: &LogicalPlan) -> Option<String> {
     })
 }
 
+/// The value a cast takes and the type it makes: `CAST`, `TRY_CAST`, and `arrow_cast(x, 'T')`
+/// with its type written out (which the engine makes a `CAST` later), so one check covers all.
+pub(crate) fn cast_of(e: &Expr) -> Option<(&Expr, DataType)> {
+    match e {
+        Expr::Cast(c) => Some((c.expr.as_ref(), c.field.data_type().clone())),
+        Expr::TryCast(c) => Some((c.expr.as_ref(), c.field.data_type().clone())),
+        Expr::ScalarFunction(f) if f.name() == "arrow_cast" && f.args.len() == 2 => match &f.args[1] {
+            Expr::Literal(v, _) => Some((&f.args[0], v.try_as_str().flatten()?.parse().ok()?)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Why a cast computes otherwise than SQL, if it does; PostgreSQL and DuckDB agree on each:
 /// - a number to a date: the engine counts days since 1970-01-01 (`CAST(20261101 AS DATE)` is a
 ///   day in the year 57443), SQL refuses;
@@ -854,11 +868,8 @@ fn unlike_sql_cast(e: &Expr, schema: &datafusion::common::DFSchema) -> Option<St
     let ty = |x: &Expr| x.get_type(schema).ok();
     // (A time made text, here or by the engine's own casts, is refused after type coercion:
     // `unlike::refuse`.)
-    let (expr, to) = match e {
-        Expr::Cast(c) => (c.expr.as_ref(), c.field.data_type()),
-        Expr::TryCast(c) => (c.expr.as_ref(), c.field.data_type()),
-        _ => return None,
-    };
+    let (expr, to) = cast_of(e)?;
+    let to = &to;
     let from = ty(expr)?;
     if matches!(to, DataType::Date32 | DataType::Date64) && from.is_numeric() {
         return Some(format!(

@@ -226,13 +226,13 @@ fn refuse(x: &Expr, schema: &DFSchema) -> Result<()> {
     match x {
         // A time made text where the query does not say so (`string_agg(ts, ',')`, `left(ts,
         // 10)`): ISO 8601 text, where SQL writes `2026-11-01 05:30:00+00` or refuses.
-        Expr::Cast(datafusion::logical_expr::Cast { expr, field })
-        | Expr::TryCast(datafusion::logical_expr::TryCast { expr, field })
-            if super::text(field.data_type())
+        _ if super::cast_of(x).is_some_and(|(expr, to)| {
+            super::text(&to)
                 && expr.get_type(schema).is_ok_and(|t| {
                     // A time of day is written as SQL writes it (`05:30:00`).
                     matches!(t, DataType::Timestamp(..) | DataType::Duration(_) | DataType::Interval(_))
-                }) =>
+                })
+        }) =>
         {
             plan_err!(
                 "`{x}` makes a time text: the engine would write it as ISO 8601 text (2026-11-01T05:30:00Z), where \

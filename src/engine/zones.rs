@@ -153,15 +153,9 @@ fn to_timestamp_unit(name: &str) -> Option<TimeUnit> {
 
 /// `arrow_cast(x, 'Timestamp(…)')` as the cast it names.
 fn arrow_cast_to_timestamp(e: &Expr) -> Option<Expr> {
-    let Expr::ScalarFunction(f) = e else { return None };
-    if f.name() != "arrow_cast" || f.args.len() != 2 {
-        return None;
-    }
-    let Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _) = &f.args[1] else {
-        return None;
-    };
-    let to: DataType = t.parse().ok()?;
-    matches!(to, DataType::Timestamp(..)).then(|| cast(f.args[0].clone(), to))
+    let Expr::ScalarFunction(_) = e else { return None };
+    let (x, to) = super::cast_of(e)?;
+    matches!(to, DataType::Timestamp(..)).then(|| cast(x.clone(), to))
 }
 
 /// Whether the formats of `to_timestamp(text, format, …)` read an offset or a zone (`%z`,

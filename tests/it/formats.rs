@@ -924,6 +924,11 @@ fn what_sql_says_is_computed_or_refused() {
         ("SELECT sum(CAST(round(amount, 1) AS INT)) AS t FROM events", "casts a number with a fraction to an"),
         ("SELECT max(left(ts, 10)) AS t FROM events", "makes a time text"),
         ("SELECT string_agg(ts, ',') AS t FROM events", "makes a time text"),
+        // `arrow_cast` names the same casts in the engine's own type names.
+        ("SELECT sum(arrow_cast(amount, 'Int64')) AS t FROM events", "casts a number with a fraction to an"),
+        ("SELECT max(arrow_cast(ts, 'Int64')) AS t FROM events", "casts a date or time to a number"),
+        ("SELECT max(arrow_cast(v, 'Date32')) AS d FROM events", "casts a number to a date:"),
+        ("SELECT max(arrow_cast(ts, 'Utf8')) AS t FROM events", "makes a time text"),
     ] {
         let out = job(&lake, "parquet", "", identity, sql, "2026-11-01");
         assert_eq!(out.status.code(), Some(2), "{sql}: {}", text(&out));
