@@ -264,6 +264,24 @@ pub async fn plan(
                 }
                 _ => schema,
             };
+            // A merge stores every column of its batch, and text objects are not all read to
+            // plan: a declared column the objects read lack comes in others (an object of
+            // deletes alone leaves out the payload), so the run has it, null where absent —
+            // whichever object is listed first.
+            let schema = match kind.reads_stored_state() && cfg.input.format != Format::Parquet {
+                true => {
+                    let mut fields: Vec<arrow::datatypes::Field> =
+                        schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+                    for (c, d) in &decoder.declared {
+                        let own = c == column || cfg.identity.deleted.as_ref().is_some_and(|t| &t.column == c);
+                        if !own && schema.field_with_name(c).is_err() {
+                            fields.push(arrow::datatypes::Field::new(c, d.ty.clone(), true));
+                        }
+                    }
+                    Arc::new(arrow::datatypes::Schema::new(fields))
+                }
+                false => schema,
+            };
             let (output, query_plan, used) = kind.output_schema(cfg, &schema, &lookups).await.map_err(|(key, m)| {
                 // A column with no value in the objects read has no type the query can use.
                 let empty: Vec<String> = schema
@@ -781,10 +799,24 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
             }
             // Text read as numbers: `1.1` and `1.10`, or `0.1` and `0.10000000000000001`, are one
             // double, so two ids written apart would be one key.
-            let inferred_float = cfg.input.format != Format::Parquet
-                && !cfg.input.schema.contains_key(k)
-                && schema.field_with_name(k).is_ok_and(|f| f.data_type().is_floating());
-            if inferred_float {
+            let inferred = |t: fn(&DataType) -> bool| {
+                cfg.input.format != Format::Parquet
+                    && !cfg.input.schema.contains_key(k)
+                    && schema.field_with_name(k).is_ok_and(|f| t(f.data_type()))
+            };
+            // Likewise `true`, `TRUE` and `True`: one boolean.
+            if inferred(|t| t == &DataType::Boolean) {
+                return Err(config_err(
+                    cfg,
+                    "identity.key",
+                    format!(
+                        "the key column `{k}` reads as booleans from {object}, where ids written apart (`true` and \
+                         `TRUE`) would be one key; declare its type in [input.schema]: `{k} = \"utf8\"` to keep \
+                         each id as written, or `bool` to compare the truth values"
+                    ),
+                ));
+            }
+            if inferred(DataType::is_floating) {
                 return Err(config_err(
                     cfg,
                     "identity.key",

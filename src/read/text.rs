@@ -480,7 +480,8 @@ pub fn offset_at(tz: Tz, utc: NaiveDateTime) -> i32 {
 }
 
 /// The type of a text column whose type is not declared, from every one of its values: int64
-/// when each is a plain integer (no leading zeros, which identifiers keep), float64 when each
+/// when each is a plain integer (no leading zeros, which identifiers keep, nor `-0`, an id
+/// apart from `0` as written but one integer with it), float64 when each
 /// is a number, bool when each is true / false, else utf8; a column of nulls only is `Null`.
 pub fn infer(columns: &[&StringArray]) -> DataType {
     let mut t = Inference::default();
@@ -536,7 +537,7 @@ impl Inference {
             let digits = v.strip_prefix('-').unwrap_or(v);
             self.all_int = !digits.is_empty()
                 && digits.bytes().all(|b| b.is_ascii_digit())
-                && (digits == "0" || !digits.starts_with('0'))
+                && (v == "0" || !digits.starts_with('0'))
                 && v.parse::<i64>().is_ok();
         }
         let unsigned = v.strip_prefix(['-', '+']).unwrap_or(v);
@@ -1341,6 +1342,8 @@ mod tests {
         let a = |v: &[&str]| StringArray::from(v.to_vec());
         assert_eq!(infer(&[&a(&["1", "-2", "30"])]), DataType::Int64);
         assert_eq!(infer(&[&a(&["007", "8"])]), DataType::Utf8, "leading zeros are kept");
+        assert_eq!(infer(&[&a(&["0", "-0"])]), DataType::Float64, "-0 is not written as an integer is");
+        assert_eq!(infer(&[&a(&["0", "-1"])]), DataType::Int64);
         assert_eq!(infer(&[&a(&["1", "2.5"])]), DataType::Float64);
         // Past int64, a double would round 18446744073709551610 and …611 to one value.
         assert_eq!(infer(&[&a(&["18446744073709551610", "18446744073709551611"])]), DataType::Utf8);

@@ -441,6 +441,14 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
     if let (DataType::Timestamp(_, Some(_)), DataType::Timestamp(tu, None)) = (from, to) {
         return instant_to_wall_clock(arr, *tu, to, tz);
     }
+    // The engine counts days since 1970-01-01 (20000 is 2024-10-04), which no writer of a
+    // yyyymmdd number means, and text refuses: a number is not a date.
+    if from.is_numeric() && matches!(to, DataType::Date32 | DataType::Date64) {
+        return Err(fail(format!(
+            "{from} values are numbers, not dates (20261101 is no date, nor is a count of days since 1970): \
+             write the column as a date, or as text (2026-11-01)"
+        )));
+    }
     if !arrow::compute::can_cast_types(from, to) {
         return Err(fail(format!("{from} values cannot be read as {to}: declare a type they can take")));
     }

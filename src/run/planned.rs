@@ -65,6 +65,11 @@ impl Planned {
         // change like the schema's, made only by rewriting every partition.
         let redated = schema::redating(record.partitioning.as_deref(), cfg);
         plan::type_empty_columns(&mut plan, cfg, &job.input, table.as_ref(), job.kind.reads_stored_state())?;
+        // A merge batch whose objects hold no row (a header alone) brings nothing: its dates are
+        // merged as the table's columns, with no rows (untouched).
+        if let (Some(t), None, true) = (&table, &plan.output_schema, job.kind.reads_stored_state()) {
+            plan.output_schema = Some(t.clone());
+        }
         // A merge stores rows by column name: the same columns in another order (the first
         // object's header order) keep the table's order.
         if let (Some(t), Some(o)) = (&table, &plan.output_schema) {

@@ -308,6 +308,50 @@ fn integers_past_what_a_double_holds_stay_exact_keys() {
     }
 }
 
+/// Risk: a Parquet partition column of integers read as a count of days since 1970-01-01:
+/// `event_date = 20000` committed as 2024-10-04 (a yyyymmdd 20261101 as a day in the year
+/// 57443), where the same value in text is refused. A number is not a date, in any format.
+#[test]
+fn a_parquet_number_is_not_read_as_a_date() {
+    use arrow::array::{ArrayRef, Int32Array, Int64Array};
+    let lake = Lake::new();
+    std::fs::create_dir_all(lake.input()).unwrap();
+    let batch = RecordBatch::try_from_iter([
+        ("k", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
+        ("v", Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef),
+        ("event_date", Arc::new(Int32Array::from(vec![20000, 20000])) as ArrayRef),
+    ])
+    .unwrap();
+    write_parquet(&lake.input().join("a.parquet"), &batch);
+    let out = job(&lake, "parquet", "", KV, "SELECT count(*) AS n FROM events", "2024-10-04");
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("numbers, not dates"), "{}", text(&out));
+    assert!(!lake.partition_file("2024-10-04").exists());
+}
+
+/// Risk: CSV ids written apart read as one value, so one order is dropped as another's older
+/// version: `0` and `-0` as integers, `true` and `TRUE` as booleans. Refused undeclared; kept
+/// apart as text when declared so.
+#[test]
+fn csv_ids_written_apart_stay_apart_or_are_refused() {
+    let sql = "SELECT count(*) AS n FROM events";
+    for ids in [["0", "-0"], ["true", "TRUE"]] {
+        let lake = Lake::new();
+        let dir = lake.input().join("event_date=2026-11-01");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.csv"), format!("order_id,v\n{},1\n{},2\n", ids[0], ids[1])).unwrap();
+        let identity = "[identity]\nkey = [\"order_id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"";
+        let out = job(&lake, "csv", "", identity, sql, "2026-11-01");
+        assert_eq!(out.status.code(), Some(2), "{ids:?}: {}", text(&out));
+        assert!(text(&out).contains("ids written apart"), "{ids:?}: {}", text(&out));
+        let declared = "schema = { order_id = \"utf8\" }";
+        let out = job(&lake, "csv", declared, identity, sql, "2026-11-01");
+        assert!(out.status.success(), "{ids:?}: {}", text(&out));
+        let b = read_batch(&lake.partition_file("2026-11-01"));
+        assert_eq!(b.column(0).as_primitive::<arrow::datatypes::Int64Type>().value(0), 2, "{ids:?}");
+    }
+}
+
 /// Risk: a Parquet column declared `timestamp` holding integers, or dates, read by a plain
 /// cast: epoch seconds taken for microseconds (a 2026 event filed under 1969-12-31), a date
 /// taken as midnight UTC instead of midnight in the job's zone (another date than the same
@@ -2260,7 +2304,7 @@ fn a_float32_list_value_and_a_double_declared_a_timestamp_are_not_rounded_or_gue
     // A type no double converts to is named as such, not by the engine's cast error.
     let o = job(&lake, "parquet", "[input.schema]\nt = \"date\"", identity, "SELECT k, t FROM events", "2026-11-01");
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    assert!(text(&o).contains("column `t`: Float64 values cannot be read as Date32"), "{}", text(&o));
+    assert!(text(&o).contains("column `t`: Float64 values are numbers, not dates"), "{}", text(&o));
     assert!(!text(&o).contains("Cast error"), "{}", text(&o));
 }
 

@@ -1938,3 +1938,52 @@ fn column_text_in(root: &std::path::Path, column: &str) -> Vec<String> {
     let c = b.column_by_name(column).unwrap();
     (0..b.num_rows()).map(|i| arrow::util::display::array_value_to_string(c, i).unwrap()).collect()
 }
+
+/// Risk: which text object of a merge batch is listed first decides the run's columns. A batch
+/// whose first object holds deletes alone (no payload) refused the table's declared column as
+/// "removed", while the same objects named the other way round merged; and a batch of a header
+/// alone, merged for a date, failed it ("missing key column") where a zero-row Parquet object
+/// leaves it untouched.
+#[test]
+fn a_text_merge_batch_has_its_declared_columns_whichever_object_comes_first() {
+    let extra = "[identity.deleted]\ncolumn = \"op\"\nequals = \"D\"\n\n";
+    let first = r#"{"id":1,"v":1,"event_date":"2026-11-01","op":"I","x":11}
+{"id":2,"v":1,"event_date":"2026-11-01","op":"I","x":21}
+"#;
+    let delete = r#"{"id":1,"v":2,"event_date":"2026-11-01","op":"D"}
+"#;
+    let update = r#"{"id":2,"v":2,"event_date":"2026-11-01","op":"I","x":22}
+"#;
+    for (a, b) in [(delete, update), (update, delete)] {
+        let lake = Lake::new();
+        write_files(&lake, "b1", &[("a.ndjson", first)]);
+        write_files(&lake, "b2", &[("a.ndjson", a), ("b.ndjson", b)]);
+        let with_schema = |name: &str| {
+            let cfg = text_merge_config(&lake, name, "ndjson", extra);
+            let toml = std::fs::read_to_string(&cfg).unwrap();
+            std::fs::write(
+                &cfg,
+                toml.replace("format = \"ndjson\"\n", "format = \"ndjson\"\nschema = { x = \"int64\" }\n"),
+            )
+            .unwrap();
+            cfg
+        };
+        for name in ["b1", "b2"] {
+            let o = cli(&["run", "--config", with_schema(name).to_str().unwrap()], lake.dir.path());
+            assert!(o.status.success(), "{name}: {}", text(&o));
+        }
+        assert_eq!(column_text(&lake, "2026-11-01", "id"), ["2"]);
+        assert_eq!(column_text(&lake, "2026-11-01", "x"), ["22"]);
+
+        // A batch of a header alone (and an empty object) brings nothing to the date it is run for.
+        let bytes = std::fs::read(lake.partition_file("2026-11-01")).unwrap();
+        write_files(&lake, "b3", &[("h.csv", "id,v,event_date,op,x\n"), ("e.csv", "")]);
+        let cfg = text_merge_config(&lake, "b3", "csv", extra);
+        let o = cli(
+            &["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-02"],
+            lake.dir.path(),
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), bytes);
+    }
+}
