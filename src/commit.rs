@@ -441,16 +441,18 @@ pub async fn foreign_objects(out: &StoreLocation, dir: &str) -> Result<Vec<Path>
     let target = target_path(out, dir);
     let mut found = Vec::new();
     for folder in std::iter::once(out.child(&[dir])).chain(other_spellings(out, dir).await?) {
-        let listed: Vec<ObjectMeta> = out
+        let mut listed: Vec<ObjectMeta> = out
             .store
             .list(Some(&folder))
             .try_collect()
             .await
             .map_err(|e| PartitionError::store("cannot list", out.display(&folder), e))?;
-        // A zero-byte object at the folder's own name is a folder marker (`event_date=…/`, as S3
-        // consoles and some writers make them): readers skip it, as the input's listing does.
-        let marker = |m: &ObjectMeta| m.size == 0 && m.location == folder;
-        found.extend(listed.into_iter().filter(|m| !marker(m)).map(|m| m.location).filter(|l| *l != target));
+        // A zero-byte object at the folder's own name, or of a folder in it (`event_date=…/`,
+        // `…/sub/`, as S3 consoles and some writers make them), is a folder marker: readers skip
+        // it, as the input's listing does.
+        listed.retain(|m| !(m.size == 0 && m.location == folder));
+        crate::read::list::empty_folder_markers(out, &mut listed).await?;
+        found.extend(listed.into_iter().map(|m| m.location).filter(|l| *l != target));
     }
     Ok(found)
 }

@@ -163,6 +163,7 @@ async fn list_all(at: &StoreLocation) -> Result<Vec<ObjectMeta>> {
     let mut v: Vec<ObjectMeta> =
         at.store.list(Some(&at.prefix)).try_collect().await.map_err(|e| Error::store("cannot list", &at.url, e))?;
     crate::read::list::without_folder_markers(&mut v, &at.prefix);
+    crate::read::list::empty_folder_markers(at, &mut v).await?;
     Ok(v)
 }
 

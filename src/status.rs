@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use chrono::NaiveDate;
+use futures::TryStreamExt;
 use serde::Serialize;
 
 use crate::commit::{self, Action};
@@ -13,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::journal::{self, Journal};
 use crate::lineage::Lineage;
 use crate::run::Job;
+use crate::store::StoreLocation;
 
 /// One partition's state.
 #[derive(Debug, Clone, Serialize)]
@@ -178,7 +180,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
             error: run.and_then(|(_, _, e)| e.clone()),
         });
     }
-    let strays = strays_in(out, column, &listing);
+    let strays = strays_in(out, column, listing).await?;
     Ok(Status { journals, partitions: parts, strays, recomputable: job.kind.output_from_input_alone() })
 }
 
@@ -189,10 +191,35 @@ pub async fn strays(job: &Job) -> Result<Vec<String>> {
     let out = &job.output;
     let listing =
         out.store.list_with_delimiter(Some(&out.prefix)).await.map_err(|e| Error::store("cannot list", &out.url, e))?;
-    Ok(strays_in(out, &job.config.partition.column, &listing))
+    strays_in(out, &job.config.partition.column, listing).await
 }
 
-fn strays_in(out: &crate::store::StoreLocation, column: &str, listing: &object_store::ListResult) -> Vec<String> {
+/// [`strays`] in the table's `listing` (with a delimiter). An empty folder's marker (`x/`, an
+/// S3 console's "Create folder") holds no rows for a reader, nor does a folder holding nothing
+/// else.
+async fn strays_in(out: &StoreLocation, column: &str, mut listing: object_store::ListResult) -> Result<Vec<String>> {
+    crate::read::list::empty_folder_markers(out, &mut listing.objects).await?;
+    let mut found = named_strays(out, column, &listing);
+    for folder in &listing.common_prefixes {
+        let name = format!("{}/", out.relative(folder));
+        if found.contains(&name) {
+            let mut held: Vec<object_store::ObjectMeta> = out
+                .store
+                .list(Some(folder))
+                .try_collect()
+                .await
+                .map_err(|e| Error::store("cannot list", out.display(folder), e))?;
+            crate::read::list::without_folder_markers(&mut held, folder);
+            crate::read::list::empty_folder_markers(out, &mut held).await?;
+            if held.is_empty() {
+                found.retain(|f| f != &name);
+            }
+        }
+    }
+    Ok(found)
+}
+
+fn named_strays(out: &StoreLocation, column: &str, listing: &object_store::ListResult) -> Vec<String> {
     let prefix = format!("{column}=");
     let dated =
         |name: &str| name.strip_prefix(&prefix).is_some_and(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").is_ok());

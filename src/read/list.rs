@@ -67,7 +67,7 @@ pub(crate) fn without_folder_markers(v: &mut Vec<ObjectMeta>, prefix: &Path) {
 /// Drops zero-byte folder markers of empty folders (`…/sub/`, the S3 console's "Create
 /// folder"), which [`without_folder_markers`] cannot tell from an empty object by the listing
 /// alone: the store lists the marker without its `/`, and has no object by that name.
-async fn empty_folder_markers(input: &StoreLocation, v: &mut Vec<ObjectMeta>) -> Result<()> {
+pub(crate) async fn empty_folder_markers(input: &StoreLocation, v: &mut Vec<ObjectMeta>) -> Result<()> {
     if input.local_path(&Path::default()).is_some() {
         return Ok(());
     }

@@ -271,20 +271,23 @@ fn s3_folder_markers_are_not_data() {
     let o = p.run(&cfg, &["--date", "2026-11-01"]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert_eq!(rt.block_on(p.tables()), model_tables(&rows));
-    // A marker of the committed partition's folder is no foreign object of it: a re-run keeps
-    // the file, and `status` lists nothing foreign.
+    // A marker of the committed partition's folder, or of an empty folder in it or beside it,
+    // is no foreign object or stray: a re-run keeps the file, `status` lists nothing foreign,
+    // `verify` passes (an empty folder made in the S3 console failed the date, exit 1).
     let out = p.b.url("out").trim_start_matches("s3://").split_once('/').unwrap().1.to_string();
-    let o = std::process::Command::new("python3")
-        .arg(&admin)
-        .args(["put-s3-marker", &format!("{out}/event_date=2026-11-01/")])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for key in
+        [format!("{out}/event_date=2026-11-01/"), format!("{out}/event_date=2026-11-01/sub/"), format!("{out}/x/")]
+    {
+        let o = std::process::Command::new("python3").arg(&admin).args(["put-s3-marker", &key]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
     let o = p.run(&cfg, &["--date", "2026-11-01"]);
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert!(text(&o).contains("unchanged"), "{}", text(&o));
     let o = cli(&["status", "--config", cfg.to_str().unwrap()], p.dir.path());
     assert!(o.status.success() && !text(&o).contains("foreign"), "{}", text(&o));
+    let o = cli(&["verify", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], p.dir.path());
+    assert_eq!(code(&o), 0, "{}", text(&o));
     // The marker of a date without data is that date's folder, not data in it.
     let o = p.run(&cfg, &["--date", "2026-11-02"]);
     assert_eq!(code(&o), 1, "{}", text(&o));
