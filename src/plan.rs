@@ -264,24 +264,6 @@ pub async fn plan(
                 }
                 _ => schema,
             };
-            // A merge stores every column of its batch, and text objects are not all read to
-            // plan: a declared column the objects read lack comes in others (an object of
-            // deletes alone leaves out the payload), so the run has it, null where absent —
-            // whichever object is listed first.
-            let schema = match kind.reads_stored_state() && cfg.input.format != Format::Parquet {
-                true => {
-                    let mut fields: Vec<arrow::datatypes::Field> =
-                        schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-                    for (c, d) in &decoder.declared {
-                        let own = c == column || cfg.identity.deleted.as_ref().is_some_and(|t| &t.column == c);
-                        if !own && schema.field_with_name(c).is_err() {
-                            fields.push(arrow::datatypes::Field::new(c, d.ty.clone(), true));
-                        }
-                    }
-                    Arc::new(arrow::datatypes::Schema::new(fields))
-                }
-                false => schema,
-            };
             let (output, query_plan, used) = kind.output_schema(cfg, &schema, &lookups).await.map_err(|(key, m)| {
                 // A column with no value in the objects read has no type the query can use.
                 let empty: Vec<String> = schema
@@ -556,6 +538,41 @@ async fn reference(
     Ok(Some((Arc::new(arrow::datatypes::Schema::new(fields)), name, dated)))
 }
 
+/// A text merge's columns declared in `[input.schema]` that its objects read to plan lack: a
+/// merge stores every column of its batch, and text objects are not all read to plan, so such
+/// a column comes in others (an object of deletes alone leaves out the payload) and the run has
+/// it — null where an object leaves it out — whichever object is listed first. In the table's
+/// type when the table has it; a table without it keeps its columns, as before the declaration
+/// (adding one is a schema change, `--schema-change rebuild`).
+pub fn declared_columns(plan: &mut Plan, cfg: &JobConfig, table: Option<&SchemaRef>) {
+    let Some(record) = plan.record_schema.clone() else { return };
+    if cfg.input.format == Format::Parquet {
+        return;
+    }
+    let tombstone = |c: &str| cfg.identity.deleted.as_ref().is_some_and(|d| d.column == c);
+    let added: Vec<arrow::datatypes::Field> = (plan.decoder.declared.iter())
+        .filter(|(c, _)| **c != cfg.partition.column && !tombstone(c) && record.field_with_name(c).is_err())
+        .filter_map(|(c, d)| {
+            let t = match table {
+                None => read::unify::parquet_native(&d.ty),
+                Some(t) => t.field_with_name(c).ok()?.data_type().clone(),
+            };
+            Some(arrow::datatypes::Field::new(c, t, true))
+        })
+        .collect();
+    if added.is_empty() {
+        return;
+    }
+    let with = |s: &SchemaRef| -> SchemaRef {
+        let fields = s.fields().iter().map(|f| f.as_ref().clone()).chain(added.iter().cloned());
+        Arc::new(arrow::datatypes::Schema::new_with_metadata(fields.collect::<Vec<_>>(), s.metadata().clone()))
+    };
+    let record = with(&record);
+    plan.output_schema = plan.output_schema.as_ref().map(with);
+    plan.decoder.run = Some(record.clone());
+    plan.record_schema = Some(record);
+}
+
 /// Types the input columns that no object read to plan holds a value of (text left empty:
 /// type Null). A merge, whose table stores its input's columns, takes the table's type of such
 /// a column. A column still without a type is refused where the run needs one — a merge stores
@@ -804,8 +821,8 @@ fn check_columns(cfg: &JobConfig, schema: &SchemaRef, object: &str) -> Result<()
                     && !cfg.input.schema.contains_key(k)
                     && schema.field_with_name(k).is_ok_and(|f| t(f.data_type()))
             };
-            // Likewise `true`, `TRUE` and `True`: one boolean.
-            if inferred(|t| t == &DataType::Boolean) {
+            // Likewise CSV's `true`, `TRUE` and `True`: one boolean (JSON has one spelling).
+            if cfg.input.format == Format::Csv && inferred(|t| t == &DataType::Boolean) {
                 return Err(config_err(
                     cfg,
                     "identity.key",

@@ -203,12 +203,18 @@ async fn strays_in(out: &StoreLocation, column: &str, mut listing: object_store:
     for folder in &listing.common_prefixes {
         let name = format!("{}/", out.relative(folder));
         if found.contains(&name) {
-            let mut held: Vec<object_store::ObjectMeta> = out
-                .store
-                .list(Some(folder))
-                .try_collect()
-                .await
-                .map_err(|e| Error::store("cannot list", out.display(folder), e))?;
+            // Zero-byte objects up to the first that is not (a folder of data is not read whole).
+            let mut listed = out.store.list(Some(folder));
+            let mut held: Vec<object_store::ObjectMeta> = Vec::new();
+            while let Some(m) =
+                listed.try_next().await.map_err(|e| Error::store("cannot list", out.display(folder), e))?
+            {
+                let data = m.size > 0;
+                held.push(m);
+                if data {
+                    break;
+                }
+            }
             crate::read::list::without_folder_markers(&mut held, folder);
             crate::read::list::empty_folder_markers(out, &mut held).await?;
             if held.is_empty() {

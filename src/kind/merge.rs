@@ -1039,6 +1039,15 @@ async fn prepare_date(
     p: &PartitionPlan,
     keys: &mut Option<HashSet<u64>>,
 ) -> Result<Dated, PartitionError> {
+    // No object of the batch has a row (text holding a header alone) and no table gives the
+    // columns: nothing to merge, and no column has a type.
+    if cx.plan.output_schema.is_none() {
+        return Err(PartitionError::Input(crate::error::InputError::unreadable(
+            crate::error::Location::object(cx.job.input.url.clone()),
+            "no object of the batch has a row, so its columns have no types and there is no table yet to take \
+             them from: nothing was merged; run again once a batch with rows has arrived",
+        )));
+    }
     let table = cx.table(p).await?;
     let kept = table.clone();
     let prepared = prepare_read(cx, p, table).await;

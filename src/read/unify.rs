@@ -446,7 +446,7 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
     if from.is_numeric() && matches!(to, DataType::Date32 | DataType::Date64) {
         return Err(fail(format!(
             "{from} values are numbers, not dates (20261101 is no date, nor is a count of days since 1970): \
-             write the column as a date, or as text (2026-11-01)"
+             write the column as a date or as text (2026-11-01), or declare it another type"
         )));
     }
     if !arrow::compute::can_cast_types(from, to) {

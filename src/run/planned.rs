@@ -65,6 +65,9 @@ impl Planned {
         // change like the schema's, made only by rewriting every partition.
         let redated = schema::redating(record.partitioning.as_deref(), cfg);
         plan::type_empty_columns(&mut plan, cfg, &job.input, table.as_ref(), job.kind.reads_stored_state())?;
+        if job.kind.reads_stored_state() {
+            plan::declared_columns(&mut plan, cfg, table.as_ref());
+        }
         // A merge batch whose objects hold no row (a header alone) brings nothing: its dates are
         // merged as the table's columns, with no rows (untouched).
         if let (Some(t), None, true) = (&table, &plan.output_schema, job.kind.reads_stored_state()) {

@@ -1986,4 +1986,12 @@ fn a_text_merge_batch_has_its_declared_columns_whichever_object_comes_first() {
         assert!(o.status.success(), "{}", text(&o));
         assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), bytes);
     }
+    // With no table yet, such a batch gives no column a type: said, nothing written.
+    let lake = Lake::new();
+    write_files(&lake, "b3", &[("h.csv", "id,v,event_date,op,x\n")]);
+    let cfg = text_merge_config(&lake, "b3", "csv", extra);
+    let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("no object of the batch has a row"), "{}", text(&o));
+    assert!(!lake.partition_file("2026-11-01").exists());
 }
