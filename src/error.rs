@@ -316,6 +316,13 @@ pub enum PartitionError {
     LeaseLost { dir: String },
 
     #[error(
+        "the store failed while this run held the lease of {dir}, so the lease could not be renewed and expired \
+         ({error}): nothing was written, as another run may take the date now. Run again once the store \
+         answers (--retry-failed RUN_ID)"
+    )]
+    LeaseUnrenewed { dir: String, error: String },
+
+    #[error(
         "{path} changed since this run planned it (another run committed it in between); \
          nothing was overwritten. Run again to recompute from the newest state"
     )]
@@ -424,6 +431,7 @@ impl PartitionError {
             | PartitionError::Verify { .. }
             | PartitionError::Differs { .. }
             | PartitionError::Store { .. }
+            | PartitionError::LeaseUnrenewed { .. }
             | PartitionError::Spill { .. }
             | PartitionError::Other(_) => ExitCode::PartialFailure,
         }

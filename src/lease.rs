@@ -132,6 +132,8 @@ struct Held {
     body: LeaseBody,
     version: UpdateVersion,
     lost: bool,
+    /// Why the last renewal failed, when the store failed it (cleared by one that succeeds).
+    unrenewed: Option<String>,
 }
 
 /// The leases of one run.
@@ -234,7 +236,7 @@ impl Leases {
             match self.state.store.put_opts(&path, bytes.clone().into(), create).await {
                 Ok(r) => {
                     let version = UpdateVersion { e_tag: r.e_tag, version: r.version };
-                    self.held().insert(dir.to_string(), Held { body, version, lost: false });
+                    self.held().insert(dir.to_string(), Held { body, version, lost: false, unrenewed: None });
                     return Ok(());
                 }
                 Err(object_store::Error::AlreadyExists { .. }) => {}
@@ -278,7 +280,7 @@ impl Leases {
             let protocol = self.state.protocol.clone();
             if let Some(version) = protocol.take_over(&self.state, &path, version, current, bytes, &self.run_id).await?
             {
-                self.held().insert(dir.to_string(), Held { body, version, lost: false });
+                self.held().insert(dir.to_string(), Held { body, version, lost: false, unrenewed: None });
                 return Ok(());
             }
         }
@@ -325,13 +327,15 @@ impl Leases {
                 Ok(version) => {
                     entry.body = body;
                     entry.version = version;
+                    entry.unrenewed = None;
                 }
                 Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
                     tracing::warn!(lease = %self.state.display(&path), "lease lost to another run");
                     entry.lost = true;
                 }
                 Err(e) => {
-                    tracing::warn!(lease = %self.state.display(&path), error = %e, "cannot renew the lease; will retry")
+                    tracing::warn!(lease = %self.state.display(&path), error = %e, "cannot renew the lease; will retry");
+                    entry.unrenewed = Some(e.to_string());
                 }
             }
         }
@@ -343,10 +347,15 @@ impl Leases {
     }
 
     /// Whether this run may still write the partition: its lease is held, not lost, not expired.
+    /// A lease that expired because the store failed its renewals is the store's failure (exit
+    /// 1), not another run's doing (exit 4).
     pub fn check(&self, dir: &str) -> Result<(), PartitionError> {
         let held = self.held();
         match held.get(dir) {
             Some(h) if !h.lost && h.body.expires > Utc::now() => Ok(()),
+            Some(Held { lost: false, unrenewed: Some(error), .. }) => {
+                Err(PartitionError::LeaseUnrenewed { dir: dir.to_string(), error: error.clone() })
+            }
             _ => Err(PartitionError::LeaseLost { dir: dir.to_string() }),
         }
     }

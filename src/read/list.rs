@@ -51,6 +51,31 @@ pub async fn objects(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectM
     Ok(v)
 }
 
+/// Whether an object store's URL names one object rather than a folder (`s3://b/events.parquet`):
+/// listed as a folder it holds nothing, and the object would be ignored. Asked only when the
+/// folder's listing found nothing; a local path that is a file is refused when it is opened.
+pub async fn names_an_object(input: &StoreLocation) -> Result<bool> {
+    if input.prefix.as_ref().is_empty() || input.local_path(&Path::default()).is_some() {
+        return Ok(false);
+    }
+    match input.store.head(&input.prefix).await {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(Error::store("cannot read", input.display(&input.prefix), e)),
+    }
+}
+
+/// The refusal of a URL that [`names_an_object`], for the config key `key`.
+pub fn object_not_folder(origin: &str, key: &str, url: &str) -> Error {
+    Error::Config(crate::error::ConfigError::Invalid {
+        path: origin.to_string(),
+        key: key.into(),
+        message: format!(
+            "{url} is an object, not a folder; name the folder that holds the objects (every object under it is read)"
+        ),
+    })
+}
+
 /// Drops zero-byte folder markers (`key/`, as S3 consoles and some writers make them) from a
 /// listing under `prefix`: the listed folder itself, or a folder of another object.
 pub(crate) fn without_folder_markers(v: &mut Vec<ObjectMeta>, prefix: &Path) {

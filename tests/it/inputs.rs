@@ -245,6 +245,42 @@ fn an_output_inside_the_input_is_refused() {
     assert!(!lake.input().join("out").exists());
 }
 
+/// An input or lookup URL naming one object on an object store, not a folder: listed as a
+/// folder it held nothing, and every date failed with "no input rows" (exit 1), a lookup with
+/// "no objects" — a local file is refused as one. Refused alike (exit 2), naming the key.
+#[test]
+#[ignore = "needs the S3 server that scripts/test starts (not requested)"]
+fn s3_a_url_naming_an_object_is_refused() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let p = Place::new(Kind::S3);
+    let rows = random_orders(307, 1, 50);
+    rt.block_on(p.b.write_input(&rows, 1));
+    let object = format!("{}/event_date=2026-11-01/part-00000.parquet", p.b.url("in"));
+    let cfg = p.config("parquet", "", "", "UTC");
+    let written = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, written.replacen(&format!("url = \"{}\"", p.b.url("in")), &format!("url = \"{object}\""), 1))
+        .unwrap();
+    let o = p.run(&cfg, &["--date", "2026-11-01"]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("input.url") && text(&o).contains("is an object, not a folder"), "{}", text(&o));
+    let lookup = format!(
+        "[aggregate]\nsql = \"SELECT count(*) AS n FROM events JOIN fx USING (order_id)\"\n\n\
+         [[aggregate.tables]]\nname = \"fx\"\nurl = \"{object}\"\nformat = \"parquet\"\n"
+    );
+    let cfg = p.config_text("parquet", "", "", "UTC", &lookup);
+    let o = p.run(&cfg, &["--date", "2026-11-01"]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(
+        text(&o).contains("aggregate.tables[0].url") && text(&o).contains("is an object, not a folder"),
+        "{}",
+        text(&o)
+    );
+    // Its folder is read as ever.
+    let o = p.run(&p.config("parquet", "", "", "UTC"), &["--date", "2026-11-01"]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(rt.block_on(p.tables()), model_tables(&rows));
+}
+
 /// S3 folder markers (`key/`, zero bytes, as the AWS console and pyarrow make them) beside the
 /// data: not data.
 #[test]
