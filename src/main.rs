@@ -203,6 +203,13 @@ struct RunArgs {
     /// killed run's.
     #[arg(long, value_name = "DIR", env = "LAKESWAP_SPILL_DIR")]
     spill_dir: Option<PathBuf>,
+    /// Seconds a run asked to stop (SIGTERM, SIGINT, SIGHUP) has to finish its swaps in flight,
+    /// release its leases and write its journal. A store that does not answer would hold it for
+    /// minutes of retries: past this, it exits as a second signal makes it (what is committed
+    /// stays; its leases expire). Keep it below the scheduler's grace before SIGKILL
+    /// (Kubernetes: 30 s by default).
+    #[arg(long, value_name = "SECS", default_value_t = 20, env = "LAKESWAP_STOP_TIMEOUT")]
+    stop_timeout: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -659,9 +666,16 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
     // Listening before anything else: a signal from here on stops the run politely and leaves
     // its own summary, never an older run's (a dry run writes nothing and keeps the default).
     let stop = Arc::new(run::Stop::default());
+    if !(1..=3600).contains(&a.stop_timeout) {
+        return Err(usage(format!(
+            "--stop-timeout (or LAKESWAP_STOP_TIMEOUT) must be 1 to 3600 seconds, not {}",
+            a.stop_timeout
+        )));
+    }
     if !a.dry_run {
-        // Listening until the process exits: a second signal exits at once at any point.
-        on_signals(stop.clone());
+        // Listening until the process exits: a second signal, or the stop's time running out,
+        // exits at once at any point.
+        on_signals(stop.clone(), std::time::Duration::from_secs(a.stop_timeout));
     }
     if let Some(path) = &a.summary_json {
         check_summary_path(path, &a, vars)?;
@@ -805,8 +819,9 @@ async fn run_job(
 
 /// SIGTERM, SIGINT and SIGHUP: the first asks the run to stop politely (no new partition starts,
 /// computations in flight are abandoned, swaps in flight finish, leases are released, the
-/// journal and the summary are written; exit 143, 130 or 129); a second exits at once.
-fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
+/// journal and the summary are written; exit 143, 130 or 129); a second exits at once, as does
+/// a stop that takes longer than `timeout` (a store that does not answer).
+fn on_signals(stop: Arc<run::Stop>, timeout: std::time::Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         #[cfg(unix)]
         {
@@ -828,8 +843,27 @@ fn on_signals(stop: Arc<run::Stop>) -> tokio::task::JoinHandle<()> {
             tracing::warn!(signal = first,
                 "stopping: no new partition starts, swaps in flight finish, leases are released; a second signal exits at once");
             stop.stop(first);
-            let code = tokio::select! { _ = term.recv() => 143, _ = int.recv() => 130, _ = hung_up(&mut hup) => 129 };
-            errln!("lakeswap: second signal: exiting at once");
+            let second = tokio::select! {
+                _ = term.recv() => Some(143),
+                _ = int.recv() => Some(130),
+                _ = hung_up(&mut hup) => Some(129),
+                _ = tokio::time::sleep(timeout) => None,
+            };
+            let code = match second {
+                Some(code) => {
+                    errln!("lakeswap: second signal: exiting at once");
+                    code
+                }
+                None => {
+                    errln!(
+                        "lakeswap: still stopping {} s after {first} (a store is not answering?): exiting now. What \
+                         is committed stays as it was; this run's leases expire after --lease-ttl (the next run on \
+                         this host takes them over at once), and `lakeswap gc` removes what it staged",
+                        timeout.as_secs()
+                    );
+                    lakeswap::error::PartitionError::Stopped { signal: first }.exit_code().code()
+                }
+            };
             lakeswap::spill::remove_all();
             std::process::exit(code);
         }

@@ -496,6 +496,50 @@ fn stop_politely(sig: i32, code: i32) {
     assert_eq!(committed(&lake), 60);
 }
 
+/// A run asked to stop while its store does not answer (a server that accepts connections and
+/// never replies) waited out the store's timeouts and retries for minutes, past any
+/// scheduler's grace before SIGKILL: it exits `--stop-timeout` seconds after the signal, with
+/// the signal's exit code, saying why.
+#[test]
+fn a_stop_held_up_by_a_silent_store_ends_after_the_stop_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (arrived, connected) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+            let _ = arrived.send(());
+        }
+    });
+    let t = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        "[job]\nname = \"s\"\nkind = \"aggregate\"\n[input]\nurl = \"s3://bucket/in\"\nformat = \"parquet\"\n\
+         options = {{ aws_access_key_id = \"AKIA-TEST\", aws_secret_access_key = \"x\", aws_endpoint = \"http://127.0.0.1:{port}\", aws_allow_http = \"true\", aws_region = \"us-east-1\" }}\n\
+         [identity]\nkey = [\"order_id\"]\nversion = \"source_version\"\n{MEASURES}\n[output]\nurl = \"out\"\n"
+    );
+    std::fs::write(t.path().join("s.toml"), cfg).unwrap();
+    let args = ["run", "--config", "s.toml", "--date", "2026-11-01"];
+    let o = bin().current_dir(t.path()).args(args).args(["--stop-timeout", "0"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--stop-timeout"), "{}", stderr(&o));
+    let child = bin()
+        .current_dir(t.path())
+        .args(args)
+        .args(["--stop-timeout", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    connected.recv_timeout(Duration::from_secs(60)).expect("the run asks the store");
+    let asked = Instant::now();
+    signal(&child, libc::SIGTERM);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+    assert!(stderr(&o).contains("still stopping 2 s after SIGTERM"), "{}", stderr(&o));
+    assert!(asked.elapsed() < Duration::from_secs(20), "{:?}", asked.elapsed());
+}
+
 #[test]
 fn sigterm_stops_the_run_politely() {
     stop_politely(libc::SIGTERM, 143);
