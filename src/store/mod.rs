@@ -97,13 +97,20 @@ impl StoreLocation {
         }
     }
 
-    /// The full URL of an object, for messages.
+    /// The full URL of an object, for messages. An object outside the prefix (a folder around
+    /// it) is named from the store's root: `s3://b/_lakeswap/t/table.json` for a prefix `lake/t`.
     pub fn display(&self, path: &Path) -> String {
+        let url = self.url.trim_end_matches('/');
+        if path.prefix_match(&self.prefix).is_none() {
+            if let Some(root) = url.strip_suffix(self.prefix.as_ref()).and_then(|r| r.strip_suffix('/')) {
+                return format!("{root}/{path}");
+            }
+        }
         let rel = self.relative(path);
         if rel.is_empty() {
             self.url.clone()
         } else {
-            format!("{}/{}", self.url.trim_end_matches('/'), rel)
+            format!("{url}/{rel}")
         }
     }
 }
@@ -488,5 +495,26 @@ mod tests {
         for bad in ["t1//out", "x/../in", "./a", "a/.", "/t/o11"] {
             assert!(key_prefix(bad, "output.url").is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_object_is_named_by_its_own_url_inside_the_prefix_or_outside_it() {
+        use object_store::path::Path;
+        let store = std::sync::Arc::new(object_store::memory::InMemory::new());
+        let at = super::StoreLocation::new(
+            store,
+            Path::from("lake/orders"),
+            "s3://b/lake/orders/",
+            std::sync::Arc::new(super::protocol::ConditionalPut),
+        );
+        let shown = |p: &str| at.display(&Path::from(p));
+        assert_eq!(
+            shown("lake/orders/event_date=2026-11-01/part-00000.parquet"),
+            "s3://b/lake/orders/event_date=2026-11-01/part-00000.parquet"
+        );
+        assert_eq!(shown("lake/orders"), "s3://b/lake/orders/");
+        // A folder around the table (where a table around it keeps its state), not under it.
+        assert_eq!(shown("lake/_lakeswap/x/table.json"), "s3://b/lake/_lakeswap/x/table.json");
+        assert_eq!(shown("_lakeswap/lake/table.json"), "s3://b/_lakeswap/lake/table.json");
     }
 }
