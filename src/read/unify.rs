@@ -449,6 +449,13 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
              write the column as a date or as text (2026-11-01), or declare it another type"
         )));
     }
+    // Inside a list, a struct or a map, no declared unit says what a number counts either.
+    if from.is_nested() && numbers_as_time(from, to) {
+        return Err(fail(format!(
+            "{from} holds numbers where {to} holds dates or timestamps: a number is neither (20261101 is no \
+             date, and a count since 1970 names no unit); write them as dates, timestamps or text"
+        )));
+    }
     if !arrow::compute::can_cast_types(from, to) {
         return Err(fail(format!("{from} values cannot be read as {to}: declare a type they can take")));
     }
@@ -470,6 +477,30 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
         });
     }
     Ok(out)
+}
+
+/// Whether casting `from` to `to` would read numbers as dates or timestamps, at any depth.
+fn numbers_as_time(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    match (from, to) {
+        (f, Date32 | Date64 | Timestamp(..)) => f.is_numeric(),
+        (Dictionary(_, v), t) => numbers_as_time(v, t),
+        (
+            List(a) | LargeList(a) | ListView(a) | LargeListView(a) | FixedSizeList(a, _),
+            List(b) | LargeList(b) | ListView(b) | LargeListView(b) | FixedSizeList(b, _),
+        )
+        | (Map(a, _), Map(b, _)) => numbers_as_time(a.data_type(), b.data_type()),
+        // Paired by position and by name: either way, no number becomes a date.
+        (Struct(fa), Struct(fb)) => {
+            fa.iter().zip(fb.iter()).any(|(a, b)| numbers_as_time(a.data_type(), b.data_type()))
+                || fb.iter().any(|b| {
+                    fa.iter()
+                        .find(|a| a.name() == b.name())
+                        .is_some_and(|a| numbers_as_time(a.data_type(), b.data_type()))
+                })
+        }
+        _ => false,
+    }
 }
 
 fn raw(arr: &ArrayRef) -> Result<Int64Array, Inexact> {
@@ -592,6 +623,28 @@ mod tests {
     use super::*;
     use arrow::array::{Decimal128Array, Int32Array, StringArray};
     use DataType::*;
+
+    #[test]
+    fn numbers_in_lists_and_structs_are_not_read_as_dates_or_instants() {
+        let list = |t: DataType| List(Arc::new(Field::new("item", t, true)));
+        let ints: ArrayRef =
+            Arc::new(arrow::array::ListArray::from_iter_primitive::<Int64Type, _, _>(vec![Some(vec![
+                Some(20000i64),
+                None,
+            ])]));
+        let ts = Timestamp(TimeUnit::Millisecond, Some("UTC".into()));
+        for to in [list(Date32), list(ts.clone())] {
+            let e = exact_cast(&ints, &to, Tz::UTC).map(|_| ()).unwrap_err();
+            assert!(e.message.contains("holds numbers"), "{}", e.message);
+        }
+        let d = Arc::new(Field::new("d", Int64, true));
+        let obj: ArrayRef = Arc::new(arrow::array::StructArray::from(vec![(
+            d,
+            Arc::new(arrow::array::Int64Array::from(vec![20000])) as ArrayRef,
+        )]));
+        let to = Struct(vec![Field::new("d", Date32, true)].into());
+        assert!(exact_cast(&obj, &to, Tz::UTC).is_err());
+    }
 
     #[test]
     fn nulls_inside_lists_and_structs_take_the_other_type() {
