@@ -197,23 +197,26 @@ pub async fn read_all(state: &StoreLocation) -> Result<Vec<Journal>> {
             }
         }
     }
-    let mut v = Vec::new();
-    for m in metas {
-        // Only `<run id>.json` is a journal (gc names anything else as not lakeswap's).
-        if !m.location.filename().is_some_and(is_journal_name) {
-            continue;
+    // Only `<run id>.json` is a journal (gc names anything else as not lakeswap's). Read 16 at
+    // a time: a table run every hour has thousands, one request each on an object store.
+    let reads = metas.into_iter().filter(|m| m.location.filename().is_some_and(is_journal_name)).map(|m| {
+        let (store, shown) = (state.store.clone(), state.display(&m.location));
+        async move {
+            let unreadable = |e: object_store::Error| Error::store("cannot read the run journal", shown.clone(), e);
+            let bytes = match store.get(&m.location).await {
+                Ok(r) => r.bytes().await.map_err(unreadable)?,
+                // Removed since the listing (a journal removed by hand).
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(unreadable(e)),
+            };
+            serde_json::from_slice::<Journal>(&bytes).map(Some).map_err(|e| unreadable_journal(&shown, &e.to_string()))
         }
-        let unreadable =
-            |e: object_store::Error| Error::store("cannot read the run journal", state.display(&m.location), e);
-        let bytes = match state.store.get(&m.location).await {
-            Ok(r) => r.bytes().await.map_err(unreadable)?,
-            // Removed since the listing (gc ages journals out).
-            Err(object_store::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(unreadable(e)),
-        };
-        let j = serde_json::from_slice::<Journal>(&bytes)
-            .map_err(|e| unreadable_journal(&state.display(&m.location), &e.to_string()))?;
-        v.push(j);
+    });
+    use futures::StreamExt;
+    let read: Vec<Result<Option<Journal>>> = futures::stream::iter(reads).buffered(16).collect().await;
+    let mut v = Vec::with_capacity(read.len());
+    for j in read {
+        v.extend(j?);
     }
     v.sort_by(|a, b| a.run_id.cmp(&b.run_id));
     Ok(v)
