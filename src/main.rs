@@ -855,10 +855,12 @@ fn on_signals(stop: Arc<run::Stop>, timeout: std::time::Duration) -> tokio::task
                     code
                 }
                 None => {
-                    errln!(
-                        "lakeswap: still stopping {} s after {first} (a store is not answering?): exiting now. What \
-                         is committed stays as it was; this run's leases expire after --lease-ttl (the next run on \
-                         this host takes them over at once), and `lakeswap gc` removes what it staged",
+                    // A log record (JSON with --log-format json), as the stop's own.
+                    tracing::error!(
+                        signal = first,
+                        "still stopping {} s after {first} (a store is not answering?): exiting now (--stop-timeout). \
+                         What is committed stays as it was; this run's leases expire after --lease-ttl (the next run \
+                         on this host takes them over at once), and `lakeswap gc` removes what it staged",
                         timeout.as_secs()
                     );
                     lakeswap::error::PartitionError::Stopped { signal: first }.exit_code().code()

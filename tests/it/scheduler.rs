@@ -526,7 +526,7 @@ fn a_stop_held_up_by_a_silent_store_ends_after_the_stop_timeout() {
     let child = bin()
         .current_dir(t.path())
         .args(args)
-        .args(["--stop-timeout", "2"])
+        .args(["--stop-timeout", "2", "--log-format", "json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -537,6 +537,8 @@ fn a_stop_held_up_by_a_silent_store_ends_after_the_stop_timeout() {
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
     assert!(stderr(&o).contains("still stopping 2 s after SIGTERM"), "{}", stderr(&o));
+    // Said as a record, as every line under `--log-format json` is.
+    assert!(json_lines(&stderr(&o)).iter().any(|r| r["level"] == "ERROR"), "{}", stderr(&o));
     assert!(asked.elapsed() < Duration::from_secs(20), "{:?}", asked.elapsed());
 }
 
