@@ -179,14 +179,18 @@ impl Job {
             return Ok(None);
         }
         let parts: Vec<String> = self.output.prefix.parts().map(|p| p.as_ref().to_string()).collect();
+        // Keys as the prefix names them (`p~q`), joined as they are: built part by part, each
+        // part would be encoded again (`p%7Eq`), and another key asked for.
+        let key = |parts: &[&str]| object_store::path::Path::parse(parts.join("/"));
         for i in (1..parts.len()).rev() {
             let mut state: Vec<&str> = parts[..i - 1].iter().map(String::as_str).collect();
             state.extend([LEGACY_STATE[0], parts[i - 1].as_str()]);
-            let state = object_store::path::Path::from_iter(state);
+            let Ok(state) = key(&state) else { continue };
             let marker = state.clone().join(TABLE_MARKER);
             match self.output.store.head(&marker).await {
                 Ok(_) => {
-                    let folder = object_store::path::Path::from_iter(parts[..i].iter().map(String::as_str));
+                    let folder: Vec<&str> = parts[..i].iter().map(String::as_str).collect();
+                    let folder = key(&folder).unwrap_or_default();
                     return Ok(Some((self.output.display(&folder), self.output.display(&state))));
                 }
                 Err(object_store::Error::NotFound { .. }) => {}

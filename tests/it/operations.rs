@@ -681,6 +681,30 @@ fn verify_finds_a_file_changed_since_it_was_written_though_its_rows_read_alike()
     assert!(text(&o).contains("or is gone from a file lakeswap sealed"), "{}", text(&o));
 }
 
+/// A table inside another on an object store whose folder name the store's paths encode
+/// (`p~q`): the outer table's state was looked for under `p%7Eq`, not found, and the inner
+/// table made inside it (exit 0).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_inside_another_named_with_a_tilde_is_refused_on_an_object_store() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(119, 1, 40), 1);
+    let out = lake.output().display().to_string();
+    let text = std::fs::read_to_string(lake.config()).unwrap();
+    let cfg = |url: &str, name: &str| {
+        let p = lake.dir.path().join(name);
+        std::fs::write(&p, text.replace(&format!("url = \"{out}\""), &format!("url = \"{url}\""))).unwrap();
+        p
+    };
+    let outer = cfg("memory://encoded/p~q", "outer.toml");
+    let s = run_range(&outer, "2026-11-01", "2026-11-01").await;
+    assert_eq!(s.exit_code, lakeswap::ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let inner = Job::load(&cfg("memory://encoded/p~q/inner", "inner.toml")).unwrap();
+    let opts = RunOptions { dates: Some(vec![d("2026-11-01")]), ..Default::default() };
+    let e = run::run(&inner, &opts).await.map(|_| ()).unwrap_err();
+    assert_eq!(e.exit_code(), lakeswap::ExitCode::Usage, "{e}");
+    assert!(e.to_string().contains("lies inside the lakeswap table memory://encoded/p~q"), "{e}");
+}
+
 /// Risks: a table made inside another table's folder (`lake/revenue/inner`) was accepted: its
 /// files were read as the outer table's rows by readers of it, and the outer table's runs
 /// were refused from then on (exit 2, never retried). A store endpoint that is not a web
