@@ -136,6 +136,16 @@ struct Held {
     unrenewed: Option<String>,
 }
 
+impl Held {
+    /// A lease just taken. One whose taking took the store longer than its time to live was
+    /// born expired, for the store's slowness.
+    fn taken(body: LeaseBody, version: UpdateVersion) -> Held {
+        let late = Utc::now() >= body.expires;
+        let unrenewed = late.then(|| "the store took longer than the lease's time to live to write it".to_string());
+        Held { body, version, lost: false, unrenewed }
+    }
+}
+
 /// The leases of one run.
 #[derive(Debug)]
 pub struct Leases {
@@ -149,6 +159,20 @@ pub struct Leases {
     /// is renewing it is deleted after that pass's write, never before it (a local folder's
     /// renewal is a read then a plain put, which would otherwise bring a released lease back).
     renewing: tokio::sync::RwLock<()>,
+    /// When the renewal pass under way started, if one is: a lease that expires while its
+    /// renewal waits for the store expired for the store's want of an answer.
+    pass_since: Mutex<Option<DateTime<Utc>>>,
+}
+
+/// The lease of the table as a whole (held by a merge, and by the run that makes a table).
+pub const TABLE: &str = "_merge";
+
+/// A lease's name in messages: its partition folder, or the table.
+fn shown(dir: &str) -> String {
+    match dir {
+        TABLE => "the table".to_string(),
+        dir => dir.to_string(),
+    }
 }
 
 /// The lease object of a partition folder.
@@ -187,6 +211,7 @@ impl Leases {
             process: Process::current(),
             held: Mutex::new(BTreeMap::new()),
             renewing: tokio::sync::RwLock::new(()),
+            pass_since: Mutex::new(None),
         }
     }
 
@@ -236,7 +261,7 @@ impl Leases {
             match self.state.store.put_opts(&path, bytes.clone().into(), create).await {
                 Ok(r) => {
                     let version = UpdateVersion { e_tag: r.e_tag, version: r.version };
-                    self.held().insert(dir.to_string(), Held { body, version, lost: false, unrenewed: None });
+                    self.held().insert(dir.to_string(), Held::taken(body, version));
                     return Ok(());
                 }
                 Err(object_store::Error::AlreadyExists { .. }) => {}
@@ -280,7 +305,7 @@ impl Leases {
             let protocol = self.state.protocol.clone();
             if let Some(version) = protocol.take_over(&self.state, &path, version, current, bytes, &self.run_id).await?
             {
-                self.held().insert(dir.to_string(), Held { body, version, lost: false, unrenewed: None });
+                self.held().insert(dir.to_string(), Held::taken(body, version));
                 return Ok(());
             }
         }
@@ -313,6 +338,7 @@ impl Leases {
     /// Renews every lease held; marks those found taken as lost.
     pub async fn renew_all(&self) {
         let _pass = self.renewing.write().await;
+        *self.pass_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Utc::now());
         let dirs: Vec<(String, Held)> =
             self.held().iter().filter(|(_, h)| !h.lost).map(|(d, h)| (d.clone(), h.clone())).collect();
         for (dir, h) in dirs {
@@ -339,6 +365,7 @@ impl Leases {
                 }
             }
         }
+        *self.pass_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Whether this run took the lease of `dir` (and has not released it), lost since or not.
@@ -347,16 +374,24 @@ impl Leases {
     }
 
     /// Whether this run may still write the partition: its lease is held, not lost, not expired.
-    /// A lease that expired because the store failed its renewals is the store's failure (exit
-    /// 1), not another run's doing (exit 4).
+    /// A lease that expired because the store failed its renewals, or did not answer them, is
+    /// the store's failure (exit 1), not another run's doing (exit 4).
     pub fn check(&self, dir: &str) -> Result<(), PartitionError> {
+        let now = Utc::now();
+        let pass = *self.pass_since.lock().unwrap_or_else(|e| e.into_inner());
         let held = self.held();
+        let unrenewed = |error: String| Err(PartitionError::LeaseUnrenewed { dir: shown(dir), error });
         match held.get(dir) {
-            Some(h) if !h.lost && h.body.expires > Utc::now() => Ok(()),
-            Some(Held { lost: false, unrenewed: Some(error), .. }) => {
-                Err(PartitionError::LeaseUnrenewed { dir: dir.to_string(), error: error.clone() })
-            }
-            _ => Err(PartitionError::LeaseLost { dir: dir.to_string() }),
+            Some(h) if !h.lost && h.body.expires > now => Ok(()),
+            Some(Held { lost: false, unrenewed: Some(error), .. }) => unrenewed(error.clone()),
+            Some(Held { lost: false, body, .. }) => match pass {
+                Some(since) if since < body.expires => unrenewed(format!(
+                    "its renewal, sent {:.1} s before it expired, had no answer",
+                    (body.expires - since).num_milliseconds() as f64 / 1000.0
+                )),
+                _ => Err(PartitionError::LeaseLost { dir: shown(dir) }),
+            },
+            _ => Err(PartitionError::LeaseLost { dir: shown(dir) }),
         }
     }
 

@@ -20,7 +20,7 @@ use crate::read::{self, FlatInput};
 
 /// The table's lease: held by a merge for its whole run (one run of a merge table at a time),
 /// and by a run making a new table from its commit to its first swap.
-pub const TABLE_LEASE: &str = "_merge";
+pub const TABLE_LEASE: &str = crate::lease::TABLE;
 
 /// A run holding its partitions.
 pub struct Held {

@@ -131,37 +131,52 @@ async fn a_run_that_lost_its_lease_while_writing_exits_as_leased() {
     assert_eq!(lake.snapshot(), committed, "nothing overwritten");
 }
 
-/// A store that fails while a run holds its lease (here: every read of a lease fails, so no
-/// renewal passes) lets the lease expire: the run writes nothing, and says the store failed
-/// (exit 1, which a scheduler retries as a failure) — not that another run took the date over
-/// (exit 4), which no run did.
+/// A store that fails while a run holds its lease lets the lease expire: the run writes
+/// nothing, and says the store failed (exit 1, which a scheduler retries as a failure) — not
+/// that another run took the date over (exit 4), which no run did. Whether the store fails
+/// the renewals (every read of a lease is refused) or leaves them without an answer (a frozen
+/// server: every write of a lease waits).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_that_expired_because_the_store_failed_is_a_store_failure() {
-    let lake = Lake::new();
-    lake.write_hive(&random_orders(94, 1, 100), 1);
-    let made = run_with(&lake.config(), "2026-11-02", "2026-11-02", |o| o.allow_empty = true).await;
-    assert_eq!(made.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&made));
-    let before = lake.snapshot();
-    let mut slow = Job::load(&lake.config()).unwrap();
-    let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
-    // Held when it looks at the committed partition, under its lease.
-    let (gate, arrived) = faulty.gate_reads("event_date=2026-11-01/");
-    let ttl = Duration::from_millis(300);
-    let holder = tokio::spawn(async move {
-        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
-        run::run(&slow, &o).await.unwrap()
-    });
-    arrived.notified().await;
-    faulty.deny("leases/");
-    tokio::time::sleep(ttl * 3).await;
-    gate.add_permits(1000);
-    let s = holder.await.unwrap();
-    let t = lakeswap::report::table(&s);
-    assert_eq!(s.exit_code, ExitCode::PartialFailure, "{t}");
-    assert_eq!(s.partitions[0].action, Action::Failed, "{t}");
-    let e = s.partitions[0].error.as_deref().unwrap();
-    assert!(e.contains("the store failed") && e.contains("Permission denied") && !e.contains("took it over"), "{e}");
-    assert_eq!(lake.snapshot(), before, "nothing written");
+    for hangs in [false, true] {
+        let lake = Lake::new();
+        lake.write_hive(&random_orders(94, 1, 100), 1);
+        let made = run_with(&lake.config(), "2026-11-02", "2026-11-02", |o| o.allow_empty = true).await;
+        assert_eq!(made.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&made));
+        let before = lake.snapshot();
+        let mut slow = Job::load(&lake.config()).unwrap();
+        let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
+        // Held when it looks at the committed partition, under its lease.
+        let (gate, arrived) = faulty.gate_reads("event_date=2026-11-01/");
+        let ttl = Duration::from_millis(300);
+        let holder = tokio::spawn(async move {
+            let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
+            run::run(&slow, &o).await.unwrap()
+        });
+        arrived.notified().await;
+        let frozen = match hangs {
+            true => Some(faulty.gate("leases/").0),
+            false => {
+                faulty.deny("leases/");
+                None
+            }
+        };
+        tokio::time::sleep(ttl * 3).await;
+        gate.add_permits(1000);
+        // The store answers again, later: the renewal under way ends, the lease is released.
+        if let Some(frozen) = frozen {
+            tokio::time::sleep(ttl * 2).await;
+            frozen.add_permits(1000);
+        }
+        let s = holder.await.unwrap();
+        let t = lakeswap::report::table(&s);
+        assert_eq!(s.exit_code, ExitCode::PartialFailure, "hangs: {hangs}\n{t}");
+        assert_eq!(s.partitions[0].action, Action::Failed, "{t}");
+        let e = s.partitions[0].error.as_deref().unwrap();
+        let why = if hangs { "had no answer" } else { "Permission denied" };
+        assert!(e.contains("the store failed") && e.contains(why) && !e.contains("took it over"), "{e}");
+        assert_eq!(lake.snapshot(), before, "nothing written");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
