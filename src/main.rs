@@ -447,6 +447,9 @@ fn main() -> ProcessExit {
     }
 }
 
+/// The run's id once planned, for a summary written as the process exits on its own.
+static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// An error and its sources, once each.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -666,16 +669,11 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
     // Listening before anything else: a signal from here on stops the run politely and leaves
     // its own summary, never an older run's (a dry run writes nothing and keeps the default).
     let stop = Arc::new(run::Stop::default());
-    if !(1..=3600).contains(&a.stop_timeout) {
-        return Err(usage(format!(
-            "--stop-timeout (or LAKESWAP_STOP_TIMEOUT) must be 1 to 3600 seconds, not {}",
-            a.stop_timeout
-        )));
-    }
     if !a.dry_run {
         // Listening until the process exits: a second signal, or the stop's time running out,
-        // exits at once at any point.
-        on_signals(stop.clone(), std::time::Duration::from_secs(a.stop_timeout));
+        // exits at once at any point. (A value out of range refuses the run below.)
+        let timeout = std::time::Duration::from_secs(a.stop_timeout.clamp(1, 3600));
+        on_signals(stop.clone(), timeout, a.summary_json.clone());
     }
     if let Some(path) = &a.summary_json {
         check_summary_path(path, &a, vars)?;
@@ -762,6 +760,12 @@ async fn run_job(
     if a.concurrency == Some(0) {
         return Err(usage("--concurrency (or LAKESWAP_CONCURRENCY) must be at least 1"));
     }
+    if !(1..=3600).contains(&a.stop_timeout) {
+        return Err(usage(format!(
+            "--stop-timeout (or LAKESWAP_STOP_TIMEOUT) must be 1 to 3600 seconds, not {}",
+            a.stop_timeout
+        )));
+    }
     let max_ttl = run::MAX_LEASE_TTL.as_secs();
     if !(1..=max_ttl).contains(&a.lease_ttl) {
         return Err(usage(format!(
@@ -821,7 +825,12 @@ async fn run_job(
 /// computations in flight are abandoned, swaps in flight finish, leases are released, the
 /// journal and the summary are written; exit 143, 130 or 129); a second exits at once, as does
 /// a stop that takes longer than `timeout` (a store that does not answer).
-fn on_signals(stop: Arc<run::Stop>, timeout: std::time::Duration) -> tokio::task::JoinHandle<()> {
+fn on_signals(
+    stop: Arc<run::Stop>,
+    timeout: std::time::Duration,
+    summary_json: Option<PathBuf>,
+) -> tokio::task::JoinHandle<()> {
+    let started = std::time::Instant::now();
     tokio::spawn(async move {
         #[cfg(unix)]
         {
@@ -863,7 +872,21 @@ fn on_signals(stop: Arc<run::Stop>, timeout: std::time::Duration) -> tokio::task
                          on this host takes them over at once), and `lakeswap gc` removes what it staged",
                         timeout.as_secs()
                     );
-                    lakeswap::error::PartitionError::Stopped { signal: first }.exit_code().code()
+                    let code = lakeswap::error::PartitionError::Stopped { signal: first }.exit_code();
+                    // The summary says how the run ended, not that it is running.
+                    if let Some(path) = &summary_json {
+                        let why = format!(
+                            "stopped by {first}; the stop did not finish within --stop-timeout ({} s), so the run \
+                             exited with its swaps in flight left as a killed run leaves them",
+                            timeout.as_secs()
+                        );
+                        let run_id = RUN_ID.get().map(String::as_str);
+                        let _ = std::fs::write(
+                            path,
+                            report::ended_json(run_id, code, &why, started.elapsed().as_secs_f64()),
+                        );
+                    }
+                    code.code()
                 }
             };
             lakeswap::spill::remove_all();
@@ -983,6 +1006,7 @@ impl run::Observer for Progress {
     fn event(&self, e: &run::Event<'_>) {
         match e {
             run::Event::Planned { run_id, partitions } => {
+                let _ = RUN_ID.set(run_id.to_string());
                 if let Some(path) = self.summary_json.as_ref().filter(|p| is_file_or_absent(p)) {
                     // Written once already at start: a failure now is not the run's to fail.
                     let _ = std::fs::write(path, report::running_json(Some(run_id)));

@@ -194,8 +194,14 @@ pub fn json(s: &RunSummary) -> String {
 
 /// The summary of a run refused as a whole before it ran (a bad config, a busy table).
 pub fn refused_json(exit_code: ExitCode, error: &str, seconds: f64) -> String {
+    ended_json(None, exit_code, error, seconds)
+}
+
+/// The summary of a run that ended without its partitions' reports (refused before it ran, or
+/// exited as a stop ran out of time): its id when it had one, its exit code and why.
+pub fn ended_json(run_id: Option<&str>, exit_code: ExitCode, error: &str, seconds: f64) -> String {
     serde_json::to_string_pretty(&SummaryJson {
-        run_id: None,
+        run_id,
         exit_code: exit_code.code(),
         error: Some(error),
         seconds,

@@ -520,13 +520,18 @@ fn a_stop_held_up_by_a_silent_store_ends_after_the_stop_timeout() {
     );
     std::fs::write(t.path().join("s.toml"), cfg).unwrap();
     let args = ["run", "--config", "s.toml", "--date", "2026-11-01"];
-    let o = bin().current_dir(t.path()).args(args).args(["--stop-timeout", "0"]).output().unwrap();
+    // Refused as a whole, with the summary saying so (not an older run's left in place).
+    std::fs::write(t.path().join("summary.json"), "{\"exit_code\": 0}").unwrap();
+    let mut refused = bin();
+    refused.current_dir(t.path()).args(args).args(["--stop-timeout", "0", "--summary-json", "summary.json"]);
+    let o = refused.output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--stop-timeout"), "{}", stderr(&o));
+    assert_eq!(read_json(&t.path().join("summary.json"))["exit_code"], 2);
     let child = bin()
         .current_dir(t.path())
         .args(args)
-        .args(["--stop-timeout", "2", "--log-format", "json"])
+        .args(["--stop-timeout", "2", "--log-format", "json", "--summary-json", "summary.json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -540,6 +545,10 @@ fn a_stop_held_up_by_a_silent_store_ends_after_the_stop_timeout() {
     // Said as a record, as every line under `--log-format json` is.
     assert!(json_lines(&stderr(&o)).iter().any(|r| r["level"] == "ERROR"), "{}", stderr(&o));
     assert!(asked.elapsed() < Duration::from_secs(20), "{:?}", asked.elapsed());
+    // The summary says how it ended, not "running".
+    let s = read_json(&t.path().join("summary.json"));
+    assert_eq!(s["exit_code"], 143, "{s}");
+    assert!(s["error"].as_str().unwrap_or_default().contains("--stop-timeout"), "{s}");
 }
 
 #[test]
