@@ -212,12 +212,10 @@ pub async fn read_all(state: &StoreLocation) -> Result<Vec<Journal>> {
             serde_json::from_slice::<Journal>(&bytes).map(Some).map_err(|e| unreadable_journal(&shown, &e.to_string()))
         }
     });
+    // The first error ends the reading: the reads in flight are dropped.
     use futures::StreamExt;
-    let read: Vec<Result<Option<Journal>>> = futures::stream::iter(reads).buffered(16).collect().await;
-    let mut v = Vec::with_capacity(read.len());
-    for j in read {
-        v.extend(j?);
-    }
+    let read: Vec<Option<Journal>> = futures::stream::iter(reads).buffered(16).try_collect().await?;
+    let mut v: Vec<Journal> = read.into_iter().flatten().collect();
     v.sort_by(|a, b| a.run_id.cmp(&b.run_id));
     Ok(v)
 }

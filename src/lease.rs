@@ -159,8 +159,9 @@ pub struct Leases {
     /// is renewing it is deleted after that pass's write, never before it (a local folder's
     /// renewal is a read then a plain put, which would otherwise bring a released lease back).
     renewing: tokio::sync::RwLock<()>,
-    /// When the renewal pass under way started, if one is: a lease that expires while its
-    /// renewal waits for the store expired for the store's want of an answer.
+    /// When the renewal pass under way fell due, if one is: a lease that expires while the pass
+    /// waits for the store (its own renewal, another's, or a release it waits behind) expired
+    /// for the store's want of an answer.
     pass_since: Mutex<Option<DateTime<Utc>>>,
 }
 
@@ -337,8 +338,9 @@ impl Leases {
 
     /// Renews every lease held; marks those found taken as lost.
     pub async fn renew_all(&self) {
-        let _pass = self.renewing.write().await;
+        // Due from now, even while it waits for a release talking to the store.
         *self.pass_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(Utc::now());
+        let _pass = self.renewing.write().await;
         let dirs: Vec<(String, Held)> =
             self.held().iter().filter(|(_, h)| !h.lost).map(|(d, h)| (d.clone(), h.clone())).collect();
         for (dir, h) in dirs {
@@ -386,7 +388,7 @@ impl Leases {
             Some(Held { lost: false, unrenewed: Some(error), .. }) => unrenewed(error.clone()),
             Some(Held { lost: false, body, .. }) => match pass {
                 Some(since) if since < body.expires => unrenewed(format!(
-                    "its renewal, sent {:.1} s before it expired, had no answer",
+                    "the renewal of this run's leases, due {:.1} s before it expired, had no answer from the store",
                     (body.expires - since).num_milliseconds() as f64 / 1000.0
                 )),
                 _ => Err(PartitionError::LeaseLost { dir: shown(dir) }),

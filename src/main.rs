@@ -447,6 +447,10 @@ fn main() -> ProcessExit {
     }
 }
 
+/// Set once, by whichever comes first: the run's end (its summary and exit code) or its stop's
+/// time running out (the timeout's).
+static ENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The run's id once planned, for a summary written as the process exits on its own.
 static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
@@ -687,6 +691,11 @@ async fn cmd_run(a: RunArgs, vars: &[(String, String)]) -> Result<ExitCode, Erro
     let summary_json = a.summary_json.clone();
     let started = std::time::Instant::now();
     let result = run_job(a, vars, stop).await;
+    // The run ends here: a stop's time running out from now would race its summary and exit
+    // code. Already ending that way, the timeout's summary and exit are the process's.
+    if ENDING.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
     if let Some(path) = &summary_json {
         let text = match &result {
             Ok(Some(summary)) => report::json(summary),
@@ -863,6 +872,8 @@ fn on_signals(
                     errln!("lakeswap: second signal: exiting at once");
                     code
                 }
+                // The run ended meanwhile: its own summary and exit code stand.
+                None if ENDING.swap(true, std::sync::atomic::Ordering::SeqCst) => return,
                 None => {
                     // A log record (JSON with --log-format json), as the stop's own.
                     tracing::error!(

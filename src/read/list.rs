@@ -58,10 +58,15 @@ pub async fn names_an_object(input: &StoreLocation) -> Result<bool> {
     if input.prefix.as_ref().is_empty() || input.local_path(&Path::default()).is_some() {
         return Ok(false);
     }
+    // Only to say why nothing was found: a zero-byte object is a folder (ADLS Gen2 keeps its
+    // folders as such), and a store that will not say (a policy scoped to the folder's keys)
+    // leaves the folder's own message.
     match input.store.head(&input.prefix).await {
-        Ok(_) => Ok(true),
-        Err(object_store::Error::NotFound { .. }) => Ok(false),
-        Err(e) => Err(Error::store("cannot read", input.display(&input.prefix), e)),
+        Ok(m) => Ok(m.size > 0),
+        Err(e) => {
+            tracing::debug!(url = %input.url, error = %e, "not known to be an object");
+            Ok(false)
+        }
     }
 }
 

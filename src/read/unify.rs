@@ -483,21 +483,20 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
 fn numbers_as_time(from: &DataType, to: &DataType) -> bool {
     use DataType::*;
     match (from, to) {
-        (f, Date32 | Date64 | Timestamp(..)) => f.is_numeric(),
         (Dictionary(_, v), t) => numbers_as_time(v, t),
+        (f, Date32 | Date64 | Timestamp(..)) => f.is_numeric(),
         (
             List(a) | LargeList(a) | ListView(a) | LargeListView(a) | FixedSizeList(a, _),
             List(b) | LargeList(b) | ListView(b) | LargeListView(b) | FixedSizeList(b, _),
         )
         | (Map(a, _), Map(b, _)) => numbers_as_time(a.data_type(), b.data_type()),
-        // Paired by position and by name: either way, no number becomes a date.
+        // Paired as the cast pairs them: by name when every field is found so, else by position.
         (Struct(fa), Struct(fb)) => {
-            fa.iter().zip(fb.iter()).any(|(a, b)| numbers_as_time(a.data_type(), b.data_type()))
-                || fb.iter().any(|b| {
-                    fa.iter()
-                        .find(|a| a.name() == b.name())
-                        .is_some_and(|a| numbers_as_time(a.data_type(), b.data_type()))
-                })
+            let named: Option<Vec<_>> = fb.iter().map(|b| fa.iter().find(|a| a.name() == b.name())).collect();
+            match named {
+                Some(named) => named.iter().zip(fb.iter()).any(|(a, b)| numbers_as_time(a.data_type(), b.data_type())),
+                None => fa.iter().zip(fb.iter()).any(|(a, b)| numbers_as_time(a.data_type(), b.data_type())),
+            }
         }
         _ => false,
     }
@@ -644,6 +643,11 @@ mod tests {
         )]));
         let to = Struct(vec![Field::new("d", Date32, true)].into());
         assert!(exact_cast(&obj, &to, Tz::UTC).is_err());
+        // Fields in another order are paired by name, as the cast pairs them: no date is a number.
+        let from = Struct(vec![Field::new("a", Int64, true), Field::new("d", Date32, true)].into());
+        let to = Struct(vec![Field::new("d", Date32, true), Field::new("a", Int64, true)].into());
+        assert!(!numbers_as_time(&from, &to));
+        assert!(numbers_as_time(&list(Dictionary(Box::new(Int32), Box::new(Int64))), &list(Date32)));
     }
 
     #[test]

@@ -236,20 +236,13 @@ pub(crate) async fn foreign(
 
 /// A swap refused because the partition changed since it was planned, while this run's lease of
 /// it (or of the table) has lapsed: another run took it over and committed — this run lost its
-/// lease (exit 4, as when that is found before the swap), not a failure of its own; or the store
-/// failed the lease's renewals (exit 1, see [`Leases::check`]).
+/// lease (exit 4, as when that is found before the swap), not a failure of its own, even when
+/// the store's failure let the lease lapse.
 fn lost_lease(leases: &Leases, dir: &str, e: PartitionError) -> PartitionError {
-    let lapsed = leases.check(dir).and_then(|()| match leases.holds(TABLE_LEASE) {
-        true => leases.check(TABLE_LEASE),
-        false => Ok(()),
-    });
-    let dir = dir.to_string();
-    match (e, lapsed) {
-        (PartitionError::Fenced { .. }, Err(PartitionError::LeaseUnrenewed { error, .. })) => {
-            PartitionError::LeaseUnrenewed { dir, error }
-        }
-        (PartitionError::Fenced { .. }, Err(_)) => PartitionError::LeaseLost { dir },
-        (e, _) => e,
+    let lapsed = leases.check(dir).is_err() || (leases.holds(TABLE_LEASE) && leases.check(TABLE_LEASE).is_err());
+    match e {
+        PartitionError::Fenced { .. } if lapsed => PartitionError::LeaseLost { dir: dir.to_string() },
+        e => e,
     }
 }
 
