@@ -157,8 +157,8 @@ pub async fn plan(
         }
         Layout::Flat => {
             objects = list::objects(input, &input.prefix).await?;
-            if objects.is_empty() && list::names_an_object(input).await? {
-                return Err(list::object_not_folder(&cfg.origin, "input.url", &cfg.input.url));
+            if objects.is_empty() && list::names_an_object(input).await {
+                return Err(config_err(cfg, "input.url", list::object_not_folder(&cfg.input.url)));
             }
             if !cfg.input.ignore_folder_values {
                 valued_folders(input, &objects, &input.prefix, column)?;
@@ -956,8 +956,8 @@ async fn read_lookups(cfg: &JobConfig) -> Result<Vec<crate::engine::Lookup>> {
             other => other,
         })?;
         let objects = list::objects(&store, &store.prefix).await?;
-        if objects.is_empty() && list::names_an_object(&store).await? {
-            return Err(list::object_not_folder(&cfg.origin, &key, &t.url));
+        if objects.is_empty() && list::names_an_object(&store).await {
+            return Err(config_err(cfg, &key, list::object_not_folder(&t.url)));
         }
         if objects.is_empty() {
             return Err(config_err(cfg, &key, format!("the lookup table `{}` has no objects at {}", t.name, t.url)));

@@ -54,31 +54,25 @@ pub async fn objects(input: &StoreLocation, prefix: &Path) -> Result<Vec<ObjectM
 /// Whether an object store's URL names one object rather than a folder (`s3://b/events.parquet`):
 /// listed as a folder it holds nothing, and the object would be ignored. Asked only when the
 /// folder's listing found nothing; a local path that is a file is refused when it is opened.
-pub async fn names_an_object(input: &StoreLocation) -> Result<bool> {
+pub async fn names_an_object(input: &StoreLocation) -> bool {
     if input.prefix.as_ref().is_empty() || input.local_path(&Path::default()).is_some() {
-        return Ok(false);
+        return false;
     }
     // Only to say why nothing was found: a zero-byte object is a folder (ADLS Gen2 keeps its
     // folders as such), and a store that will not say (a policy scoped to the folder's keys)
     // leaves the folder's own message.
     match input.store.head(&input.prefix).await {
-        Ok(m) => Ok(m.size > 0),
+        Ok(m) => m.size > 0,
         Err(e) => {
             tracing::debug!(url = %input.url, error = %e, "not known to be an object");
-            Ok(false)
+            false
         }
     }
 }
 
-/// The refusal of a URL that [`names_an_object`], for the config key `key`.
-pub fn object_not_folder(origin: &str, key: &str, url: &str) -> Error {
-    Error::Config(crate::error::ConfigError::Invalid {
-        path: origin.to_string(),
-        key: key.into(),
-        message: format!(
-            "{url} is an object, not a folder; name the folder that holds the objects (every object under it is read)"
-        ),
-    })
+/// Why a URL that [`names_an_object`] is refused.
+pub fn object_not_folder(url: &str) -> String {
+    format!("{url} is an object, not a folder; name the folder that holds the objects (every object under it is read)")
 }
 
 /// Drops zero-byte folder markers (`key/`, as S3 consoles and some writers make them) from a
