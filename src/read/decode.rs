@@ -524,7 +524,10 @@ impl Decoder {
                     );
                     arrow::array::new_null_array(&d.ty, c.len())
                 }
-                Some(d) => match unify::exact_cast(c, &d.ty, self.tz) {
+                Some(d) => match match d.epoch && is_number(&unify::base(c.data_type())) {
+                    true => unify::epoch_values(c, &d.ty),
+                    false => unify::exact_cast(c, &d.ty, self.tz),
+                } {
                     Ok(a) => a,
                     Err(e) => {
                         // Not value by value: every row of the batch is suspect.

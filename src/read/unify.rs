@@ -449,12 +449,33 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
              write the column as a date or as text (2026-11-01), or declare it another type"
         )));
     }
-    // Inside a list, a struct or a map, no declared unit says what a number counts either.
-    if from.is_nested() && numbers_as_time(from, to) {
+    // Anywhere else — a column of a table rebuilt under a new schema, a field inside a list, a
+    // struct or a map — no declared unit says what a number counts, nor which count a time is.
+    if numbers_as_time(from, to) {
         return Err(fail(format!(
-            "{from} holds numbers where {to} holds dates or timestamps: a number is neither (20261101 is no \
-             date, and a count since 1970 names no unit); write them as dates, timestamps or text"
+            "{from} holds numbers where {to} holds times: a number is no time (20261101 is no date, and a \
+             count since 1970 names no unit); write them as dates, timestamps or text, or declare a number \
+             column `timestamp(s)` (ms, us, ns) in [input.schema] to read it as epoch values"
         )));
+    }
+    if time_as_numbers(from, to) {
+        return Err(fail(format!(
+            "{from} holds times where {to} holds numbers: a time is no number (its count since 1970 depends \
+             on a unit it does not name); keep the column a time, or compute the number in the query \
+             (`date_part('epoch', ts)`)"
+        )));
+    }
+    epoch_values(arr, to)
+}
+
+/// `arr`, integers, as timestamps of `to`'s unit counted from 1970: only where that unit was
+/// declared (`timestamp(s)` …) for the column; every value survives, or its row is named.
+pub fn epoch_values(arr: &ArrayRef, to: &DataType) -> Result<ArrayRef, Inexact> {
+    let from = arr.data_type();
+    let fail = |message: String| Inexact { row: None, message };
+    if let DataType::Dictionary(_, v) = from {
+        let plain = arrow::compute::cast(arr, v).map_err(|e| fail(e.to_string()))?;
+        return epoch_values(&plain, to);
     }
     if !arrow::compute::can_cast_types(from, to) {
         return Err(fail(format!("{from} values cannot be read as {to}: declare a type they can take")));
@@ -479,26 +500,44 @@ pub fn exact_cast(arr: &ArrayRef, to: &DataType, tz: Tz) -> Result<ArrayRef, Ine
     Ok(out)
 }
 
-/// Whether casting `from` to `to` would read numbers as dates or timestamps, at any depth.
+/// Whether casting `from` to `to` would read numbers as times (dates, timestamps, times of day,
+/// durations), at any depth.
 fn numbers_as_time(from: &DataType, to: &DataType) -> bool {
+    any_pair(from, to, &|f, t| f.is_numeric() && is_time(t))
+}
+
+/// Whether casting `from` to `to` would read times as numbers, at any depth.
+fn time_as_numbers(from: &DataType, to: &DataType) -> bool {
+    any_pair(from, to, &|f, t| is_time(f) && t.is_numeric())
+}
+
+fn is_time(t: &DataType) -> bool {
+    use DataType::*;
+    matches!(t, Date32 | Date64 | Timestamp(..) | Time32(_) | Time64(_) | Duration(_))
+}
+
+/// Whether `leaf` holds for a pair of types a cast from `from` to `to` converts one into the
+/// other: the types themselves, or those inside lists, maps and structs, paired as the cast
+/// pairs them.
+fn any_pair(from: &DataType, to: &DataType, leaf: &dyn Fn(&DataType, &DataType) -> bool) -> bool {
     use DataType::*;
     match (from, to) {
-        (Dictionary(_, v), t) => numbers_as_time(v, t),
-        (f, Date32 | Date64 | Timestamp(..)) => f.is_numeric(),
+        (Dictionary(_, v), t) => any_pair(v, t, leaf),
+        (f, Dictionary(_, v)) => any_pair(f, v, leaf),
         (
             List(a) | LargeList(a) | ListView(a) | LargeListView(a) | FixedSizeList(a, _),
             List(b) | LargeList(b) | ListView(b) | LargeListView(b) | FixedSizeList(b, _),
         )
-        | (Map(a, _), Map(b, _)) => numbers_as_time(a.data_type(), b.data_type()),
-        // Paired as the cast pairs them: by name when every field is found so, else by position.
+        | (Map(a, _), Map(b, _)) => any_pair(a.data_type(), b.data_type(), leaf),
+        // By name when every field is found so, else by position.
         (Struct(fa), Struct(fb)) => {
             let named: Option<Vec<_>> = fb.iter().map(|b| fa.iter().find(|a| a.name() == b.name())).collect();
             match named {
-                Some(named) => named.iter().zip(fb.iter()).any(|(a, b)| numbers_as_time(a.data_type(), b.data_type())),
-                None => fa.iter().zip(fb.iter()).any(|(a, b)| numbers_as_time(a.data_type(), b.data_type())),
+                Some(named) => named.iter().zip(fb.iter()).any(|(a, b)| any_pair(a.data_type(), b.data_type(), leaf)),
+                None => fa.iter().zip(fb.iter()).any(|(a, b)| any_pair(a.data_type(), b.data_type(), leaf)),
             }
         }
-        _ => false,
+        (f, t) => leaf(f, t),
     }
 }
 
@@ -648,6 +687,30 @@ mod tests {
         let to = Struct(vec![Field::new("d", Date32, true), Field::new("a", Int64, true)].into());
         assert!(!numbers_as_time(&from, &to));
         assert!(numbers_as_time(&list(Dictionary(Box::new(Int32), Box::new(Int64))), &list(Date32)));
+    }
+
+    #[test]
+    fn times_and_numbers_never_convert_into_each_other() {
+        let us = Timestamp(TimeUnit::Microsecond, None);
+        let ints: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![1_762_000_000]));
+        let e = exact_cast(&ints, &us, Tz::UTC).unwrap_err();
+        assert!(e.message.contains("holds numbers where"), "{}", e.message);
+        let times: ArrayRef = Arc::new(arrow::array::TimestampMicrosecondArray::from(vec![1_793_527_200_000_000]));
+        for to in [Int64, Float64, Decimal128(20, 0)] {
+            let e = exact_cast(&times, &to, Tz::UTC).unwrap_err();
+            assert!(e.message.contains("holds times where"), "{to}: {}", e.message);
+        }
+        let days: ArrayRef = Arc::new(arrow::array::Date32Array::from(vec![20_758]));
+        assert!(exact_cast(&days, &Int32, Tz::UTC).is_err());
+        assert!(exact_cast(&ints, &Duration(TimeUnit::Second), Tz::UTC).is_err());
+        // A declared unit reads epoch values; a date is still midnight as a timestamp.
+        let got = epoch_values(&ints, &Timestamp(TimeUnit::Second, None)).unwrap();
+        assert_eq!(got.as_primitive::<arrow::datatypes::TimestampSecondType>().value(0), 1_762_000_000);
+        assert!(exact_cast(&days, &us, Tz::UTC).is_ok());
+        assert!(time_as_numbers(
+            &Struct(vec![Field::new("t", us, true)].into()),
+            &Struct(vec![Field::new("t", Int64, true)].into())
+        ));
     }
 
     #[test]

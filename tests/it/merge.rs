@@ -1150,6 +1150,55 @@ fn a_csv_merge_whose_batches_infer_other_types_is_told_to_declare_them() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
+/// Risk: a merged table rebuilt with a column that was a timestamp now an integer (epoch
+/// seconds from a new producer), or the reverse: the stored values were converted through
+/// the engine's epoch (`2026-11-01 10:00` became 1793527200000000, microseconds beside the new
+/// seconds; 1762000000 seconds became 1970-01-01 00:29:22), exit 0. A number is no time and a
+/// time no number without a unit: the rebuild fails the date (exit 3), the table as it was.
+#[test]
+fn a_rebuild_never_reads_times_as_numbers_or_numbers_as_times() {
+    use arrow::array::{ArrayRef, Date32Array, Int64Array, RecordBatch, TimestampMicrosecondArray};
+    use std::sync::Arc;
+    for (first, second) in [("time", "number"), ("number", "time")] {
+        let lake = Lake::new();
+        let batch = |name: &str, id: i64, ts: &str| {
+            let dir = lake.dir.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let ts: ArrayRef = match ts {
+                "time" => Arc::new(TimestampMicrosecondArray::from(vec![1_793_527_200_000_000])),
+                _ => Arc::new(Int64Array::from(vec![1_762_000_000])),
+            };
+            let b = RecordBatch::try_from_iter([
+                ("id", Arc::new(Int64Array::from(vec![id])) as ArrayRef),
+                ("v", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+                ("event_date", Arc::new(Date32Array::from(vec![20_758])) as ArrayRef),
+                ("ts", ts),
+            ])
+            .unwrap();
+            write_parquet(&dir.join("p.parquet"), &b);
+            let toml = format!(
+                "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"parquet\"\n\n\
+                 [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"{}\"\n",
+                dir.display(),
+                lake.output().display()
+            );
+            let cfg = lake.dir.path().join(format!("{name}.toml"));
+            std::fs::write(&cfg, toml).unwrap();
+            cfg
+        };
+        let b1 = batch("b1", 1, first);
+        let o = cli(&["run", "--config", b1.to_str().unwrap()], lake.dir.path());
+        assert!(o.status.success(), "{}", text(&o));
+        let before = lake.snapshot();
+        let b2 = batch("b2", 2, second);
+        let o = cli(&["run", "--config", b2.to_str().unwrap(), "--schema-change", "rebuild"], lake.dir.path());
+        assert_eq!(o.status.code(), Some(3), "{first} then {second}: {}", text(&o));
+        let said = if first == "time" { "holds times where Int64 holds numbers" } else { "holds numbers where" };
+        assert!(text(&o).contains(said) && text(&o).contains("`ts`"), "{first} then {second}: {}", text(&o));
+        assert_eq!(lake.snapshot(), before, "the table is as it was");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // A date that fails keeps the table whole: one date per key, moves all or nothing, no row lost.
 
