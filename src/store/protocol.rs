@@ -156,13 +156,26 @@ impl Protocol for ConditionalPut {
         out: &'a StoreLocation,
         path: &'a Path,
         held: UpdateVersion,
-        _run_id: &'a str,
+        run_id: &'a str,
         bytes: Bytes,
     ) -> BoxFuture<'a, object_store::Result<UpdateVersion>> {
         Box::pin(async move {
-            let opts = PutOptions { mode: PutMode::Update(held), ..Default::default() };
-            let r = out.store.put_opts(path, bytes.into(), opts).await?;
-            Ok(UpdateVersion { e_tag: r.e_tag, version: r.version })
+            let update = |version| PutOptions { mode: PutMode::Update(version), ..Default::default() };
+            match out.store.put_opts(path, bytes.clone().into(), update(held)).await {
+                Ok(r) => Ok(UpdateVersion { e_tag: r.e_tag, version: r.version }),
+                // A renewal the store applied but whose answer was lost (a timeout, a retried
+                // put) left `held` behind the stored lease: if the lease still names this run,
+                // no run took it (a takeover replaces the run id), so it is renewed from the
+                // version read — a compare-and-swap still, against a takeover racing it.
+                Err(e @ object_store::Error::Precondition { .. }) => match crate::lease::read(out, path).await {
+                    Ok(Some((Some(b), version))) if b.run_id == run_id => {
+                        let r = out.store.put_opts(path, bytes.into(), update(version)).await?;
+                        Ok(UpdateVersion { e_tag: r.e_tag, version: r.version })
+                    }
+                    _ => Err(e),
+                },
+                Err(e) => Err(e),
+            }
         })
     }
 }

@@ -179,6 +179,40 @@ async fn a_lease_that_expired_because_the_store_failed_is_a_store_failure() {
     }
 }
 
+/// Risk: on an object store, a lease renewal the store applied but whose answer was lost (a
+/// timeout; the client retries a put the store had applied) left the run with the lease's old
+/// e-tag: its next renewal was refused by the compare-and-swap and the lease taken for lost to
+/// another run — the date failed with exit 4, "another run took it over", with no other run.
+/// The lease read back names this run: it is renewed from the version read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_whose_answer_was_lost_keeps_the_lease() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(95, 1, 100), 1);
+    let out = lake.output().display().to_string();
+    let cfg = lake.dir.path().join("memory.toml");
+    let text = std::fs::read_to_string(lake.config()).unwrap();
+    std::fs::write(&cfg, text.replace(&format!("url = \"{out}\""), "url = \"memory://renewal-lost/t\"")).unwrap();
+    let mut job = Job::load(&cfg).unwrap();
+    let faulty = FaultStore::wrap_output(&mut job, Mode::None);
+    // Held under its lease while it looks for the committed partition.
+    let (gate, arrived) = faulty.gate_reads("event_date=2026-11-01/");
+    let ttl = Duration::from_millis(300);
+    let holder = tokio::spawn(async move {
+        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
+        run::run(&job, &o).await.unwrap()
+    });
+    arrived.notified().await;
+    faulty.lose_update("leases/");
+    // Several renewals: the one whose answer is lost, and those after it.
+    tokio::time::sleep(ttl * 3).await;
+    gate.add_permits(1000);
+    let s = holder.await.unwrap();
+    let t = lakeswap::report::table(&s);
+    assert_eq!(faulty.updates_lost.load(std::sync::atomic::Ordering::SeqCst), 1, "a renewal's answer was lost");
+    assert_eq!(s.exit_code, ExitCode::Ok, "{t}");
+    assert_eq!(s.partitions[0].action, Action::Created, "{t}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_holder_renews_its_lease_and_keeps_others_out() {
     let lake = Lake::new();

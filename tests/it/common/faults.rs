@@ -47,6 +47,11 @@ impl std::ops::Deref for FaultStore {
 pub struct Schedule {
     /// Reads of paths containing this fail with a "permission denied" error.
     deny: Mutex<Option<String>>,
+    /// The next conditional update of a path containing this takes effect, then reports an
+    /// error (its answer lost).
+    lose_update: Mutex<Option<String>>,
+    /// Updates applied whose answer was lost.
+    pub updates_lost: AtomicUsize,
     calls: AtomicUsize,
     mode: Mutex<Mode>,
     crashed: AtomicBool,
@@ -95,6 +100,8 @@ impl Schedule {
     fn new(mode: Mode) -> Schedule {
         Schedule {
             deny: Mutex::new(None),
+            lose_update: Mutex::new(None),
+            updates_lost: AtomicUsize::new(0),
             calls: AtomicUsize::new(0),
             mode: Mutex::new(mode),
             crashed: AtomicBool::new(false),
@@ -140,6 +147,12 @@ impl FaultStore {
     /// Reads of paths containing `pattern` fail as if permission were denied.
     pub fn deny(&self, pattern: &str) {
         *self.deny.lock().unwrap() = Some(pattern.to_string());
+    }
+
+    /// The next conditional update (`PutMode::Update`) of a path containing `pattern` is
+    /// applied and answered with an error, as a timeout after the store applied it.
+    pub fn lose_update(&self, pattern: &str) {
+        *self.lose_update.lock().unwrap() = Some(pattern.to_string());
     }
 
     /// Runs `op`, applying the fault schedule to call number `i`.
@@ -205,6 +218,20 @@ impl FaultStore {
 impl ObjectStore for FaultStore {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
         self.pass_gate(location).await;
+        if matches!(opts.mode, object_store::PutMode::Update(_)) {
+            let lost = {
+                let mut lose = self.lose_update.lock().unwrap();
+                lose.take_if(|p| location.as_ref().contains(p.as_str())).is_some()
+            };
+            if lost {
+                self.inner.put_opts(location, payload, opts).await?;
+                self.updates_lost.fetch_add(1, Ordering::SeqCst);
+                return Err(object_store::Error::Generic {
+                    store: "fault",
+                    source: format!("injected timeout after the update of {location} was applied").into(),
+                });
+            }
+        }
         self.call("put", location.as_ref(), self.inner.put_opts(location, payload, opts)).await
     }
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
