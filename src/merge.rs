@@ -454,6 +454,9 @@ pub fn merge(
         };
         list.push((w, key));
     };
+    // Keys whose stored row or tombstone a newer version replaces: the batch's other rows at the
+    // stored version must be that row (or a delete), as they would be in one batch with it.
+    let mut superseded: HashMap<&[u8], (Slot, i64)> = HashMap::new();
     for &w in &p.winners {
         let r = p.table.dense(w as usize);
         let (v, del) = (inc_v[r], is_delete.as_ref().is_some_and(|m| m.value(r)));
@@ -472,6 +475,7 @@ pub fn merge(
                 Ordering::Greater => {
                     dropped_rows[s as usize] = true;
                     adopt(&mut changes, r, del, true);
+                    superseded.insert(inc_k.row(r).data(), (Slot::Row(s), stored_v[s as usize]));
                 }
                 Ordering::Equal if !del && payload_eq(r, s as usize)? => changes.stats.unchanged += 1,
                 Ordering::Equal => conflict(&mut conflicts, w, r, format!("the stored partition, row {s}")),
@@ -481,11 +485,31 @@ pub fn merge(
                 Ordering::Greater => {
                     dropped_tombs[t as usize] = true;
                     adopt(&mut changes, r, del, false);
+                    if let Some(&tv) = tomb_v.get(t as usize) {
+                        superseded.insert(inc_k.row(r).data(), (Slot::Tomb(t), tv));
+                    }
                 }
                 Ordering::Equal if del => changes.stats.unchanged += 1,
                 Ordering::Equal => conflict(&mut conflicts, w, r, "a delete of the same version".to_string()),
                 Ordering::Less => changes.stats.ignored_older += 1,
             },
+        }
+    }
+    if !superseded.is_empty() {
+        for (r, id) in p.table.ids().enumerate() {
+            let Some(&(slot, sv)) = superseded.get(inc_k.row(r).data()) else { continue };
+            // Rows prepare set aside are in conflict within the batch already.
+            if inc_v[r] != sv || p.quarantined.binary_search(&(id as u32)).is_ok() {
+                continue;
+            }
+            let del = is_delete.as_ref().is_some_and(|m| m.value(r));
+            match slot {
+                Slot::Row(s) if del || !payload_eq(r, s as usize)? => {
+                    conflict(&mut conflicts, id as u32, r, format!("the stored partition, row {s}"))
+                }
+                Slot::Tomb(_) if !del => conflict(&mut conflicts, id as u32, r, "a delete of the same version".into()),
+                _ => {}
+            }
         }
     }
     if let Some((w, r, v, sv)) = unordered_at {
@@ -512,6 +536,8 @@ pub fn merge(
         quarantined.sort_unstable();
     } else if !conflicts.is_empty() {
         conflicts.sort_by(|a, b| a.key.cmp(&b.key));
+        // Rows alike in conflict with one stored row are one conflict.
+        conflicts.dedup_by(|a, b| a.key == b.key && a.version == b.version);
         let total = conflicts.len();
         conflicts.truncate(5);
         return Err(PartitionError::Conflict { keys: conflicts, total });

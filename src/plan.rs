@@ -753,7 +753,7 @@ async fn parquet_reference(input: &StoreLocation, object: &ObjectMeta) -> Result
     // A store that failed is worth a retry (exit 1); bytes that are not Parquet are not (3).
     let md = read::parquet_footer(input.store.as_ref(), object).await.map_err(|e| match e {
         read::FooterError::Store(e) => Error::store("cannot read", &name, e),
-        read::FooterError::Bad(m) => bad(format!("not a readable Parquet file: {m}")),
+        read::FooterError::Bad(m) => bad(format!("not a readable Parquet file (truncated or corrupt?): {m}")),
     })?;
     Ok((read::footer_schema(&md).map_err(bad)?, md.file_metadata().num_rows()))
 }

@@ -171,6 +171,17 @@ impl Merge {
                 ));
             }
         }
+        // A merge stores every input column: one with no name (a CSV header ending in a comma,
+        // an NDJSON field `""`) cannot be read back by its name, and readers name it themselves
+        // (DuckDB `column3`, Spark `_c3`).
+        if record.fields().iter().any(|f| f.name().trim().is_empty()) {
+            return Err((
+                "input.url".into(),
+                "the input has a column with no name (a CSV header ending in a comma, or an NDJSON field `\"\"`), \
+                 and a merge stores every input column: name it in the objects"
+                    .into(),
+            ));
+        }
         Ok(engine::output_schema(record, &cfg.partition.column))
     }
 

@@ -400,6 +400,65 @@ async fn quarantine_sets_a_stored_conflict_aside_and_keeps_the_stored_row() {
     assert_eq!(q, 1, "the conflicting row is set aside");
 }
 
+/// Risk: a batch holding a newer version of a key and, beside it, another row at the stored
+/// version (`a` v1 stored as 100; the batch has `a` v1 at 999 and `a` v2): only the newest was
+/// compared with the stored row, so the conflict passed with exit 0 — and under quarantine the
+/// 999 row was lost, set aside nowhere. The same rows in one batch are a conflict. Now they are
+/// whatever the batching: exit 3 naming the key; or, under quarantine, the row set aside and
+/// the newest version merged, as one batch would. A delete at the stored version is no conflict.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_superseded_row_of_the_batch_is_checked_against_the_stored_version() {
+    let conflicting =
+        [order("a", 1, "2026-11-01", "USD", 999, "placed"), order("a", 2, "2026-11-01", "USD", 150, "shipped")];
+    let b = Backend::new(Kind::Local);
+    seed_a_and_b(&b).await;
+    let before = b.partitions().await;
+    put_batch(&b, "b2", &conflicting).await;
+    let s = merge(&b, "b2", None).await;
+    assert_eq!(s.exit_code, ExitCode::DataContract, "{}", lakeswap::report::table(&s));
+    let e = s.partitions[0].error.clone().unwrap();
+    assert!(e.contains("key a version 1") && e.contains("stored partition"), "{e}");
+    assert_eq!(b.partitions().await, before, "nothing written");
+
+    let job = merge_job_with(&b, "b2", "[prepare]\non_conflict = \"quarantine\"\n");
+    let s = run::run(&job, &RunOptions::default()).await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let m = s.partitions[0].merge.unwrap();
+    assert_eq!((m.conflicts, m.updated), (1, 1), "{}", lakeswap::report::table(&s));
+    let rows = state(&b.get("out", "event_date=2026-11-01/part-00000.parquet").await.unwrap());
+    assert_eq!(rows[0], ("a".to_string(), 2, "shipped".to_string(), 150), "the newest version merged");
+    let q = b.objects(STATE).await.into_keys().filter(|k| k.starts_with("quarantine/")).count();
+    assert_eq!(q, 1, "the conflicting row is set aside");
+
+    // The stored row itself, or a delete at a version a newer one replaces, beside the newest:
+    // no conflict.
+    let b = Backend::new(Kind::Local);
+    seed_a_and_b(&b).await;
+    let replay =
+        [order("a", 1, "2026-11-01", "USD", 100, "placed"), order("a", 2, "2026-11-01", "USD", 150, "shipped")];
+    put_batch(&b, "b2", &replay).await;
+    let s = merge(&b, "b2", None).await;
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    put_batch(&b, "b3", &[order("b", 3, "2026-11-01", "USD", 5, "deleted")]).await;
+    assert_eq!(merge(&b, "b3", None).await.exit_code, ExitCode::Ok);
+    let after_delete =
+        [order("b", 3, "2026-11-01", "USD", 5, "deleted"), order("b", 4, "2026-11-01", "USD", 6, "placed")];
+    put_batch(&b, "b4", &after_delete).await;
+    let s = merge(&b, "b4", None).await;
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    // A live row at a deleted version, beside a newer one: a conflict.
+    let b = Backend::new(Kind::Local);
+    seed_a_and_b(&b).await;
+    put_batch(&b, "b2", &[order("b", 3, "2026-11-01", "USD", 5, "deleted")]).await;
+    assert_eq!(merge(&b, "b2", None).await.exit_code, ExitCode::Ok);
+    let live_at_delete =
+        [order("b", 3, "2026-11-01", "USD", 5, "placed"), order("b", 4, "2026-11-01", "USD", 6, "placed")];
+    put_batch(&b, "b3", &live_at_delete).await;
+    let s = merge(&b, "b3", None).await;
+    assert_eq!(s.exit_code, ExitCode::DataContract, "{}", lakeswap::report::table(&s));
+    assert!(s.partitions[0].error.clone().unwrap().contains("a delete of the same version"));
+}
+
 // ---------------------------------------------------------------------------------------
 // A key lives under one date: a newer version under another date moves it.
 
@@ -1797,6 +1856,25 @@ fn a_merge_of_an_input_without_objects_is_refused() {
 
 /// A merge job over the text objects of `<lake>/<name>/` (key `id`, version `v`), with `extra`
 /// sections before `[output]`: its config's path.
+/// Risk: a CSV header ending in a comma (`id,v,event_date,`), or an NDJSON field `""`, was
+/// stored by a merge as a column named `` — read back by no name, named by each reader its own
+/// way. Refused before anything is done (exit 2), naming the column's place.
+#[test]
+fn a_merge_refuses_a_column_with_no_name() {
+    let lake = Lake::new();
+    for (name, format, body) in [
+        ("c", "csv", "id,v,event_date,\n1,1,2026-11-01,x\n"),
+        ("j", "ndjson", "{\"id\": 1, \"v\": 1, \"event_date\": \"2026-11-01\", \"\": \"x\"}\n"),
+    ] {
+        write_files(&lake, name, &[(&format!("a.{format}"), body)]);
+        let o =
+            cli(&["run", "--config", text_merge_config(&lake, name, format, "").to_str().unwrap()], lake.dir.path());
+        assert_eq!(o.status.code(), Some(2), "{format}: {}", text(&o));
+        assert!(text(&o).contains("a column with no name") && text(&o).contains("input.url"), "{format}: {}", text(&o));
+        assert!(!lake.output().exists(), "{format}: nothing written");
+    }
+}
+
 fn text_merge_config(lake: &Lake, name: &str, format: &str, extra: &str) -> std::path::PathBuf {
     let toml = format!(
         "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"{}\"\nformat = \"{format}\"\n\n\
