@@ -410,6 +410,7 @@ impl Merge {
         let cols = DateKeys::columns(slots);
         let keys = DateKeys::new(&cols);
         let held: BTreeMap<NaiveDate, usize> = slots.iter().enumerate().map(|(i, s)| (s.plan.date, i)).collect();
+        let mut moving = Moving::default();
         for date in committed {
             // A date of the batch that has failed is searched too (its index from the committed
             // footer): its stored rows stay, and guard the other dates.
@@ -458,7 +459,7 @@ impl Merge {
                     }
                 },
             };
-            self.resolve(cx, slots, p, &candidates, &keys, moves).await;
+            self.resolve(cx, slots, p, &candidates, &keys, moves, &mut moving).await;
             // A partition leased only to look its keys up, and losing none: let it go.
             if p + 1 == slots.len()
                 && !held.contains_key(&date)
@@ -471,6 +472,7 @@ impl Merge {
                 }
             }
         }
+        conflicts_beside_moves(cx, slots, &keys, &moving);
     }
 
     /// Decides each candidate key of the batch found in stored partition `p`.
@@ -482,6 +484,7 @@ impl Merge {
         candidates: &[(usize, usize)],
         keys: &DateKeys<'_>,
         moves: &mut Vec<Move>,
+        moving: &mut Moving,
     ) {
         if slots[p].state.is_err() {
             // It failed: its keys cannot be decided against it.
@@ -515,21 +518,25 @@ impl Merge {
                 _ => None,
             })
             .collect();
-        let mut found: HashMap<Vec<u8>, i64> = HashMap::new();
+        // The stored version of each, and its stored row (`None`: a tombstone).
+        let mut found: HashMap<Vec<u8>, (i64, Option<u32>)> = HashMap::new();
         let version_col = cx.job.config.identity.version.clone().unwrap_or_default();
-        for (batch, col) in [(&stored.0, version_col.as_str()), (&stored.1, "version")] {
+        for (batch, col, live) in [(&stored.0, version_col.as_str(), true), (&stored.1, "version", false)] {
             let Some(vs) = batch.column_by_name(col).and_then(|c| prepare::version_values(c).ok()) else { continue };
             let _ = engine::each_key(batch, &key, |row, k| {
                 if wanted.contains(&hasher.hash_one(k)) {
-                    found.insert(k.to_vec(), vs[row]);
+                    found.insert(k.to_vec(), (vs[row], live.then_some(row as u32)));
                 }
             });
         }
+        // The stored rows of the keys that move out, kept to check the batch's rows at their
+        // version against.
+        let mut leaving: Vec<(Vec<u8>, i64, Option<u32>)> = Vec::new();
         for &(s, i) in candidates {
             let Ok(Some(d)) = &slots[s].state else { continue };
             let k = d.keys[i];
             let bytes = keys.get(s, k.row);
-            let Some(&stored_version) = found.get(&bytes) else { continue }; // a hash collision
+            let Some(&(stored_version, stored_row)) = found.get(&bytes) else { continue }; // a hash collision
             let to = slots[s].plan.date;
             let text = render(d, k.row);
             let version_type =
@@ -562,6 +569,7 @@ impl Merge {
                     });
                 }
                 std::cmp::Ordering::Greater => {
+                    leaving.push((bytes.clone(), stored_version, stored_row));
                     slots[p].removals.insert(bytes);
                     moves.push(Move { key: text, version: k.version, from, to });
                 }
@@ -588,6 +596,7 @@ impl Merge {
                 }
             }
         }
+        moving.add(from, &stored.0, leaving);
     }
 
     /// Merges one partition and encodes its file, tombstones and key index.
@@ -1174,6 +1183,117 @@ fn winner_keys(p: &Prepared, id: &Identity) -> Result<Vec<KeyAt>, String> {
         .collect();
     out.sort_unstable_by_key(|k| k.hash);
     Ok(out)
+}
+
+/// Keys that move out of stored partitions: each with the date it leaves, its stored version and
+/// its stored row (in `rows`; `None`: a tombstone).
+#[derive(Default)]
+struct Moving {
+    keys: HashMap<Vec<u8>, (NaiveDate, i64, Option<(usize, usize)>)>,
+    rows: Vec<RecordBatch>,
+}
+
+impl Moving {
+    fn add(&mut self, from: NaiveDate, stored: &RecordBatch, leaving: Vec<(Vec<u8>, i64, Option<u32>)>) {
+        if leaving.is_empty() {
+            return;
+        }
+        let live: Vec<u32> = leaving.iter().filter_map(|l| l.2).collect();
+        let at = self.rows.len();
+        // Rows that cannot be copied are not checked (as before this check).
+        let copied = arrow::compute::take_record_batch(stored, &arrow::array::UInt32Array::from(live))
+            .map(|rows| self.rows.push(rows))
+            .is_ok();
+        let mut j = 0;
+        for (key, version, row) in leaving {
+            let place = match row {
+                Some(_) if !copied => continue,
+                Some(_) => {
+                    j += 1;
+                    Some((at, j - 1))
+                }
+                None => None,
+            };
+            self.keys.insert(key, (from, version, place));
+        }
+    }
+}
+
+/// A key that moves out of a stored partition, newer in the batch: the batch's other rows of it
+/// at the stored version must be the stored row (or a delete, for a tombstone), as they would
+/// be in one batch with it — else a conflict, wherever the batch dates them.
+fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<'_>, moving: &Moving) {
+    if moving.keys.is_empty() {
+        return;
+    }
+    let cfg = &cx.job.config;
+    let version_col = cfg.identity.version.clone().unwrap_or_default();
+    for (s, slot) in slots.iter_mut().enumerate() {
+        let Ok(Some(d)) = &mut slot.state else { continue };
+        let Some(bytes) = keys.bytes(s) else { continue };
+        let table = &d.prepared.table;
+        let versions: Vec<arrow::buffer::ScalarBuffer<i64>> = match table.column(&version_col) {
+            Some(chunks) => match chunks.iter().map(prepare::version_values).collect() {
+                Ok(v) => v,
+                Err(_) => continue,
+            },
+            None => continue,
+        };
+        let deletes: Option<Vec<arrow::array::BooleanArray>> = cfg.identity.deleted.as_ref().and_then(|del| {
+            let chunks = table.column(&del.column)?;
+            chunks.iter().map(|c| crate::predicate::Equals::rows(c, &del.equals, cfg.timezone()).ok()).collect()
+        });
+        let mut found: Option<ConflictKey> = None;
+        for id in table.ids() {
+            let Some(&(from, sv, stored)) = moving.keys.get(bytes.get(id)) else { continue };
+            let (c, i) = crate::read::split_id(id);
+            if versions[c][i] != sv || d.prepared.quarantined.binary_search(&(id as u32)).is_ok() {
+                continue;
+            }
+            let del = deletes.as_ref().is_some_and(|m| m[c].value(i));
+            let same = match stored {
+                Some((b, r)) => !del && same_row(table, id, &moving.rows[b], r),
+                None => del,
+            };
+            if same {
+                continue;
+            }
+            if d.id.on_conflict == OnConflict::Quarantine {
+                d.quarantined.push(id as u32);
+                continue;
+            }
+            let shown = table.column(&version_col).and_then(|c| c.first().map(|a| a.data_type().clone()));
+            found = Some(ConflictKey {
+                key: render(d, id as u32),
+                version: Some(shown.map_or(sv.to_string(), |t| prepare::show_version(&t, sv))),
+                at: vec![
+                    table.locate(id, None),
+                    Location::object(match stored {
+                        Some(_) => format!("the stored partition of {from}"),
+                        None => format!("a delete of the same version, stored under {from}"),
+                    }),
+                ],
+            });
+            break;
+        }
+        if let Some(key) = found {
+            slot.fail(PartitionError::Conflict { keys: vec![key], total: 1 });
+        }
+    }
+}
+
+/// Whether row `id` of `table` holds the values of row `r` of `stored`, column by column (a
+/// zero's sign and a NaN's bits tell no row apart).
+fn same_row(table: &Table, id: usize, stored: &RecordBatch, r: usize) -> bool {
+    let Ok(row) = table.take(&[id as u32]) else { return false };
+    stored.schema().fields().iter().zip(stored.columns()).all(|(f, b)| match row.column_by_name(f.name()) {
+        Some(a) => {
+            let (a, b) = (prepare::one_zero_one_nan(a), prepare::one_zero_one_nan(b));
+            arrow::array::make_comparator(a.as_ref(), b.as_ref(), arrow::compute::SortOptions::default())
+                .is_ok_and(|cmp| cmp(0, r) == std::cmp::Ordering::Equal)
+        }
+        None => b.is_null(r),
+    })
 }
 
 /// The key bytes of the rows of each date of the batch, encoded once per date and only when

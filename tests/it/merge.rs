@@ -459,6 +459,43 @@ async fn a_superseded_row_of_the_batch_is_checked_against_the_stored_version() {
     assert!(s.partitions[0].error.clone().unwrap().contains("a delete of the same version"));
 }
 
+/// The same, for a key the newest version moves to another date: its other row at the stored
+/// version, under the new date or a third one, is checked against the row it leaves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_superseded_row_beside_a_move_is_checked_against_the_row_it_leaves() {
+    for third in [false, true] {
+        let b = Backend::new(Kind::Local);
+        seed_a_and_b(&b).await;
+        let before = b.partitions().await;
+        let old_day = if third { "2026-11-03" } else { "2026-11-02" };
+        let rows = [order("a", 1, old_day, "USD", 999, "placed"), order("a", 2, "2026-11-02", "USD", 150, "shipped")];
+        put_batch(&b, "b2", &rows).await;
+        let s = merge(&b, "b2", None).await;
+        let t = lakeswap::report::table(&s);
+        assert_eq!(s.exit_code, ExitCode::DataContract, "third date: {third}\n{t}");
+        let e: Vec<String> = s.partitions.iter().filter_map(|p| p.error.clone()).collect();
+        assert!(
+            e.iter().any(|e| e.contains("key a version 1") && e.contains("stored partition of 2026-11-01")),
+            "{e:?}"
+        );
+        assert_eq!(b.partitions().await, before, "nothing written");
+
+        let job = merge_job_with(&b, "b2", "[prepare]\non_conflict = \"quarantine\"\n");
+        let s = run::run(&job, &RunOptions::default()).await.unwrap();
+        assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+        assert_eq!(where_keys_live(&b).await.get("a").cloned(), Some(vec!["2026-11-02".to_string()]));
+        let q = b.objects(STATE).await.into_keys().filter(|k| k.starts_with("quarantine/")).count();
+        assert_eq!(q, 1, "the conflicting row is set aside");
+    }
+    // The stored row itself beside the move: no conflict.
+    let b = Backend::new(Kind::Local);
+    seed_a_and_b(&b).await;
+    let rows = [order("a", 1, "2026-11-03", "USD", 100, "placed"), order("a", 2, "2026-11-02", "USD", 150, "shipped")];
+    put_batch(&b, "b2", &rows).await;
+    let s = merge(&b, "b2", None).await;
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+}
+
 // ---------------------------------------------------------------------------------------
 // A key lives under one date: a newer version under another date moves it.
 
