@@ -459,7 +459,7 @@ impl Merge {
                     }
                 },
             };
-            self.resolve(cx, slots, p, &candidates, &keys, moves, &mut moving).await;
+            self.resolve(cx, slots, p, &candidates, &keys, &mut moving).await;
             // A partition leased only to look its keys up, and losing none: let it go.
             if p + 1 == slots.len()
                 && !held.contains_key(&date)
@@ -473,6 +473,7 @@ impl Merge {
             }
         }
         conflicts_beside_moves(cx, slots, &keys, &moving);
+        moves.append(&mut moving.moves);
     }
 
     /// Decides each candidate key of the batch found in stored partition `p`.
@@ -483,7 +484,6 @@ impl Merge {
         p: usize,
         candidates: &[(usize, usize)],
         keys: &DateKeys<'_>,
-        moves: &mut Vec<Move>,
         moving: &mut Moving,
     ) {
         if slots[p].state.is_err() {
@@ -571,7 +571,7 @@ impl Merge {
                 std::cmp::Ordering::Greater => {
                     leaving.push((bytes.clone(), stored_version, stored_row));
                     slots[p].removals.insert(bytes);
-                    moves.push(Move { key: text, version: k.version, from, to });
+                    moving.moves.push(Move { key: text, version: k.version, from, to });
                 }
                 std::cmp::Ordering::Less => {
                     if let Ok(Some(d)) = &mut slots[s].state {
@@ -1185,12 +1185,23 @@ fn winner_keys(p: &Prepared, id: &Identity) -> Result<Vec<KeyAt>, String> {
     Ok(out)
 }
 
-/// Keys that move out of stored partitions: each with the date it leaves, its stored version and
-/// its stored row (in `rows`; `None`: a tombstone).
+/// The keys of the batch found newer than their stored row under another date: the moves, and
+/// what each key leaves.
 #[derive(Default)]
 struct Moving {
-    keys: HashMap<Vec<u8>, (NaiveDate, i64, Option<(usize, usize)>)>,
+    moves: Vec<Move>,
+    keys: HashMap<Vec<u8>, Leaving>,
+    /// The stored rows of the keys that leave, copied.
     rows: Vec<RecordBatch>,
+}
+
+/// What a moving key leaves: the date, its stored version, and its stored row (in
+/// [`Moving::rows`]; `None`: a tombstone).
+#[derive(Clone, Copy)]
+struct Leaving {
+    from: NaiveDate,
+    version: i64,
+    row: Option<(usize, usize)>,
 }
 
 impl Moving {
@@ -1214,7 +1225,7 @@ impl Moving {
                 }
                 None => None,
             };
-            self.keys.insert(key, (from, version, place));
+            self.keys.insert(key, Leaving { from, version, row: place });
         }
     }
 }
@@ -1245,7 +1256,7 @@ fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<
         });
         let mut found: Option<ConflictKey> = None;
         for id in table.ids() {
-            let Some(&(from, sv, stored)) = moving.keys.get(bytes.get(id)) else { continue };
+            let Some(&Leaving { from, version: sv, row: stored }) = moving.keys.get(bytes.get(id)) else { continue };
             let (c, i) = crate::read::split_id(id);
             if versions[c][i] != sv || d.prepared.quarantined.binary_search(&(id as u32)).is_ok() {
                 continue;

@@ -125,6 +125,34 @@ impl Planned {
                         job.output.url
                     )));
                 }
+                // The stored keys of a merge table are found by their bytes, which follow the
+                // key's type: a retyped key would not find its stored row, and be held twice.
+                // Its tombstones keep each deleted key's version as the integer it was stored as
+                // (a timestamp in its unit): a retyped version would compare against them in
+                // another unit, and an older row could bring a deleted key back.
+                if job.kind.reads_stored_state() {
+                    let version = cfg.identity.version.iter().map(|v| (v, "version column", "version"));
+                    let keys = cfg.identity.key.iter().map(|k| (k, "key column", "key"));
+                    for (k, what, role) in keys.chain(version) {
+                        if let (Ok(a), Ok(b)) = (t.field_with_name(k), o.field_with_name(k)) {
+                            let (a_type, b_type) = (read::unify::base(a.data_type()), read::unify::base(b.data_type()));
+                            // Versions are compared (and tombstones kept) as int64: any integer
+                            // type keeps their order.
+                            let widened = role == "version" && a_type.is_integer() && b_type.is_integer();
+                            if a_type != b_type && !widened {
+                                return Err(Error::Usage(format!(
+                                    "this run reads the {what} `{k}` as {} where the table {} holds {}; a merge \
+                                     table's {role} keeps its type, even by --schema-change rebuild (stored keys and \
+                                     tombstones are compared by it). Nothing was done. Declare its type in \
+                                     [input.schema] as the table holds it",
+                                    b.data_type(),
+                                    job.output.url,
+                                    a.data_type()
+                                )));
+                            }
+                        }
+                    }
+                }
                 if opts.schema_change != SchemaChange::Rebuild || verify {
                     let differences = changes(t, o);
                     // A column the run's objects lack is not there to keep: a rebuild drops it.
@@ -158,34 +186,6 @@ impl Planned {
                         job.output.url,
                         differences.join("; ")
                     )));
-                }
-                // The stored keys of a merge table are found by their bytes, which follow the
-                // key's type: a retyped key would not find its stored row, and be held twice.
-                // Its tombstones keep each deleted key's version as the integer it was stored as
-                // (a timestamp in its unit): a retyped version would compare against them in
-                // another unit, and an older row could bring a deleted key back.
-                if job.kind.reads_stored_state() {
-                    let version = cfg.identity.version.iter().map(|v| (v, "version column", "version"));
-                    let keys = cfg.identity.key.iter().map(|k| (k, "key column", "key"));
-                    for (k, what, role) in keys.chain(version) {
-                        if let (Ok(a), Ok(b)) = (t.field_with_name(k), o.field_with_name(k)) {
-                            let (a_type, b_type) = (read::unify::base(a.data_type()), read::unify::base(b.data_type()));
-                            // Versions are compared (and tombstones kept) as int64: any integer
-                            // type keeps their order.
-                            let widened = role == "version" && a_type.is_integer() && b_type.is_integer();
-                            if a_type != b_type && !widened {
-                                return Err(Error::Usage(format!(
-                                    "this run reads the {what} `{k}` as {} where the table {} holds {}; a merge \
-                                     table's {role} keeps its type, even by --schema-change rebuild (stored keys and \
-                                     tombstones are compared by it). Nothing was done. Declare its type in \
-                                     [input.schema] as the table holds it",
-                                    b.data_type(),
-                                    job.output.url,
-                                    a.data_type()
-                                )));
-                            }
-                        }
-                    }
                 }
                 let committed = schema::committed_dates(&job.output, &cfg.partition.column).await?;
                 if job.kind.reads_stored_state() && opts.dates.is_none() {

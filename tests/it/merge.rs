@@ -1193,6 +1193,14 @@ fn a_merge_tables_key_and_version_keep_their_types() {
     assert!(o.status.success(), "{}", text(&o));
     let before = lake.snapshot();
     let b2 = batch("b2", Arc::new(Int32Array::from(vec![1001])), 2, 20_759);
+    // Without a rebuild too: the refusal never advises one, which would be refused.
+    let o = cli(&["run", "--config", b2.to_str().unwrap()], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("keeps its type") && !text(&o).contains("run with --schema-change rebuild"),
+        "{}",
+        text(&o)
+    );
     let o = cli(&["run", "--config", b2.to_str().unwrap(), "--schema-change", "rebuild"], lake.dir.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
