@@ -454,9 +454,6 @@ pub fn merge(
         };
         list.push((w, key));
     };
-    // Keys whose stored row or tombstone a newer version replaces: the batch's other rows at the
-    // stored version must be that row (or a delete), as they would be in one batch with it.
-    let mut superseded: HashMap<&[u8], (Slot, i64)> = HashMap::new();
     for &w in &p.winners {
         let r = p.table.dense(w as usize);
         let (v, del) = (inc_v[r], is_delete.as_ref().is_some_and(|m| m.value(r)));
@@ -475,7 +472,6 @@ pub fn merge(
                 Ordering::Greater => {
                     dropped_rows[s as usize] = true;
                     adopt(&mut changes, r, del, true);
-                    superseded.insert(inc_k.row(r).data(), (Slot::Row(s), stored_v[s as usize]));
                 }
                 Ordering::Equal if !del && payload_eq(r, s as usize)? => changes.stats.unchanged += 1,
                 Ordering::Equal => conflict(&mut conflicts, w, r, format!("the stored partition, row {s}")),
@@ -485,9 +481,6 @@ pub fn merge(
                 Ordering::Greater => {
                     dropped_tombs[t as usize] = true;
                     adopt(&mut changes, r, del, false);
-                    if let Some(&tv) = tomb_v.get(t as usize) {
-                        superseded.insert(inc_k.row(r).data(), (Slot::Tomb(t), tv));
-                    }
                 }
                 Ordering::Equal if del => changes.stats.unchanged += 1,
                 Ordering::Equal => conflict(&mut conflicts, w, r, "a delete of the same version".to_string()),
@@ -495,19 +488,29 @@ pub fn merge(
             },
         }
     }
-    if !superseded.is_empty() {
+    // A stored row or tombstone a newer version replaced (`dropped_…`): the batch's older rows
+    // at its version must be that row (or a delete), as they would be in one batch with it.
+    if p.stats.superseded > 0 {
+        let mut winner = vec![false; inc.num_rows()];
+        p.winners.iter().for_each(|&w| winner[p.table.dense(w as usize)] = true);
         for (r, id) in p.table.ids().enumerate() {
-            let Some(&(slot, sv)) = superseded.get(inc_k.row(r).data()) else { continue };
-            // Rows prepare set aside are in conflict within the batch already.
-            if inc_v[r] != sv || p.quarantined.binary_search(&(id as u32)).is_ok() {
+            if winner[r] || p.quarantined.binary_search(&(id as u32)).is_ok() {
                 continue;
             }
             let del = is_delete.as_ref().is_some_and(|m| m.value(r));
-            match slot {
-                Slot::Row(s) if del || !payload_eq(r, s as usize)? => {
+            match state.get(inc_k.row(r).data()).copied() {
+                Some(Slot::Row(s))
+                    if dropped_rows[s as usize]
+                        && inc_v[r] == stored_v[s as usize]
+                        && (del || !payload_eq(r, s as usize)?) =>
+                {
                     conflict(&mut conflicts, id as u32, r, format!("the stored partition, row {s}"))
                 }
-                Slot::Tomb(_) if !del => conflict(&mut conflicts, id as u32, r, "a delete of the same version".into()),
+                Some(Slot::Tomb(t))
+                    if dropped_tombs[t as usize] && tomb_v.get(t as usize) == Some(&inc_v[r]) && !del =>
+                {
+                    conflict(&mut conflicts, id as u32, r, "a delete of the same version".into())
+                }
                 _ => {}
             }
         }
