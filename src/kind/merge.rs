@@ -410,6 +410,15 @@ impl Merge {
         let cols = DateKeys::columns(slots);
         let keys = DateKeys::new(&cols);
         let held: BTreeMap<NaiveDate, usize> = slots.iter().enumerate().map(|(i, s)| (s.plan.date, i)).collect();
+        // Keys another date of the batch holds a newer version of (step 2 dropped their rows).
+        let elsewhere: HashSet<u64> = slots
+            .iter()
+            .filter_map(|slot| match &slot.state {
+                Ok(Some(d)) => Some(d.keys.iter().filter(|k| d.dropped.contains(&k.row)).map(|k| k.hash)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         let mut moving = Moving::default();
         for date in committed {
             // A date of the batch that has failed is searched too (its index from the committed
@@ -436,6 +445,17 @@ impl Merge {
                 .filter(|(h, s, _)| slots[*s].plan.date != date && hashes.binary_search(h).is_ok())
                 .map(|&(_, s, i)| (s, i))
                 .collect();
+            // The batch's newest versions of keys stored here, and held by other dates too.
+            if let (Some(&i), false) = (held.get(&date), failed || elsewhere.is_empty()) {
+                let own: Vec<(usize, usize)> = wanted
+                    .iter()
+                    .filter(|(h, s, _)| *s == i && elsewhere.contains(h) && hashes.binary_search(h).is_ok())
+                    .map(|&(_, s, k)| (s, k))
+                    .collect();
+                if !own.is_empty() {
+                    self.stays(cx, slots, i, &own, &keys, &mut moving).await;
+                }
+            }
             if candidates.is_empty() {
                 continue;
             }
@@ -508,27 +528,8 @@ impl Merge {
                 return;
             }
         };
-        let key = key_columns(cx, &stored.0);
-        // The stored versions of the candidate keys, by key bytes.
-        let hasher = prepare::key_hasher();
-        let wanted: HashSet<u64> = candidates
-            .iter()
-            .filter_map(|(s, i)| match &slots[*s].state {
-                Ok(Some(d)) => Some(d.keys[*i].hash),
-                _ => None,
-            })
-            .collect();
-        // The stored version of each, and its stored row (`None`: a tombstone).
-        let mut found: HashMap<Vec<u8>, (i64, Option<u32>)> = HashMap::new();
+        let found = stored_versions(cx, &stored, &hashes_of(slots, candidates));
         let version_col = cx.job.config.identity.version.clone().unwrap_or_default();
-        for (batch, col, live) in [(&stored.0, version_col.as_str(), true), (&stored.1, "version", false)] {
-            let Some(vs) = batch.column_by_name(col).and_then(|c| prepare::version_values(c).ok()) else { continue };
-            let _ = engine::each_key(batch, &key, |row, k| {
-                if wanted.contains(&hasher.hash_one(k)) {
-                    found.insert(k.to_vec(), (vs[row], live.then_some(row as u32)));
-                }
-            });
-        }
         // The stored rows of the keys that move out, kept to check the batch's rows at their
         // version against.
         let mut leaving: Vec<(Vec<u8>, i64, Option<u32>)> = Vec::new();
@@ -596,7 +597,41 @@ impl Merge {
                 }
             }
         }
-        moving.add(from, &stored.0, leaving);
+        moving.add(from, &stored.0, leaving, false);
+    }
+
+    /// The batch's keys whose newest version stays under stored date `p` (`own`, slot and
+    /// place), held by other dates of the batch too: the rows there at the stored version must
+    /// be the stored row, as the move check asks of a key that leaves.
+    async fn stays(
+        &self,
+        cx: &Context<'_>,
+        slots: &mut [Slot],
+        p: usize,
+        own: &[(usize, usize)],
+        keys: &DateKeys<'_>,
+        moving: &mut Moving,
+    ) {
+        let Ok(Some(d)) = &slots[p].state else { return };
+        let Some(stored_bytes) = d.stored.clone() else { return };
+        let from = slots[p].plan.date;
+        let stored = match stored_state(cx, &stored_bytes).await {
+            Ok(s) => s,
+            Err(e) => {
+                slots[p].fail(PartitionError::Other(format!("the stored partition of {from}: {e}")));
+                return;
+            }
+        };
+        let found = stored_versions(cx, &stored, &hashes_of(slots, own));
+        let staying: Vec<(Vec<u8>, i64, Option<u32>)> = own
+            .iter()
+            .filter_map(|&(s, i)| {
+                let Ok(Some(d)) = &slots[s].state else { return None };
+                let bytes = keys.get(s, d.keys[i].row);
+                found.get(&bytes).map(|&(version, row)| (bytes, version, row))
+            })
+            .collect();
+        moving.add(from, &stored.0, staying, true);
     }
 
     /// Merges one partition and encodes its file, tombstones and key index.
@@ -1196,16 +1231,18 @@ struct Moving {
 }
 
 /// What a moving key leaves: the date, its stored version, and its stored row (in
-/// [`Moving::rows`]; `None`: a tombstone).
+/// [`Moving::rows`]; `None`: a tombstone). `stays`: the key does not leave — its newest version
+/// in the batch is under its stored date, whose own rows of it the merge checks itself.
 #[derive(Clone, Copy)]
 struct Leaving {
     from: NaiveDate,
     version: i64,
     row: Option<(usize, usize)>,
+    stays: bool,
 }
 
 impl Moving {
-    fn add(&mut self, from: NaiveDate, stored: &RecordBatch, leaving: Vec<(Vec<u8>, i64, Option<u32>)>) {
+    fn add(&mut self, from: NaiveDate, stored: &RecordBatch, leaving: Vec<(Vec<u8>, i64, Option<u32>)>, stays: bool) {
         if leaving.is_empty() {
             return;
         }
@@ -1225,7 +1262,7 @@ impl Moving {
                 }
                 None => None,
             };
-            self.keys.insert(key, Leaving { from, version, row: place });
+            self.keys.insert(key, Leaving { from, version, row: place, stays });
         }
     }
 }
@@ -1240,6 +1277,7 @@ fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<
     let cfg = &cx.job.config;
     let version_col = cfg.identity.version.clone().unwrap_or_default();
     for (s, slot) in slots.iter_mut().enumerate() {
+        let date = slot.plan.date;
         let Ok(Some(d)) = &mut slot.state else { continue };
         let Some(bytes) = keys.bytes(s) else { continue };
         let table = &d.prepared.table;
@@ -1256,9 +1294,14 @@ fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<
         });
         let mut found: Option<ConflictKey> = None;
         for id in table.ids() {
-            let Some(&Leaving { from, version: sv, row: stored }) = moving.keys.get(bytes.get(id)) else { continue };
+            let Some(&Leaving { from, version: sv, row: stored, stays }) = moving.keys.get(bytes.get(id)) else {
+                continue;
+            };
             let (c, i) = crate::read::split_id(id);
-            if versions[c][i] != sv || d.prepared.quarantined.binary_search(&(id as u32)).is_ok() {
+            if (stays && date == from)
+                || versions[c][i] != sv
+                || d.prepared.quarantined.binary_search(&(id as u32)).is_ok()
+            {
                 continue;
             }
             let del = deletes.as_ref().is_some_and(|m| m[c].value(i));
@@ -1352,6 +1395,39 @@ fn key_columns(cx: &Context<'_>, rows: &RecordBatch) -> Vec<String> {
     } else {
         cx.job.config.identity.key.clone()
     }
+}
+
+/// The key hashes of `places` (slot and place) of the batch.
+fn hashes_of(slots: &[Slot], places: &[(usize, usize)]) -> HashSet<u64> {
+    places
+        .iter()
+        .filter_map(|(s, i)| match &slots[*s].state {
+            Ok(Some(d)) => Some(d.keys[*i].hash),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The stored version of each key of a stored partition's rows and tombstones whose hash is
+/// `wanted`, and its stored row (`None`: a tombstone), by key bytes.
+fn stored_versions(
+    cx: &Context<'_>,
+    stored: &(RecordBatch, RecordBatch),
+    wanted: &HashSet<u64>,
+) -> HashMap<Vec<u8>, (i64, Option<u32>)> {
+    let key = key_columns(cx, &stored.0);
+    let hasher = prepare::key_hasher();
+    let mut found = HashMap::new();
+    let version_col = cx.job.config.identity.version.clone().unwrap_or_default();
+    for (batch, col, live) in [(&stored.0, version_col.as_str(), true), (&stored.1, "version", false)] {
+        let Some(vs) = batch.column_by_name(col).and_then(|c| prepare::version_values(c).ok()) else { continue };
+        let _ = engine::each_key(batch, &key, |row, k| {
+            if wanted.contains(&hasher.hash_one(k)) {
+                found.insert(k.to_vec(), (vs[row], live.then_some(row as u32)));
+            }
+        });
+    }
+    found
 }
 
 /// Reads a stored partition's rows and tombstones, fetching its tombstone object.
