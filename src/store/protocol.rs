@@ -172,7 +172,10 @@ impl Protocol for ConditionalPut {
                         let r = out.store.put_opts(path, bytes.into(), update(version)).await?;
                         Ok(UpdateVersion { e_tag: r.e_tag, version: r.version })
                     }
-                    _ => Err(e),
+                    Ok(_) => Err(e),
+                    // Whether another run took it is unknown: a failed renewal, tried again at
+                    // the next pass (the lease expires, as a store's failure, if none succeeds).
+                    Err(read) => Err(object_store::Error::Generic { store: "lease", source: Box::new(read) }),
                 },
                 Err(e) => Err(e),
             }

@@ -213,6 +213,45 @@ async fn a_renewal_whose_answer_was_lost_keeps_the_lease() {
     assert_eq!(s.partitions[0].action, Action::Created, "{t}");
 }
 
+/// Risk: after a renewal's lost answer, the lease is read back; when that read failed too (the
+/// store failing for a moment), the lease was taken for lost to another run (exit 4) with no
+/// other run. It is a renewal that failed: tried again at the next pass, which keeps the lease
+/// once the store answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_whose_read_back_failed_is_renewed_again_not_lost() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(96, 1, 100), 1);
+    let out = lake.output().display().to_string();
+    let cfg = lake.dir.path().join("memory.toml");
+    let text = std::fs::read_to_string(lake.config()).unwrap();
+    std::fs::write(&cfg, text.replace(&format!("url = \"{out}\""), "url = \"memory://read-back-failed/t\"")).unwrap();
+    let mut job = Job::load(&cfg).unwrap();
+    let faulty = FaultStore::wrap_output(&mut job, Mode::None);
+    let (gate, arrived) = faulty.gate_reads("event_date=2026-11-01/");
+    let ttl = Duration::from_millis(600);
+    let holder = tokio::spawn(async move {
+        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
+        run::run(&job, &o).await.unwrap()
+    });
+    arrived.notified().await;
+    faulty.lose_update("leases/");
+    faulty.deny("leases/");
+    // A renewal whose answer is lost, then one whose read-back is refused.
+    let started = std::time::Instant::now();
+    while faulty.updates_lost.load(SeqCst) == 0 || faulty.denied.load(SeqCst) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "no renewal reached the store");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    faulty.allow();
+    tokio::time::sleep(ttl * 2).await;
+    gate.add_permits(1000);
+    let s = holder.await.unwrap();
+    let t = lakeswap::report::table(&s);
+    assert_eq!(s.exit_code, ExitCode::Ok, "{t}");
+    assert_eq!(s.partitions[0].action, Action::Created, "{t}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_holder_renews_its_lease_and_keeps_others_out() {
     let lake = Lake::new();

@@ -52,6 +52,8 @@ pub struct Schedule {
     lose_update: Mutex<Option<String>>,
     /// Updates applied whose answer was lost.
     pub updates_lost: AtomicUsize,
+    /// Reads refused by `deny`.
+    pub denied: AtomicUsize,
     calls: AtomicUsize,
     mode: Mutex<Mode>,
     crashed: AtomicBool,
@@ -102,6 +104,7 @@ impl Schedule {
             deny: Mutex::new(None),
             lose_update: Mutex::new(None),
             updates_lost: AtomicUsize::new(0),
+            denied: AtomicUsize::new(0),
             calls: AtomicUsize::new(0),
             mode: Mutex::new(mode),
             crashed: AtomicBool::new(false),
@@ -149,6 +152,11 @@ impl FaultStore {
         *self.deny.lock().unwrap() = Some(pattern.to_string());
     }
 
+    /// Reads are no longer refused (see [`FaultStore::deny`]).
+    pub fn allow(&self) {
+        *self.deny.lock().unwrap() = None;
+    }
+
     /// The next conditional update (`PutMode::Update`) of a path containing `pattern` is
     /// applied and answered with an error, as a timeout after the store applied it.
     pub fn lose_update(&self, pattern: &str) {
@@ -159,6 +167,7 @@ impl FaultStore {
     async fn call<T>(&self, what: &str, path: &str, op: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         if let Some(p) = self.deny.lock().unwrap().clone() {
             if path.contains(&p) && what.starts_with("get") {
+                self.denied.fetch_add(1, Ordering::SeqCst);
                 let e = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "Permission denied (os error 13)");
                 return Err(object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(e) });
             }
