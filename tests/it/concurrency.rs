@@ -179,6 +179,31 @@ async fn a_lease_that_expired_because_the_store_failed_is_a_store_failure() {
     }
 }
 
+/// A run of 2026-11-01 into an in-memory store with conditional writes (`memory://NAME`), behind
+/// a fault wrapper, held under its lease (`ttl`) as it looks for the committed partition; the
+/// gate lets it go on.
+async fn held_in_memory(
+    seed: u64,
+    name: &str,
+    ttl: Duration,
+) -> (Lake, Arc<FaultStore>, Arc<tokio::sync::Semaphore>, tokio::task::JoinHandle<lakeswap::RunSummary>) {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(seed, 1, 100), 1);
+    let out = lake.output().display().to_string();
+    let cfg = lake.dir.path().join("memory.toml");
+    let text = std::fs::read_to_string(lake.config()).unwrap();
+    std::fs::write(&cfg, text.replace(&format!("url = \"{out}\""), &format!("url = \"memory://{name}/t\""))).unwrap();
+    let mut job = Job::load(&cfg).unwrap();
+    let faulty = FaultStore::wrap_output(&mut job, Mode::None);
+    let (gate, arrived) = faulty.gate_reads("event_date=2026-11-01/");
+    let holder = tokio::spawn(async move {
+        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
+        run::run(&job, &o).await.unwrap()
+    });
+    arrived.notified().await;
+    (lake, faulty, gate, holder)
+}
+
 /// Risk: on an object store, a lease renewal the store applied but whose answer was lost (a
 /// timeout; the client retries a put the store had applied) left the run with the lease's old
 /// e-tag: its next renewal was refused by the compare-and-swap and the lease taken for lost to
@@ -186,22 +211,8 @@ async fn a_lease_that_expired_because_the_store_failed_is_a_store_failure() {
 /// The lease read back names this run: it is renewed from the version read.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_whose_answer_was_lost_keeps_the_lease() {
-    let lake = Lake::new();
-    lake.write_hive(&random_orders(95, 1, 100), 1);
-    let out = lake.output().display().to_string();
-    let cfg = lake.dir.path().join("memory.toml");
-    let text = std::fs::read_to_string(lake.config()).unwrap();
-    std::fs::write(&cfg, text.replace(&format!("url = \"{out}\""), "url = \"memory://renewal-lost/t\"")).unwrap();
-    let mut job = Job::load(&cfg).unwrap();
-    let faulty = FaultStore::wrap_output(&mut job, Mode::None);
-    // Held under its lease while it looks for the committed partition.
-    let (gate, arrived) = faulty.gate_reads("event_date=2026-11-01/");
     let ttl = Duration::from_millis(300);
-    let holder = tokio::spawn(async move {
-        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
-        run::run(&job, &o).await.unwrap()
-    });
-    arrived.notified().await;
+    let (_lake, faulty, gate, holder) = held_in_memory(95, "renewal-lost", ttl).await;
     faulty.lose_update("leases/");
     // Several renewals: the one whose answer is lost, and those after it.
     tokio::time::sleep(ttl * 3).await;
@@ -220,21 +231,8 @@ async fn a_renewal_whose_answer_was_lost_keeps_the_lease() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_whose_read_back_failed_is_renewed_again_not_lost() {
     use std::sync::atomic::Ordering::SeqCst;
-    let lake = Lake::new();
-    lake.write_hive(&random_orders(96, 1, 100), 1);
-    let out = lake.output().display().to_string();
-    let cfg = lake.dir.path().join("memory.toml");
-    let text = std::fs::read_to_string(lake.config()).unwrap();
-    std::fs::write(&cfg, text.replace(&format!("url = \"{out}\""), "url = \"memory://read-back-failed/t\"")).unwrap();
-    let mut job = Job::load(&cfg).unwrap();
-    let faulty = FaultStore::wrap_output(&mut job, Mode::None);
-    let (gate, arrived) = faulty.gate_reads("event_date=2026-11-01/");
     let ttl = Duration::from_millis(600);
-    let holder = tokio::spawn(async move {
-        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-01")]), lease_ttl: ttl, ..Default::default() };
-        run::run(&job, &o).await.unwrap()
-    });
-    arrived.notified().await;
+    let (_lake, faulty, gate, holder) = held_in_memory(96, "read-back-failed", ttl).await;
     faulty.lose_update("leases/");
     faulty.deny("leases/");
     // A renewal whose answer is lost, then one whose read-back is refused.
