@@ -9,6 +9,8 @@
 //!   of runs that died on this host ([`lease::holder_gone`]), and leases set aside during a
 //!   take-over;
 //! - with [`GcOptions::quarantine_older_than`], quarantined rows written longer ago than that;
+//! - with [`GcOptions::runs_older_than`], the journals of runs that finished longer ago than
+//!   that (never the newest run's, one still running, or one with a move left to complete);
 //! - on a local folder, temporary files of interrupted writes (`<name>#<n>`, which the object
 //!   store API never lists) beside the paths lakeswap writes, and the empty probe files a run
 //!   killed at start-up left (`.lakeswap-probe-…`, made to check that a folder is writable),
@@ -48,6 +50,8 @@ pub struct GcReport {
     pub sidecars_removed: usize,
     /// Quarantined files removed for their age (`--quarantine-older-than`).
     pub quarantine_removed: usize,
+    /// Journals of finished runs removed for their age (`--runs-older-than`).
+    pub runs_removed: usize,
     /// Spill folders of killed runs of this table removed from the spill folder.
     pub spill_removed: usize,
     /// Objects in the table or its state location that lakeswap did not write (full URLs):
@@ -64,6 +68,9 @@ pub struct GcOptions {
     /// Remove quarantined rows written longer ago than this. Never by default: they are the
     /// only copy of the rows a run set aside.
     pub quarantine_older_than: Option<chrono::Duration>,
+    /// Remove the journals of runs that finished longer ago than this. Never by default: they
+    /// are the table's history (`status`, `--retry-failed`).
+    pub runs_older_than: Option<chrono::Duration>,
     /// The local folder runs spill to (`--spill-dir`): folders of killed runs of this table
     /// in it are removed.
     pub spill_dir: Option<std::path::PathBuf>,
@@ -94,8 +101,10 @@ pub fn is_partition_dir(s: &str, column: &str) -> bool {
 /// What a path is to lakeswap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
-    /// A committed partition file, a journal, the schema record: kept.
+    /// A committed partition file, the schema record: kept.
     Kept,
+    /// A run's journal: kept unless asked otherwise.
+    Journal,
     /// Rows a run set aside (`quarantine/<run>/<dir>/`): kept unless asked otherwise.
     Quarantined,
     /// A staged file of (run, partition folder).
@@ -133,7 +142,7 @@ fn classify_state(rel: &str, column: &str) -> Entry {
         ["quarantine", run, dir, commit::PART_FILE] if is_run_id(run) && is_partition_dir(dir, column) => {
             Entry::Quarantined
         }
-        ["runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Kept,
+        ["runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Journal,
         ["table-schema"] | ["table.json"] => Entry::Kept,
         [name] if crate::store::is_probe_name(name) => Entry::Probe,
         ["leases", name] if lease_name(name) => Entry::Lease,
@@ -291,6 +300,33 @@ fn local_temp_files(at: &StoreLocation, parts: &[&str]) -> Vec<(std::path::PathB
     found
 }
 
+/// Removes the journals of runs that finished before `before` (their journal's last write),
+/// except the newest run's (`--retry-failed` and `status` name it), a run still running (or
+/// that died: `status` tells which) and a run with swaps left to complete. A journal that
+/// cannot be read is kept, for the next run or `status` to report. Returns how many.
+async fn remove_old_journals(
+    state: &StoreLocation,
+    mut journals: Vec<ObjectMeta>,
+    before: chrono::DateTime<Utc>,
+    dry: bool,
+    removed: &mut Vec<String>,
+) -> Result<usize> {
+    // Run ids sort by their start: the newest is kept whatever its age.
+    journals.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+    journals.pop();
+    let mut n = 0;
+    for m in journals.into_iter().filter(|m| m.last_modified < before) {
+        let Ok(r) = state.store.get(&m.location).await else { continue };
+        let Ok(bytes) = r.bytes().await else { continue };
+        let Ok(j) = serde_json::from_slice::<crate::journal::Journal>(&bytes) else { continue };
+        if j.status == "finished" && j.pending.is_empty() {
+            remove(state, &m.location, dry, removed).await?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Cleans the whole table and its state location: see the module documentation.
 pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: &GcOptions) -> Result<GcReport> {
     let mut report = GcReport::default();
@@ -318,10 +354,12 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
     let pending = crate::journal::pending_staging(state).await?;
     let mut staged: BTreeMap<(String, String), Vec<ObjectMeta>> = BTreeMap::new();
     let mut sidecars: BTreeMap<String, Vec<ObjectMeta>> = BTreeMap::new();
+    let mut journals: Vec<ObjectMeta> = Vec::new();
     for m in list_all(state).await? {
         let rel = state.relative(&m.location);
         match classify_state(&rel, column) {
             Entry::Kept => {}
+            Entry::Journal => journals.push(m),
             Entry::Quarantined => {
                 if opts.quarantine_older_than.is_some_and(|age| now - m.last_modified > age) {
                     remove(state, &m.location, dry, &mut report.removed).await?;
@@ -357,6 +395,9 @@ pub async fn gc(out: &StoreLocation, state: &StoreLocation, column: &str, opts: 
             }
             Entry::NotMine => report.not_mine.push(state.display(&m.location)),
         }
+    }
+    if let Some(age) = opts.runs_older_than {
+        report.runs_removed = remove_old_journals(state, journals, now - age, dry, &mut report.removed).await?;
     }
     // Spill folders of this table's runs whose process is gone (a run removes its own).
     if let Some(dir) = &opts.spill_dir {

@@ -119,7 +119,8 @@ Example:\n  lakeswap verify --config revenue.toml --from 2026-11-01 --to 2026-11
 the partitions it works on, so gc is only needed for dates that are not run again.\n\n\
 Exit code 0, or 2 on a usage or config error; 1 when the store fails.\n\n\
 Examples:\n  lakeswap gc --config revenue.toml\n  \
-lakeswap gc --config revenue.toml --quarantine-older-than 30d")]
+lakeswap gc --config revenue.toml --quarantine-older-than 30d\n  \
+lakeswap gc --config revenue.toml --runs-older-than 90d")]
     Gc(GcArgs),
 }
 
@@ -270,6 +271,12 @@ struct GcArgs {
     /// aside.
     #[arg(long, value_name = "AGE")]
     quarantine_older_than: Option<String>,
+    /// Also remove the journals of runs that finished longer ago than this (30d, 12h, 2w): a
+    /// table run every hour gathers thousands, and each merge run and `status` reads them all.
+    /// The newest run's journal stays, and so do those of runs still running or with a move
+    /// left to complete. Without it every journal is kept: `status` shows the runs they hold.
+    #[arg(long, value_name = "AGE")]
+    runs_older_than: Option<String>,
     /// The folder runs spill to (their --spill-dir): spill folders a killed run of this table
     /// left there are removed [default: the system's temporary folder].
     #[arg(long, value_name = "DIR", env = "LAKESWAP_SPILL_DIR")]
@@ -1092,6 +1099,12 @@ async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error>
             ),
             None => None,
         },
+        runs_older_than: match &a.runs_older_than {
+            Some(age) => {
+                Some(lakeswap::config::parse_duration(age).map_err(|e| usage(format!("--runs-older-than: {e}")))?)
+            }
+            None => None,
+        },
         spill_dir: Some(a.spill_dir.clone().unwrap_or_else(std::env::temp_dir)),
         dry_run: a.dry_run,
     };
@@ -1111,6 +1124,13 @@ async fn cmd_gc(a: GcArgs, vars: &[(String, String)]) -> Result<ExitCode, Error>
             "{removed} {} quarantined file(s) older than {}",
             r.quarantine_removed,
             a.quarantine_older_than.as_deref().unwrap_or("")
+        );
+    }
+    if r.runs_removed > 0 {
+        outln!(
+            "{removed} {} journal(s) of runs that finished more than {} ago",
+            r.runs_removed,
+            a.runs_older_than.as_deref().unwrap_or("")
         );
     }
     if r.spill_removed > 0 {

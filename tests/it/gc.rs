@@ -427,3 +427,74 @@ macro_rules! suite {
 
 suite!(local, crate::common::backends::Kind::Local);
 suite!(s3, crate::common::backends::Kind::S3, ignore = "needs the S3 server that scripts/test starts (not requested)");
+
+/// Risk: a table run every hour gathers a journal per run forever, and each merge run, `status`
+/// and `--retry-failed` read them all. `gc --runs-older-than AGE` removes the journals of runs
+/// that finished longer ago, and never the newest run's, one still running (or killed) or one
+/// with a move left to complete.
+#[test]
+fn gc_removes_the_journals_of_runs_that_finished_long_ago() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(97, 2, 50), 1);
+    let cfg = lake.config();
+    let cfg = cfg.to_str().unwrap();
+    let run = |from: &str, to: &str| {
+        let o = cli(&["run", "--config", cfg, "--from", from, "--to", to], lake.dir.path());
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    };
+    for (from, to) in [("2026-11-01", "2026-11-01"), ("2026-11-02", "2026-11-02"), ("2026-11-01", "2026-11-02")] {
+        run(from, to);
+    }
+    let runs = lake.state().join("runs");
+    let names = || {
+        let mut v: Vec<String> =
+            std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    let finished = names();
+    assert_eq!(finished.len(), 3, "{finished:?}");
+    // A killed run (its journal still `running`) and one with a move left to complete.
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(runs.join(&finished[0])).unwrap()).unwrap();
+    let mut killed = j.clone();
+    killed["run_id"] = "20200101T000000.000Z-aaaaaa".into();
+    killed["status"] = "running".into();
+    put(&runs.join("20200101T000000.000Z-aaaaaa.json"), &serde_json::to_vec(&killed).unwrap());
+    let mut moving = j.clone();
+    moving["run_id"] = "20200101T000000.000Z-bbbbbb".into();
+    moving["pending"] =
+        serde_json::json!([{"dir": "event_date=2026-11-01", "e_tag": null, "version": null, "existed": false}]);
+    put(&runs.join("20200101T000000.000Z-bbbbbb.json"), &serde_json::to_vec(&moving).unwrap());
+    // Every journal finished 40 days ago.
+    let age = |name: &str, days: u64| {
+        let f = std::fs::File::options().write(true).open(runs.join(name)).unwrap();
+        f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(days * 86_400)).unwrap();
+    };
+    names().iter().for_each(|n| age(n, 40));
+    let gc = |extra: &[&str]| {
+        let o = cli(&[&["gc", "--config", cfg], extra].concat(), lake.dir.path());
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        text(&o)
+    };
+    // Younger than the age: kept.
+    assert!(!gc(&["--runs-older-than", "60d"]).contains("journal"), "{:?}", names());
+    assert_eq!(names().len(), 5);
+    let o = gc(&["--runs-older-than", "30d", "--dry-run"]);
+    assert!(o.contains("would remove 2 journal(s) of runs that finished more than 30d ago"), "{o}");
+    assert!(o.contains(&finished[0]) && o.contains(&finished[1]) && !o.contains(&finished[2]), "{o}");
+    assert_eq!(names().len(), 5, "a dry run removes nothing");
+    let o = gc(&["--runs-older-than", "30d"]);
+    assert!(o.contains("removed 2 journal(s)"), "{o}");
+    let kept = names();
+    assert_eq!(
+        kept,
+        ["20200101T000000.000Z-aaaaaa.json", "20200101T000000.000Z-bbbbbb.json", finished[2].as_str()],
+        "the killed run's, the unfinished move's and the newest run's journals stay"
+    );
+    // A later run: the journal that was the newest is removed at the next gc, the new one kept.
+    run("2026-11-01", "2026-11-01");
+    assert!(gc(&["--runs-older-than", "30d"]).contains("removed 1 journal(s)"));
+    assert!(!names().contains(&finished[2]) && names().len() == 3, "{:?}", names());
+    let o = cli(&["gc", "--config", cfg, "--runs-older-than", "soon"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
