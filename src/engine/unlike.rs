@@ -24,6 +24,11 @@ pub fn unlike_syntax(statement: &datafusion::sql::parser::Statement) -> Result<(
                 "`{e}`: `^` is a bitwise exclusive or in this engine, not a power as in PostgreSQL and DuckDB \
                  (`3 ^ 2` is 1); write power(a, b) for a power"
             )),
+            Sql::Function(f) if distinct_of_every_column(f) => Some(format!(
+                "`{e}`: the engine reads DISTINCT over `*` as DISTINCT over one constant (every row alike: the \
+                 count is 1); count distinct rows as count(*) over a SELECT DISTINCT subquery, or name the columns: \
+                 count(DISTINCT struct(a, b))"
+            )),
             Sql::IsDistinctFrom(_, b) | Sql::IsNotDistinctFrom(_, b)
                 if matches!(b.as_ref(), Sql::BinaryOp { op: BinaryOperator::And | BinaryOperator::Or, .. }) =>
             {
@@ -44,6 +49,18 @@ pub fn unlike_syntax(statement: &datafusion::sql::parser::Statement) -> Result<(
         ControlFlow::Break(why) => Err(why),
         ControlFlow::Continue(()) => Ok(()),
     }
+}
+
+/// An aggregate of `DISTINCT *` (or `DISTINCT t.*`).
+fn distinct_of_every_column(f: &datafusion::sql::sqlparser::ast::Function) -> bool {
+    use datafusion::sql::sqlparser::ast::{DuplicateTreatment, FunctionArg, FunctionArgExpr, FunctionArguments};
+    let FunctionArguments::List(list) = &f.args else { return false };
+    list.duplicate_treatment == Some(DuplicateTreatment::Distinct)
+        && list.args.iter().any(|a| {
+            let (FunctionArg::Unnamed(a) | FunctionArg::Named { arg: a, .. } | FunctionArg::ExprNamed { arg: a, .. }) =
+                a;
+            matches!(a, FunctionArgExpr::Wildcard | FunctionArgExpr::QualifiedWildcard(_))
+        })
 }
 
 /// `EXCEPT ALL` and `INTERSECT ALL` in a query: the engine keeps no count of duplicates (EXCEPT

@@ -236,6 +236,15 @@ impl Aggregate {
         // (a date whose scale differs then fails the output check rather than round).
         let query = engine::query_of(&self.section, &events, cx.job.config.timezone())
             .map_err(|(_, m)| PartitionError::Query { message: m })?;
+        // The query was checked against the types the run was planned with; a date whose
+        // objects read a column it uses as another type is checked against its own (a cast that
+        // would cut a fraction, text met with numbers), as a run of that date alone would be.
+        let differences = query_input_differences(cx.plan, &record);
+        if !differences.is_empty() {
+            engine::plan(&query, &events, &cx.plan.lookups, column)
+                .await
+                .map_err(|m| PartitionError::Query { message: format!("{m}{differences}") })?;
+        }
         // A spilled partition's query runs within half the budget, spilling through the
         // engine where it can; an in-memory one as before, unbounded.
         let memory = match spilled {

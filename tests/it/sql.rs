@@ -681,6 +681,9 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("SELECT count(*) AS n FROM events WHERE status['x'] = 1", vec!["get_field(s, 'f')"]),
         // A number with an exponent past what a decimal holds: the way to write it as a double.
         ("SELECT count(*) AS n FROM events WHERE amount > 1e300", vec!["exponent", "CAST('1e300' AS DOUBLE)"]),
+        // DISTINCT over `*`: the engine counts one constant (1 whatever the rows).
+        ("SELECT count(DISTINCT *) AS n FROM events", vec!["count(DISTINCT *)", "SELECT DISTINCT"]),
+        ("SELECT count(DISTINCT e.*) AS n FROM events e", vec!["count(DISTINCT e.*)", "one constant"]),
     ];
     for (sql, needles) in cases {
         let cfg = sql_config(&lake, &format!("sql = \"\"\"\n{sql}\n\"\"\""), "");
@@ -696,6 +699,51 @@ fn bad_queries_are_refused_before_anything_runs() {
             assert!(!rule_names.iter().any(|r| t.contains(r)), "{sql}: the engine's rule named: {t}");
         }
         assert!(!lake.output().join("event_date=2026-11-01").exists(), "{sql}: nothing runs");
+    }
+}
+
+/// Risk: the query's refusals were checked against the types the run was planned with (its
+/// first date's objects): a later date whose objects read a column as another type (a CSV
+/// amount with fractions, text ids with leading zeros) was computed as the engine does it —
+/// `CAST(2.7 AS BIGINT)` cut to 2, text ids equal to numbers — with exit 0, where the same
+/// date run alone is refused. Such a date is checked against its own types and fails (exit 3),
+/// naming the column and both types; the dates before it commit.
+#[test]
+fn a_date_whose_columns_read_as_other_types_is_checked_against_them() {
+    let lake = Lake::new();
+    for (date, body) in [
+        ("2026-11-01", "id,v,amt,code\n1,1,5,1\n2,1,10,2\n"),
+        ("2026-11-02", "id,v,amt,code\n3,1,2.7,007\n4,1,3.6,8\n"),
+    ] {
+        let dir = lake.input().join(format!("event_date={date}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.csv"), body).unwrap();
+    }
+    for sql in [
+        "SELECT sum(CAST(amt AS BIGINT)) AS units FROM events",
+        "SELECT count(*) FILTER (WHERE code = 7) AS sevens FROM events",
+    ] {
+        let job = format!(
+            "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n\n\
+             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[aggregate]\nsql = \"{sql}\"\n\n[output]\nurl = \"{}\"\n",
+            lake.input().display(),
+            lake.output().display()
+        );
+        let cfg = lake.dir.path().join("job.toml");
+        std::fs::write(&cfg, job).unwrap();
+        let _ = std::fs::remove_dir_all(lake.output());
+        let _ = std::fs::remove_dir_all(lake.dir.path().join("lake"));
+        // Alone: refused as the config is checked.
+        let o = run(&lake, &cfg, &["--date", "2026-11-02"]);
+        assert_eq!(o.status.code(), Some(2), "{sql}: {}", text(&o));
+        // In a range planned from 2026-11-01: the date fails, the one before commits.
+        let o = run(&lake, &cfg, &["--from", "2026-11-01", "--to", "2026-11-02"]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(3), "{sql}: {t}");
+        let column = if sql.contains("amt") { "`amt` is Float64" } else { "`code` is Utf8" };
+        assert!(t.contains("2026-11-02") && t.contains(column) && t.contains("where the run was planned"), "{t}");
+        assert!(lake.partition_file("2026-11-01").exists(), "{sql}");
+        assert!(!lake.output().join("event_date=2026-11-02").exists(), "{sql}: nothing written for the date");
     }
 }
 
