@@ -837,9 +837,12 @@ fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
             .iter()
             .enumerate()
             .map(|(s, slot)| match &slot.state {
-                Ok(Some(d)) => d.keys.iter().any(|k| {
-                    hashes.contains(&k.hash) && named.get(&keys.get(s, k.row)).is_some_and(|v| v.contains(&k.version))
-                }),
+                Ok(Some(d)) => {
+                    d.keys.iter().any(|k| {
+                        hashes.contains(&k.hash)
+                            && named.get(&keys.get(s, k.row)).is_some_and(|v| v.contains(&k.version))
+                    }) || holds_older_set_aside(d, keys.bytes(s), &hashes, &named)
+                }
                 _ => false,
             })
             .collect();
@@ -860,6 +863,28 @@ fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
             return;
         }
     }
+}
+
+/// Whether a date holds, below its winner of a key, a row of a version set aside (`named`, its
+/// key hashes `hashes`) that it has not set aside yet: its winner is another version, newer.
+fn holds_older_set_aside(
+    d: &Dated,
+    keys: Option<&prepare::KeyBytes<'_>>,
+    hashes: &HashSet<u64>,
+    named: &HashMap<Vec<u8>, Vec<i64>>,
+) -> bool {
+    let (Some(keys), Ok(versions)) = (keys, version_chunks(d)) else { return false };
+    if d.prepared.stats.superseded == 0 {
+        return false;
+    }
+    let hasher = prepare::key_hasher();
+    d.prepared.table.ids().any(|id| {
+        let k = keys.get(id);
+        let (c, i) = crate::read::split_id(id);
+        hashes.contains(&hasher.hash_one(k))
+            && named.get(k).is_some_and(|v| v.contains(&versions.get(c).map_or(0, |x| x[i])))
+            && d.prepared.quarantined.binary_search(&(id as u32)).is_err()
+    })
 }
 
 /// A row of a date of the batch: (slot, row id).
@@ -1268,8 +1293,8 @@ impl Moving {
 }
 
 /// A key that moves out of a stored partition, newer in the batch: the batch's other rows of it
-/// at the stored version must be the stored row (or a delete, for a tombstone), as they would
-/// be in one batch with it — else a conflict, wherever the batch dates them.
+/// at the stored version must be the stored row (or a delete, for a tombstone) under its date,
+/// as they would be in one batch with it — else a conflict, wherever the batch dates them.
 fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<'_>, moving: &Moving) {
     if moving.keys.is_empty() {
         return;
@@ -1305,10 +1330,13 @@ fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<
                 continue;
             }
             let del = deletes.as_ref().is_some_and(|m| m[c].value(i));
-            let same = match stored {
-                Some((b, r)) => !del && same_row(table, id, &moving.rows[b], r),
-                None => del,
-            };
+            // Its date is part of the row: at the stored version under another date, it is
+            // another row (as one batch holding both, or this row alone, finds it).
+            let same = date == from
+                && match stored {
+                    Some((b, r)) => !del && same_row(table, id, &moving.rows[b], r),
+                    None => del,
+                };
             if same {
                 continue;
             }

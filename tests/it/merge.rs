@@ -487,13 +487,16 @@ async fn a_superseded_row_beside_a_move_is_checked_against_the_row_it_leaves() {
         let q = b.objects(STATE).await.into_keys().filter(|k| k.starts_with("quarantine/")).count();
         assert_eq!(q, 1, "the conflicting row is set aside");
     }
-    // The stored row itself beside the move: no conflict.
-    let b = Backend::new(Kind::Local);
-    seed_a_and_b(&b).await;
-    let rows = [order("a", 1, "2026-11-03", "USD", 100, "placed"), order("a", 2, "2026-11-02", "USD", 150, "shipped")];
-    put_batch(&b, "b2", &rows).await;
-    let s = merge(&b, "b2", None).await;
-    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    // The stored row itself beside the move, under its own date: no conflict. Under a third
+    // date it is another row (its date differs), as it is alone or in one batch with the row.
+    for (old_day, exit) in [("2026-11-01", ExitCode::Ok), ("2026-11-03", ExitCode::DataContract)] {
+        let b = Backend::new(Kind::Local);
+        seed_a_and_b(&b).await;
+        let rows = [order("a", 1, old_day, "USD", 100, "placed"), order("a", 2, "2026-11-02", "USD", 150, "shipped")];
+        put_batch(&b, "b2", &rows).await;
+        let s = merge(&b, "b2", None).await;
+        assert_eq!(s.exit_code, exit, "{old_day}: {}", lakeswap::report::table(&s));
+    }
 }
 
 /// Risk: a key's newest version in the batch stays under its stored date while an older row of
@@ -522,15 +525,42 @@ async fn a_superseded_row_under_another_date_is_checked_against_the_row_that_sta
     let q = b.objects(STATE).await.into_keys().filter(|k| k.starts_with("quarantine/")).count();
     assert_eq!(q, 1, "the conflicting row is set aside");
 
-    // The stored row itself under another date, and a row older than the stored one: no conflict.
-    for old in [order("a", 1, "2026-11-02", "USD", 100, "placed"), order("a", 0, "2026-11-02", "USD", 7, "placed")] {
+    // A row older than the stored one: no conflict. The stored row's values under another date
+    // are another row (its date differs): a conflict, as that row alone is.
+    for (old, exit) in [
+        (order("a", 0, "2026-11-02", "USD", 7, "placed"), ExitCode::Ok),
+        (order("a", 1, "2026-11-02", "USD", 100, "placed"), ExitCode::DataContract),
+    ] {
         let b = Backend::new(Kind::Local);
         seed_a_and_b(&b).await;
         put_batch(&b, "b2", &[old, order("a", 2, "2026-11-01", "USD", 150, "shipped")]).await;
         let s = merge(&b, "b2", None).await;
-        assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+        assert_eq!(s.exit_code, exit, "{}", lakeswap::report::table(&s));
         assert_eq!(where_keys_live(&b).await.get("a").cloned(), Some(vec!["2026-11-01".to_string()]));
     }
+}
+
+/// Risk: under quarantine, a version in conflict on one date was set aside there, but a row of
+/// that version on another date whose own newest version is newer was dropped as superseded —
+/// neither merged nor set aside (a row lost). A version in conflict is set aside on every date
+/// that holds it, below its winner too.
+#[tokio::test]
+async fn a_version_in_conflict_is_set_aside_on_every_date_below_a_newer_winner() {
+    let b = Backend::new(Kind::Local);
+    let rows = [
+        order("b", 1, "2026-11-01", "USD", 10, "placed"),
+        order("b", 1, "2026-11-01", "USD", 11, "placed"),
+        order("b", 1, "2026-11-03", "USD", 12, "placed"),
+        order("b", 4, "2026-11-03", "USD", 10, "shipped"),
+    ];
+    put_batch(&b, "b1", &rows).await;
+    let job = merge_job_with(&b, "b1", "[prepare]\non_conflict = \"quarantine\"\n");
+    let s = run::run(&job, &RunOptions::default()).await.unwrap();
+    let t = lakeswap::report::table(&s);
+    assert_eq!(s.exit_code, ExitCode::Ok, "{t}");
+    assert_eq!(where_keys_live(&b).await.get("b").cloned(), Some(vec!["2026-11-03".to_string()]));
+    let set_aside: u64 = s.partitions.iter().map(|p| p.counts.map_or(0, |c| c.quarantined_rows)).sum();
+    assert_eq!(set_aside, 3, "every row of version 1 is set aside: {t}");
 }
 
 // ---------------------------------------------------------------------------------------
