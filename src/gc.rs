@@ -10,7 +10,8 @@
 //!   take-over;
 //! - with [`GcOptions::quarantine_older_than`], quarantined rows written longer ago than that;
 //! - with [`GcOptions::runs_older_than`], the journals of runs that finished longer ago than
-//!   that (never the newest run's, one still running, or one with a move left to complete);
+//!   that (never the newest run's, one still running, one with a move left to complete, or one
+//!   that failed a date no later run has done since);
 //! - on a local folder, temporary files of interrupted writes (`<name>#<n>`, which the object
 //!   store API never lists) beside the paths lakeswap writes, and the empty probe files a run
 //!   killed at start-up left (`.lakeswap-probe-…`, made to check that a folder is writable),
@@ -301,25 +302,45 @@ fn local_temp_files(at: &StoreLocation, parts: &[&str]) -> Vec<(std::path::PathB
 }
 
 /// Removes the journals of runs that finished before `before` (their journal's last write),
-/// except the newest run's (`--retry-failed` and `status` name it), a run still running (or
-/// that died: `status` tells which) and a run with swaps left to complete. A journal that
-/// cannot be read is kept, for the next run or `status` to report. Returns how many.
+/// except the newest run's, a run still running (or that died: `status` tells which), a run
+/// with swaps left to complete, and a run that failed a date no later run has done since
+/// (`status` shows it failed, `--retry-failed` retries it). Returns how many.
 async fn remove_old_journals(
     state: &StoreLocation,
-    mut journals: Vec<ObjectMeta>,
+    journals: Vec<ObjectMeta>,
     before: chrono::DateTime<Utc>,
     dry: bool,
     removed: &mut Vec<String>,
 ) -> Result<usize> {
-    // Run ids sort by their start: the newest is kept whatever its age.
-    journals.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
-    journals.pop();
+    use crate::commit::Action;
+    // Oldest first (run ids sort by their start).
+    let all = crate::journal::read_all(state).await?;
+    let Some(newest) = all.last().map(|j| j.run_id.clone()) else { return Ok(0) };
+    // The last run that did each date.
+    let failed = |a: &Action| matches!(a, Action::Failed | Action::Stopped);
+    let mut done: BTreeMap<chrono::NaiveDate, &str> = BTreeMap::new();
+    for j in &all {
+        for p in j.partitions.iter().filter(|p| !failed(&p.action)) {
+            done.insert(p.date, &j.run_id);
+        }
+    }
+    let removable: BTreeSet<&str> = all
+        .iter()
+        .filter(|j| {
+            j.run_id != newest
+                && j.status == "finished"
+                && j.pending.is_empty()
+                && j.partitions
+                    .iter()
+                    .filter(|p| failed(&p.action))
+                    .all(|p| done.get(&p.date).is_some_and(|r| *r > j.run_id.as_str()))
+        })
+        .map(|j| j.run_id.as_str())
+        .collect();
     let mut n = 0;
     for m in journals.into_iter().filter(|m| m.last_modified < before) {
-        let Ok(r) = state.store.get(&m.location).await else { continue };
-        let Ok(bytes) = r.bytes().await else { continue };
-        let Ok(j) = serde_json::from_slice::<crate::journal::Journal>(&bytes) else { continue };
-        if j.status == "finished" && j.pending.is_empty() {
+        let run = m.location.filename().and_then(|f| f.strip_suffix(".json")).unwrap_or_default();
+        if removable.contains(run) {
             remove(state, &m.location, dry, removed).await?;
             n += 1;
         }

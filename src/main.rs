@@ -273,8 +273,9 @@ struct GcArgs {
     quarantine_older_than: Option<String>,
     /// Also remove the journals of runs that finished longer ago than this (30d, 12h, 2w): a
     /// table run every hour gathers thousands, and each merge run and `status` reads them all.
-    /// The newest run's journal stays, and so do those of runs still running or with a move
-    /// left to complete. Without it every journal is kept: `status` shows the runs they hold.
+    /// The newest run's journal stays, and so do those of runs still running, with a move left
+    /// to complete, or that failed a date no later run has done since. Without it every journal
+    /// is kept: `status` shows the runs they hold.
     #[arg(long, value_name = "AGE")]
     runs_older_than: Option<String>,
     /// The folder runs spill to (their --spill-dir): spill folders a killed run of this table

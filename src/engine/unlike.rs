@@ -13,7 +13,8 @@ use datafusion::optimizer::AnalyzerRule;
 
 /// What the parser reads otherwise than SQL means, refused from the query's text:
 /// - `^`, a power in PostgreSQL and DuckDB, is a bitwise exclusive or here (`3 ^ 2` is 1);
-/// - `a IS DISTINCT FROM b AND c` is parsed as `a IS DISTINCT FROM (b AND c)`.
+/// - `a IS DISTINCT FROM b AND c` is parsed as `a IS DISTINCT FROM (b AND c)`;
+/// - `count(DISTINCT *)` counts one constant (1 whatever the rows).
 pub fn unlike_syntax(statement: &datafusion::sql::parser::Statement) -> Result<(), String> {
     use datafusion::sql::sqlparser::ast::{visit_expressions, BinaryOperator, Expr as Sql};
     use std::ops::ControlFlow;

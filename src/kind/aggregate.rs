@@ -701,7 +701,7 @@ fn query_input_differences(plan: &crate::plan::Plan, record: &SchemaRef) -> Stri
         true => String::new(),
         false => format!(
             " (of the input columns the query reads, {}; a column with no value in any of a date's objects \
-             reads as text)",
+             reads as text: declare its type in [input.schema] to read it so on every date)",
             differ.join(", ")
         ),
     }

@@ -446,7 +446,8 @@ impl Merge {
                 .map(|&(_, s, i)| (s, i))
                 .collect();
             // The batch's newest versions of keys stored here, and held by other dates too.
-            if let (Some(&i), false) = (held.get(&date), failed || elsewhere.is_empty()) {
+            let checked = held.get(&date).filter(|_| !failed && !elsewhere.is_empty());
+            if let Some(&i) = checked {
                 let own: Vec<(usize, usize)> = wanted
                     .iter()
                     .filter(|(h, s, _)| *s == i && elsewhere.contains(h) && hashes.binary_search(h).is_ok())
@@ -601,8 +602,8 @@ impl Merge {
     }
 
     /// The batch's keys whose newest version stays under stored date `p` (`own`, slot and
-    /// place), held by other dates of the batch too: the rows there at the stored version must
-    /// be the stored row, as the move check asks of a key that leaves.
+    /// place), held by other dates of the batch too: a row there at the stored version is a
+    /// conflict (its date is another than the stored row's), as one batch holding both finds.
     async fn stays(
         &self,
         cx: &Context<'_>,
@@ -779,7 +780,8 @@ impl Merge {
 /// Under `on_conflict = "quarantine"`, a version of a key in conflict anywhere in the batch —
 /// inside one date, or the key's newest version held by two dates — is set aside on every date
 /// that holds it, and such a date keeps its newest other version of the key (it is prepared
-/// again, until no date's winner is a version set aside). The table is then the same however
+/// again, until no date holds a row of a version set aside that it has not set aside: as its
+/// winner, or below a newer one). The table is then the same however
 /// the batch's rows are spread over dates, and over batches that each hold a conflict whole:
 /// a key keeps its newest version without a conflict. With `on_date_change = "fail"`, a key's
 /// newest version under two dates is left to fail both dates (the key changes date).
@@ -829,7 +831,8 @@ fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
                 }
             }
         }
-        // Dates whose winner of a key is a version set aside, prepared again.
+        // Dates holding a row of a version set aside (their winner, or an older row), prepared
+        // again.
         let hashes: HashSet<u64> = named.keys().map(|k| hasher.hash_one(k)).collect();
         let shared = std::sync::Arc::new(named.clone());
         let mut again = false;
@@ -841,7 +844,7 @@ fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
                     d.keys.iter().any(|k| {
                         hashes.contains(&k.hash)
                             && named.get(&keys.get(s, k.row)).is_some_and(|v| v.contains(&k.version))
-                    }) || holds_older_set_aside(d, keys.bytes(s), &hashes, &named)
+                    }) || holds_older_set_aside(d, &keys, s, &hashes, &named)
                 }
                 _ => false,
             })
@@ -869,14 +872,15 @@ fn set_aside_across_dates(slots: &mut [Slot], on_date_change: OnDateChange) {
 /// key hashes `hashes`) that it has not set aside yet: its winner is another version, newer.
 fn holds_older_set_aside(
     d: &Dated,
-    keys: Option<&prepare::KeyBytes<'_>>,
+    keys: &DateKeys<'_>,
+    s: usize,
     hashes: &HashSet<u64>,
     named: &HashMap<Vec<u8>, Vec<i64>>,
 ) -> bool {
-    let (Some(keys), Ok(versions)) = (keys, version_chunks(d)) else { return false };
-    if d.prepared.stats.superseded == 0 {
+    if named.is_empty() || d.prepared.stats.superseded == 0 {
         return false;
     }
+    let (Some(keys), Ok(versions)) = (keys.bytes(s), version_chunks(d)) else { return false };
     let hasher = prepare::key_hasher();
     d.prepared.table.ids().any(|id| {
         let k = keys.get(id);
@@ -1245,8 +1249,9 @@ fn winner_keys(p: &Prepared, id: &Identity) -> Result<Vec<KeyAt>, String> {
     Ok(out)
 }
 
-/// The keys of the batch found newer than their stored row under another date: the moves, and
-/// what each key leaves.
+/// The keys of the batch found newer than their stored row under another date (the moves, and
+/// what each key leaves), and those whose newest version stays under its stored date while
+/// other dates of the batch hold it too.
 #[derive(Default)]
 struct Moving {
     moves: Vec<Move>,
@@ -1256,13 +1261,15 @@ struct Moving {
 }
 
 /// What a moving key leaves: the date, its stored version, and its stored row (in
-/// [`Moving::rows`]; `None`: a tombstone). `stays`: the key does not leave — its newest version
-/// in the batch is under its stored date, whose own rows of it the merge checks itself.
+/// [`Moving::rows`]; `None`: a tombstone, or a key that stays). `stays`: the key does not leave
+/// — its newest version in the batch is under its stored date, whose own rows of it the merge
+/// checks itself; a row of it at the stored version elsewhere is a conflict whatever its values.
 #[derive(Clone, Copy)]
 struct Leaving {
     from: NaiveDate,
     version: i64,
     row: Option<(usize, usize)>,
+    tombstone: bool,
     stays: bool,
 }
 
@@ -1271,30 +1278,34 @@ impl Moving {
         if leaving.is_empty() {
             return;
         }
-        let live: Vec<u32> = leaving.iter().filter_map(|l| l.2).collect();
         let at = self.rows.len();
+        // The stored rows, to compare with; a key that stays is compared under no other date.
         // Rows that cannot be copied are not checked (as before this check).
-        let copied = arrow::compute::take_record_batch(stored, &arrow::array::UInt32Array::from(live))
-            .map(|rows| self.rows.push(rows))
-            .is_ok();
+        let copied = stays || {
+            let live: Vec<u32> = leaving.iter().filter_map(|l| l.2).collect();
+            arrow::compute::take_record_batch(stored, &arrow::array::UInt32Array::from(live))
+                .map(|rows| self.rows.push(rows))
+                .is_ok()
+        };
         let mut j = 0;
         for (key, version, row) in leaving {
             let place = match row {
                 Some(_) if !copied => continue,
-                Some(_) => {
+                Some(_) if !stays => {
                     j += 1;
                     Some((at, j - 1))
                 }
-                None => None,
+                _ => None,
             };
-            self.keys.insert(key, Leaving { from, version, row: place, stays });
+            self.keys.insert(key, Leaving { from, version, row: place, tombstone: row.is_none(), stays });
         }
     }
 }
 
-/// A key that moves out of a stored partition, newer in the batch: the batch's other rows of it
-/// at the stored version must be the stored row (or a delete, for a tombstone) under its date,
-/// as they would be in one batch with it — else a conflict, wherever the batch dates them.
+/// A key that moves out of a stored partition (or stays there, beside rows of it under other
+/// dates), newer in the batch: the batch's other rows of it at the stored version must be the
+/// stored row (or a delete, for a tombstone) under its date, as they would be in one batch with
+/// it — else a conflict, wherever the batch dates them.
 fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<'_>, moving: &Moving) {
     if moving.keys.is_empty() {
         return;
@@ -1319,7 +1330,8 @@ fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<
         });
         let mut found: Option<ConflictKey> = None;
         for id in table.ids() {
-            let Some(&Leaving { from, version: sv, row: stored, stays }) = moving.keys.get(bytes.get(id)) else {
+            let Some(&Leaving { from, version: sv, row: stored, tombstone, stays }) = moving.keys.get(bytes.get(id))
+            else {
                 continue;
             };
             let (c, i) = crate::read::split_id(id);
@@ -1335,7 +1347,7 @@ fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<
             let same = date == from
                 && match stored {
                     Some((b, r)) => !del && same_row(table, id, &moving.rows[b], r),
-                    None => del,
+                    None => tombstone && del,
                 };
             if same {
                 continue;
@@ -1350,9 +1362,9 @@ fn conflicts_beside_moves(cx: &Context<'_>, slots: &mut [Slot], keys: &DateKeys<
                 version: Some(shown.map_or(sv.to_string(), |t| prepare::show_version(&t, sv))),
                 at: vec![
                     table.locate(id, None),
-                    Location::object(match stored {
-                        Some(_) => format!("the stored partition of {from}"),
-                        None => format!("a delete of the same version, stored under {from}"),
+                    Location::object(match tombstone {
+                        false => format!("the stored partition of {from}"),
+                        true => format!("a delete of the same version, stored under {from}"),
                     }),
                 ],
             });

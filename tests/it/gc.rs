@@ -430,21 +430,24 @@ suite!(s3, crate::common::backends::Kind::S3, ignore = "needs the S3 server that
 
 /// Risk: a table run every hour gathers a journal per run forever, and each merge run, `status`
 /// and `--retry-failed` read them all. `gc --runs-older-than AGE` removes the journals of runs
-/// that finished longer ago, and never the newest run's, one still running (or killed) or one
-/// with a move left to complete.
+/// that finished longer ago, and never the newest run's, one still running (or killed), one
+/// with a move left to complete, or one that failed a date no later run has done since.
 #[test]
 fn gc_removes_the_journals_of_runs_that_finished_long_ago() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(97, 2, 50), 1);
     let cfg = lake.config();
     let cfg = cfg.to_str().unwrap();
-    let run = |from: &str, to: &str| {
-        let o = cli(&["run", "--config", cfg, "--from", from, "--to", to], lake.dir.path());
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run_with = |from: &str, to: &str, extra: &[&str], code: i32| {
+        let o = cli(&[&["run", "--config", cfg, "--from", from, "--to", to], extra].concat(), lake.dir.path());
+        assert_eq!(o.status.code(), Some(code), "{}", text(&o));
     };
-    for (from, to) in [("2026-11-01", "2026-11-01"), ("2026-11-02", "2026-11-02"), ("2026-11-01", "2026-11-02")] {
-        run(from, to);
-    }
+    let run = |from: &str, to: &str| run_with(from, to, &[], 0);
+    run("2026-11-01", "2026-11-01");
+    // A date without input fails, and no later run does it.
+    run_with("2026-11-05", "2026-11-05", &[], 1);
+    run("2026-11-02", "2026-11-02");
+    run("2026-11-01", "2026-11-02");
     let runs = lake.state().join("runs");
     let names = || {
         let mut v: Vec<String> =
@@ -453,7 +456,7 @@ fn gc_removes_the_journals_of_runs_that_finished_long_ago() {
         v
     };
     let finished = names();
-    assert_eq!(finished.len(), 3, "{finished:?}");
+    assert_eq!(finished.len(), 4, "{finished:?}");
     // A killed run (its journal still `running`) and one with a move left to complete.
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(runs.join(&finished[0])).unwrap()).unwrap();
     let mut killed = j.clone();
@@ -478,23 +481,26 @@ fn gc_removes_the_journals_of_runs_that_finished_long_ago() {
     };
     // Younger than the age: kept.
     assert!(!gc(&["--runs-older-than", "60d"]).contains("journal"), "{:?}", names());
-    assert_eq!(names().len(), 5);
+    assert_eq!(names().len(), 6);
     let o = gc(&["--runs-older-than", "30d", "--dry-run"]);
     assert!(o.contains("would remove 2 journal(s) of runs that finished more than 30d ago"), "{o}");
-    assert!(o.contains(&finished[0]) && o.contains(&finished[1]) && !o.contains(&finished[2]), "{o}");
-    assert_eq!(names().len(), 5, "a dry run removes nothing");
+    assert!(o.contains(&finished[0]) && o.contains(&finished[2]) && !o.contains(&finished[3]), "{o}");
+    assert_eq!(names().len(), 6, "a dry run removes nothing");
     let o = gc(&["--runs-older-than", "30d"]);
     assert!(o.contains("removed 2 journal(s)"), "{o}");
     let kept = names();
     assert_eq!(
         kept,
-        ["20200101T000000.000Z-aaaaaa.json", "20200101T000000.000Z-bbbbbb.json", finished[2].as_str()],
-        "the killed run's, the unfinished move's and the newest run's journals stay"
+        ["20200101T000000.000Z-aaaaaa.json", "20200101T000000.000Z-bbbbbb.json", &finished[1], &finished[3]],
+        "the killed run's, the unfinished move's, the unmended failure's and the newest run's journals stay"
     );
-    // A later run: the journal that was the newest is removed at the next gc, the new one kept.
+    let o = cli(&["status", "--config", cfg], lake.dir.path());
+    assert!(text(&o).contains("2026-11-05"), "status still shows the failed date: {}", text(&o));
+    // Later runs, one doing the failed date: the journals they supersede go at the next gc.
+    run_with("2026-11-05", "2026-11-05", &["--allow-empty"], 0);
     run("2026-11-01", "2026-11-01");
-    assert!(gc(&["--runs-older-than", "30d"]).contains("removed 1 journal(s)"));
-    assert!(!names().contains(&finished[2]) && names().len() == 3, "{:?}", names());
+    assert!(gc(&["--runs-older-than", "30d"]).contains("removed 2 journal(s)"));
+    assert!(!names().contains(&finished[1]) && !names().contains(&finished[3]) && names().len() == 4, "{:?}", names());
     let o = cli(&["gc", "--config", cfg, "--runs-older-than", "soon"], lake.dir.path());
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
