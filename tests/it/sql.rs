@@ -152,6 +152,22 @@ fn a_lookups_text_time_the_clocks_repeat_is_named() {
     assert!(t.contains("skip or repeat") && t.contains("the value '2026-11-01 01:30:00'"), "{t}");
 }
 
+/// A job over `lake`'s CSV input (key `id`, version `v`) with `sql` as its query, into a new
+/// table (the last one's output and state removed).
+fn csv_sql_job(lake: &Lake, sql: &str) -> PathBuf {
+    let toml = format!(
+        "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n\n\
+         [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[aggregate]\nsql = \"{sql}\"\n\n[output]\nurl = \"{}\"\n",
+        lake.input().display(),
+        lake.output().display()
+    );
+    let cfg = lake.dir.path().join("job.toml");
+    std::fs::write(&cfg, toml).unwrap();
+    let _ = std::fs::remove_dir_all(lake.output());
+    let _ = std::fs::remove_dir_all(lake.dir.path().join("_lakeswap"));
+    cfg
+}
+
 fn run(lake: &Lake, cfg: &Path, args: &[&str]) -> std::process::Output {
     let mut all = vec!["run", "--config", cfg.to_str().unwrap()];
     all.extend_from_slice(args);
@@ -723,16 +739,7 @@ fn a_date_whose_columns_read_as_other_types_is_checked_against_them() {
         "SELECT sum(CAST(amt AS BIGINT)) AS units FROM events",
         "SELECT count(*) FILTER (WHERE code = 7) AS sevens FROM events",
     ] {
-        let job = format!(
-            "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n\n\
-             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[aggregate]\nsql = \"{sql}\"\n\n[output]\nurl = \"{}\"\n",
-            lake.input().display(),
-            lake.output().display()
-        );
-        let cfg = lake.dir.path().join("job.toml");
-        std::fs::write(&cfg, job).unwrap();
-        let _ = std::fs::remove_dir_all(lake.output());
-        let _ = std::fs::remove_dir_all(lake.dir.path().join("lake"));
+        let cfg = csv_sql_job(&lake, sql);
         // Alone: refused as the config is checked.
         let o = run(&lake, &cfg, &["--date", "2026-11-02"]);
         assert_eq!(o.status.code(), Some(2), "{sql}: {}", text(&o));
@@ -1094,19 +1101,7 @@ fn integer_arithmetic_is_checked_and_rollups_sum() {
     let dir = lake.input().join("event_date=2026-11-01");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("a.csv"), "g,id,v,x,y\nx,1,1,10,3\nx,2,1,20,4\ny,3,1,70,5\n").unwrap();
-    let job = |sql: &str| {
-        let toml = format!(
-            "[job]\nname = \"t\"\nkind = \"aggregate\"\n\n[input]\nurl = \"{}\"\nformat = \"csv\"\n\n\
-             [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[aggregate]\nsql = \"{sql}\"\n\n[output]\nurl = \"{}\"\n",
-            lake.input().display(),
-            lake.output().display()
-        );
-        let cfg = lake.dir.path().join("job.toml");
-        std::fs::write(&cfg, toml).unwrap();
-        let _ = std::fs::remove_dir_all(lake.output());
-        let _ = std::fs::remove_dir_all(lake.dir.path().join("_lakeswap"));
-        run(&lake, &cfg, &["--date", "2026-11-01"])
-    };
+    let job = |sql: &str| run(&lake, &csv_sql_job(&lake, sql), &["--date", "2026-11-01"]);
     let o = job("SELECT g, sum(x) AS s, sum(x * y) AS p, count(*) * 2 AS c FROM events GROUP BY ROLLUP(g)");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let rows = lakeswap_rows(&lake.partition_file("2026-11-01"));
