@@ -409,6 +409,80 @@ fn merged(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
     }
 }
 
+/// What a date's keys are made of: its input objects (and the lookups'), the config and the
+/// rules. Two checks of a date with one fingerprint saw the same keys.
+pub fn keys_fingerprint(job: &crate::run::Job, plan: &crate::plan::Plan, p: &PartitionPlan) -> String {
+    use sha2::{Digest, Sha256};
+    let mut inputs = plan.lineage_inputs(p, &job.input);
+    inputs.sort();
+    let mut h = Sha256::new();
+    h.update(crate::lineage::RULES.to_le_bytes());
+    h.update(job.config.fingerprint().as_bytes());
+    h.update([0]);
+    h.update(crate::lineage::input_fingerprint(&inputs).as_bytes());
+    crate::config::hex(&h.finalize()[..16])
+}
+
+/// A committed date's last check against other dates: its keys' fingerprint then, and the
+/// dates whose keys it was checked with (each with theirs). Kept in the table's state
+/// (`STATE/checked/<col>=<date>.json`), outside the partition file, whose bytes depend on its
+/// input alone.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Checked {
+    pub keys: String,
+    pub with: BTreeMap<chrono::NaiveDate, String>,
+}
+
+fn checked_path(state: &crate::store::StoreLocation, dir: &str) -> object_store::path::Path {
+    state.child(&["checked", &format!("{dir}.json")])
+}
+
+/// Records that the keys of the committed date of folder `dir` (`keys`) were checked with those
+/// of `with`. A record not written only makes a later `--skip-unchanged` run compute a date
+/// again.
+pub async fn record_checked(state: &crate::store::StoreLocation, dir: &str, checked: &Checked) {
+    let path = checked_path(state, dir);
+    let body = serde_json::to_vec(checked).unwrap_or_default();
+    if let Err(e) = object_store::ObjectStoreExt::put(&state.store, &path, body.into()).await {
+        tracing::warn!(error = %e, path = %state.display(&path), "cannot record the dates a partition's keys were checked with");
+    }
+}
+
+/// Of the dates a `--skip-unchanged` run would skip (each with its keys' fingerprint), those to
+/// compute after all: two skipped dates are checked against each other by nothing in the run,
+/// so each pair must have been checked before, with the keys both hold now — else a key under
+/// both (two daily runs, each of one date) would never be found. For each pair no record
+/// covers, the later date is computed (the others guard it). Records are read a few at a time.
+pub async fn unchecked(
+    state: &crate::store::StoreLocation,
+    skipped: &[(&PartitionPlan, String)],
+) -> std::collections::BTreeSet<chrono::NaiveDate> {
+    use futures::StreamExt;
+    let keys: BTreeMap<chrono::NaiveDate, &str> = skipped.iter().map(|(p, k)| (p.date, k.as_str())).collect();
+    let paths: Vec<(chrono::NaiveDate, object_store::path::Path)> =
+        skipped.iter().map(|(p, _)| (p.date, checked_path(state, &p.dir))).collect();
+    let read: Vec<(chrono::NaiveDate, Option<bytes::Bytes>)> = futures::stream::iter(paths)
+        .map(|(date, path)| async move { (date, crate::commit::get(state, &path).await.ok().flatten()) })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let records: BTreeMap<chrono::NaiveDate, Checked> = read
+        .into_iter()
+        .filter_map(|(date, bytes)| Some((date, serde_json::from_slice::<Checked>(&bytes?).ok()?)))
+        .filter(|(date, c)| keys.get(date) == Some(&c.keys.as_str()))
+        .collect();
+    let saw = |a: &chrono::NaiveDate, b: &chrono::NaiveDate| {
+        records.get(a).is_some_and(|r| r.with.get(b).map(String::as_str) == keys.get(b).copied())
+    };
+    let mut again = std::collections::BTreeSet::new();
+    for a in keys.keys().rev() {
+        if keys.keys().any(|b| b != a && !again.contains(b) && !saw(a, b) && !saw(b, a)) {
+            again.insert(*a);
+        }
+    }
+    again
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

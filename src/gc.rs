@@ -145,6 +145,8 @@ fn classify_state(rel: &str, column: &str) -> Entry {
         }
         ["runs", name] if name.strip_suffix(".json").is_some_and(is_run_id) => Entry::Journal,
         ["table-schema"] | ["table.json"] => Entry::Kept,
+        // What a date's keys were last checked with (`--skip-unchanged`): a few hundred bytes.
+        ["checked", name] if name.strip_suffix(".json").is_some_and(|d| is_partition_dir(d, column)) => Entry::Kept,
         [name] if crate::store::is_probe_name(name) => Entry::Probe,
         ["leases", name] if lease_name(name) => Entry::Lease,
         ["leases", name]
@@ -503,6 +505,8 @@ mod tests {
             assert_eq!(classify_state(foreign, c), Entry::NotMine, "{foreign}");
         }
         assert_eq!(classify_state("leases/event_date=2026-11-01.json", c), Entry::Lease);
+        assert_eq!(classify_state("checked/event_date=2026-11-01.json", c), Entry::Kept);
+        assert_eq!(classify_state("checked/notes.json", c), Entry::NotMine);
         assert_eq!(classify_data("event_date=2026-11-01/part-00000.parquet", c), Entry::Kept);
         for foreign in ["event_date=2026-11-01/backup.parquet", "_lakeswap/table-schema", staged, "notes.txt"] {
             assert_eq!(classify_data(foreign, c), Entry::NotMine, "{foreign}");

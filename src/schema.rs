@@ -135,6 +135,22 @@ async fn read_record(state: &StoreLocation) -> Result<Option<Schema>> {
     }
 }
 
+/// How the table's schema record, read now, differs from a daily run's output schema and
+/// dating (empty without a record, or when they agree). A daily run does not hold the table: a
+/// `--schema-change rebuild` may record another schema while it computes, and its partitions in
+/// the schema it planned would then sit in a table of another.
+pub async fn recorded_changes(
+    state: &StoreLocation,
+    run: &Schema,
+    cfg: &crate::config::JobConfig,
+) -> Result<Vec<String>> {
+    let Some(record) = read_record(state).await? else { return Ok(Vec::new()) };
+    let columns = Schema::new(record.fields().clone());
+    let mut out = differences(&columns, run);
+    out.extend(redating(record.metadata().get(PARTITIONING_KEY).map(String::as_str), cfg));
+    Ok(out)
+}
+
 /// The differences between the table's schema and a run's, in words (names and types; a
 /// column's nullability is not part of it). Empty when they agree.
 pub fn differences(table: &Schema, run: &Schema) -> Vec<String> {

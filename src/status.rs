@@ -29,6 +29,10 @@ pub struct PartitionStatus {
     /// another schema (a rebuild that did not reach it yet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema: Option<&'static str>,
+    /// A daily table's file written under another config than the one `status` was given
+    /// (another query, zone, key …): `other`, computed again by the next run; else absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<&'static str>,
     pub lineage: Option<Lineage>,
     /// Objects in the partition folder that lakeswap did not write (a partition is one object).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -143,6 +147,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
     });
     let table = crate::schema::table_schema(out, &job.state, column).await?;
     let mut parts = Vec::with_capacity(dates.len());
+    let fingerprint = job.config.fingerprint();
     for date in dates {
         let dir = commit::partition_dir(column, date);
         let found =
@@ -154,6 +159,10 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
             (Some(t), Some(f)) => Some(if crate::schema::differences(t, &f).is_empty() { "current" } else { "older" }),
             _ => None,
         };
+        let config = lineage
+            .as_ref()
+            .filter(|l| job.kind.output_from_input_alone() && l.config_fingerprint != fingerprint)
+            .map(|_| "other");
         // Also where no file is committed: a second spelling of the date is read all the same.
         let found = commit::foreign_objects(out, &dir).await.map_err(Error::of_partition)?;
         let foreign: Vec<String> = found.iter().map(|p| out.relative(p)).collect();
@@ -173,6 +182,7 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
             state,
             committed,
             schema,
+            config,
             foreign,
             lineage,
             last_run: run.map(|(id, a, _)| (id.clone(), *a)),
@@ -361,6 +371,9 @@ pub fn render(status: &Status, recent: usize) -> String {
         // A file lakeswap did not write is no partition of an older schema: a rebuild leaves it too.
         if p.schema == Some("older") && p.state != "unknown" {
             last.push_str("  [older schema: rebuild with --schema-change rebuild]");
+        }
+        if p.config.is_some() && matches!(p.state, "committed" | "failed") {
+            last.push_str("  [written under another config: the next run computes it again]");
         }
         let _ = writeln!(
             s,

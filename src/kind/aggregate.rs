@@ -139,14 +139,23 @@ impl Kind for Aggregate {
                 .await;
             done.sort_by_key(|(o, _, _)| o.plan.date);
             // A key seen under two dates fails both partitions.
+            let mut checked = std::collections::BTreeMap::new();
             if !cx.job.config.is_whole_record_key() {
                 let guards = match done.iter().any(|(o, _, _)| o.result.is_ok()) {
                     true => crate::crossdate::guards(cx, &cx.plan.others).await,
                     false => Vec::new(),
                 };
+                let guarded: Vec<PartitionPlan> = guards.iter().flatten().map(|g| g.plan.clone()).collect();
                 crate::crossdate::check(cx, &mut done, guards).await;
+                let computed = done.iter().filter(|(o, _, _)| o.result.is_ok()).map(|(o, _, _)| &o.plan);
+                for p in computed.chain(&guarded) {
+                    checked.insert(p.date, crate::crossdate::keys_fingerprint(cx.job, cx.plan, p));
+                }
+                if checked.len() < 2 {
+                    checked.clear();
+                }
             }
-            Computed { outcomes: done.into_iter().map(|(o, _, _)| o).collect(), moves: Vec::new() }
+            Computed { outcomes: done.into_iter().map(|(o, _, _)| o).collect(), moves: Vec::new(), checked }
         })
     }
 }

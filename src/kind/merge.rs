@@ -247,7 +247,7 @@ impl Merge {
             &shared,
             &mut moves,
         );
-        Computed { outcomes, moves }
+        Computed { outcomes, moves, ..Default::default() }
     }
 
     /// A key the batch holds under several dates keeps its newest version only.

@@ -177,6 +177,10 @@ impl Context<'_> {
 pub struct Computed {
     pub outcomes: Vec<Outcome>,
     pub moves: Vec<Move>,
+    /// The dates whose keys a daily run checked against each other (computed and guarding
+    /// alike, when there were two or more), each with its keys' fingerprint
+    /// ([`crate::crossdate::keys_fingerprint`]): recorded for each date committed.
+    pub checked: std::collections::BTreeMap<chrono::NaiveDate, String>,
 }
 
 /// A computed file's bytes: in memory, or in the run's spill folder until committed

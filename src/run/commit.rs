@@ -58,12 +58,14 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
         renewer,
         mut journal,
         mut reports,
+        plan,
+        rebuild,
         ..
     } = held;
     let Some(leases) = leases else {
         return Committed { run_id, started, journal, reports, _renewer: renewer };
     };
-    let Computed { mut outcomes, moves } = computed;
+    let Computed { mut outcomes, moves, checked } = computed;
     let writes = |outcomes: &[Outcome]| outcomes.iter().any(|o| o.result.as_ref().is_ok_and(|f| !f.skip));
     // A run that makes a new table holds it from here until its first partition is swapped in:
     // another first run waits, then finds the table made (and is refused if its schema is
@@ -95,7 +97,29 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
             fail_all(&mut outcomes, &e);
         }
     }
+    // A daily run's table may have been rebuilt under another schema since this run was
+    // planned (the rebuild records it before its first swap, under leases of its dates): the
+    // run's partitions would sit in a table of another schema. Refused, nothing swapped in.
+    if new_table_schema.is_none() && !job.kind.one_run_at_a_time() && writes(&outcomes) {
+        if let Some(run_schema) = &plan.output_schema {
+            match crate::schema::recorded_changes(&job.state, run_schema, &job.config).await {
+                Ok(changes) if changes.is_empty() => {}
+                Ok(changes) => fail_all(
+                    &mut outcomes,
+                    &PartitionError::Refused(format!(
+                        "another run changed the schema of the table {} while this one ran (--schema-change \
+                         rebuild): {}. Nothing was written; run again to be checked against the table as it is \
+                         now",
+                        job.output.url,
+                        changes.join("; ")
+                    )),
+                ),
+                Err(e) => fail_all(&mut outcomes, &PartitionError::Other(e.to_string())),
+            }
+        }
+    }
     // A table without a schema record (new, or rebuilt) gets one before its first swap.
+    let mut rebuilt = false;
     if let Some(schema) = &new_table_schema {
         let record = match identity_adopted {
             true => !outcomes.is_empty() && outcomes.iter().all(|o| o.result.is_ok()),
@@ -104,12 +128,14 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
         if record {
             let identity = job.kind.reads_stored_state().then(|| crate::schema::identity_text(&job.config.identity));
             let partitioning = crate::schema::partitioning_text(&job.config);
-            if let Err(e) = crate::schema::record(&job.state, schema, partitioning, identity).await {
-                fail_all(&mut outcomes, &PartitionError::Other(e.to_string()));
+            match crate::schema::record(&job.state, schema, partitioning, identity).await {
+                Ok(()) => rebuilt = rebuild && !job.kind.one_run_at_a_time(),
+                Err(e) => fail_all(&mut outcomes, &PartitionError::Other(e.to_string())),
             }
         }
     }
     let done: Vec<PartitionReport> = if moves.is_empty() {
+        let checked = &checked;
         let one = |o: Outcome| {
             let (leases, run_id) = (leases.clone(), run_id.as_str());
             async move {
@@ -127,6 +153,18 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                                 .map_err(|e| lost_lease(&leases, &o.plan.dir, e)),
                             Err(e) => Err(e),
                         };
+                        // Recorded under its lease, after it is swapped in (what it was
+                        // checked with, for a later `--skip-unchanged` run).
+                        if let (Ok(Action::Created | Action::Replaced | Action::Unchanged), Some(keys)) =
+                            (&res, checked.get(&date))
+                        {
+                            let with = checked.iter().filter(|(d, _)| **d != date);
+                            let record = crate::crossdate::Checked {
+                                keys: keys.clone(),
+                                with: with.map(|(d, k)| (*d, k.clone())).collect(),
+                            };
+                            crate::crossdate::record_checked(&job.state, &o.plan.dir, &record).await;
+                        }
                         finished(date, res, &f, o.seconds + t.elapsed().as_secs_f64())
                     }
                 };
@@ -167,9 +205,58 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
         done
     };
     reports.extend(done);
+    if let (true, Some(schema)) = (rebuilt, &new_table_schema) {
+        for r in left_in_old_schema(job, &journal.dates, schema).await {
+            opts.observer.event(&Event::Done { report: &r });
+            reports.push(r);
+        }
+    }
     // Held by a merge, or by the run that made the table (a no-op otherwise).
     leases.release(TABLE_LEASE).await;
     Committed { run_id, started, journal, reports, _renewer: renewer }
+}
+
+/// After a daily table was rebuilt under `schema`: the dates another run committed in the old
+/// schema while this one ran (it was planned before the new schema was recorded, for dates this
+/// run did not cover), each reported failed — the table is whole under its new schema only once
+/// they are rebuilt too.
+async fn left_in_old_schema(
+    job: &Job,
+    dates: &[chrono::NaiveDate],
+    schema: &arrow::datatypes::SchemaRef,
+) -> Vec<PartitionReport> {
+    let column = &job.config.partition.column;
+    let committed = match crate::schema::committed_dates(&job.output, column).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the committed partitions after the rebuild");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for date in committed.into_iter().filter(|d| !dates.contains(d)) {
+        let dir = commit::partition_dir(column, date);
+        let file = commit::target_path(&job.output, &dir);
+        let older = match commit::committed_footer(&job.output, &file).await {
+            Ok(Some(Some(md))) => {
+                crate::schema::of_footer(&md).is_some_and(|s| !crate::schema::differences(&s, schema).is_empty())
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, %date, "cannot read a partition committed during the rebuild");
+                false
+            }
+        };
+        if older {
+            let e = PartitionError::Other(format!(
+                "{} was committed by another run in the table's old schema while this run rebuilt the table; \
+                 run --schema-change rebuild again over a range that includes {date}",
+                job.output.display(&file)
+            ));
+            out.push(report(date, Action::Failed, None, 0, 0.0, Some(e)));
+        }
+    }
+    out
 }
 
 /// Fails every partition not failed yet with `e` (or its words, where it cannot be copied).

@@ -171,8 +171,19 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     // --skip-unchanged: a committed partition whose footer names the same rules, the same
     // config and the same input objects, alone in its folder, is skipped without reading its input.
     let mut todo = Vec::with_capacity(held.len());
+    let mut skips = Vec::new();
     for p in held {
-        if let Some(committed) = skippable(job, opts, &plan, &p).await {
+        match skippable(job, opts, &plan, &p).await {
+            Some(committed) => skips.push((p, committed)),
+            None => todo.push(p),
+        }
+    }
+    let again = unchecked_skips(job, &plan, &skips.iter().map(|(p, _)| p).collect::<Vec<_>>()).await;
+    for (p, committed) in skips {
+        if again.contains(&p.date) {
+            tracing::info!(date = %p.date, "unchanged, computed again: its keys were never checked with those of another date this run skips");
+            todo.push(p);
+        } else {
             leases.release(&p.dir).await;
             opts.observer.event(&Event::Passed { date: p.date, why: "skipped" });
             // The committed file's counts: what the table holds for the date.
@@ -182,10 +193,9 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
             if guards {
                 others.push(p);
             }
-        } else {
-            todo.push(p);
         }
     }
+    todo.sort_by_key(|p| p.date);
     plan.partitions = todo;
     // Nothing computed, nothing to guard.
     plan.others = if plan.partitions.is_empty() { Vec::new() } else { others };
@@ -314,6 +324,22 @@ pub(super) async fn skippable(
         return None;
     }
     crate::commit::foreign_objects(&job.output, &p.dir).await.is_ok_and(|f| f.is_empty()).then_some(committed)
+}
+
+/// Of the dates a `--skip-unchanged` run may skip (`skips`), those it computes after all: a
+/// pair of skipped dates is checked by nothing in the run, so each pair must have been checked
+/// together before, holding the keys they hold now ([`crate::crossdate::unchecked`]).
+pub(super) async fn unchecked_skips(
+    job: &Job,
+    plan: &Plan,
+    skips: &[&PartitionPlan],
+) -> std::collections::BTreeSet<chrono::NaiveDate> {
+    if skips.len() < 2 || !job.kind.output_from_input_alone() || job.config.is_whole_record_key() {
+        return Default::default();
+    }
+    let keyed: Vec<(&PartitionPlan, String)> =
+        skips.iter().map(|p| (*p, crate::crossdate::keys_fingerprint(job, plan, p))).collect();
+    crate::crossdate::unchecked(&job.state, &keyed).await
 }
 
 /// `lineage` (the committed file's), when it was made by this config, under the current rules,

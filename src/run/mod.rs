@@ -458,16 +458,34 @@ pub async fn dry_run(job: &Job, opts: &RunOptions) -> Result<String> {
     let mut planned = Planned::new(job, opts, false).await?;
     planned.plan.look_up_targets(&job.output).await?;
     let mut verdicts = std::collections::BTreeMap::new();
+    let mut skips = Vec::new();
     for p in &planned.plan.partitions {
-        if let Some(v) = verdict(job, opts, &planned.plan, p).await {
+        if hold::skippable(job, opts, &planned.plan, p).await.is_some() {
+            skips.push(p);
+        }
+    }
+    let again = hold::unchecked_skips(job, &planned.plan, &skips).await;
+    for p in &planned.plan.partitions {
+        let v = match (skips.iter().any(|s| s.date == p.date), again.contains(&p.date)) {
+            (true, false) => {
+                Some("would skip (--skip-unchanged: made from these input objects, by this config)".to_string())
+            }
+            (true, true) => Some(
+                "would compute again (--skip-unchanged: unchanged, but its keys were never checked with those of \
+                 another date this run would skip)"
+                    .to_string(),
+            ),
+            (false, _) => verdict(job, opts, &planned.plan, p).await,
+        };
+        if let Some(v) = v {
             verdicts.insert(p.date, v);
         }
     }
     Ok(planned.plan.describe(&job.input, &job.output, &verdicts))
 }
 
-/// What a run would do with a planned partition, where the plan alone does not say it: skip it,
-/// leave it alone, write it empty, or fail it for what its folder holds.
+/// What a run would do with a planned partition it does not skip, where the plan alone does not
+/// say it: leave it alone, write it empty, or fail it for what its folder holds.
 async fn verdict(
     job: &Job,
     opts: &RunOptions,
@@ -476,9 +494,6 @@ async fn verdict(
 ) -> Option<String> {
     use crate::config::ForeignFiles;
     let merge = job.kind.reads_stored_state();
-    if hold::skippable(job, opts, plan, p).await.is_some() {
-        return Some("would skip (--skip-unchanged: made from these input objects, by this config)".into());
-    }
     if p.inputs.is_empty() && merge {
         return Some("no batch rows: would be left alone".into());
     }

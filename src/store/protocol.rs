@@ -175,7 +175,10 @@ impl Protocol for ConditionalPut {
                     Ok(_) => Err(e),
                     // Whether another run took it is unknown: a failed renewal, tried again at
                     // the next pass (the lease expires, as a store's failure, if none succeeds).
-                    Err(read) => Err(object_store::Error::Generic { store: "lease", source: Box::new(read) }),
+                    Err(read) => Err(object_store::Error::Generic {
+                        store: "lease",
+                        source: format!("the renewal was refused and the lease could not be read back: {read}").into(),
+                    }),
                 },
                 Err(e) => Err(e),
             }

@@ -266,3 +266,77 @@ async fn a_live_holder_renews_its_lease_and_keeps_others_out() {
     let s = holder.await.unwrap();
     assert_eq!(s.partitions[0].action, Action::Created, "{}", lakeswap::report::table(&s));
 }
+
+/// Risk: a daily run does not hold the table. One planned under the table's schema, whose date
+/// another run's `--schema-change rebuild` did not cover, committed its partition in the old
+/// schema after the rebuild recorded the new one: a table of two schemas, exit 0 for both.
+/// The run is refused at its commit (exit 2, nothing written); had it committed first, the
+/// rebuild says the date is left in the old schema (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_planned_before_a_rebuild_does_not_commit_the_old_schema() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(94, 3, 100), 1);
+    let counted = lake.config();
+    let old = run_range(&counted, "2026-11-01", "2026-11-01").await;
+    assert_eq!(old.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&old));
+    let summed = lake.dir.path().join("summed.toml");
+    let text_of = std::fs::read_to_string(&counted).unwrap();
+    let other = text_of.replace("fn = \"count\" }", "fn = \"sum\", column = \"amount\" }");
+    assert_ne!(other, text_of);
+    std::fs::write(&summed, other).unwrap();
+    let rebuild = |o: &mut lakeswap::RunOptions| o.schema_change = lakeswap::schema::SchemaChange::Rebuild;
+
+    // The old config's run of 2026-11-02, planned and held as it takes its date's lease.
+    let mut slow = Job::load(&counted).unwrap();
+    let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
+    let (gate, arrived) = faulty.gate("leases/event_date=2026-11-02");
+    let held = tokio::spawn(async move {
+        let o = lakeswap::RunOptions { dates: Some(vec![d("2026-11-02")]), ..Default::default() };
+        run::run(&slow, &o).await.unwrap()
+    });
+    arrived.notified().await;
+    let rebuilt = run_with(&summed, "2026-11-01", "2026-11-01", rebuild).await;
+    assert_eq!(rebuilt.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&rebuilt));
+    let after_rebuild = lake.snapshot();
+    gate.add_permits(1000);
+    let s = held.await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Usage, "{}", lakeswap::report::table(&s));
+    let e = s.partitions[0].error.as_deref().unwrap();
+    assert!(e.contains("another run changed the schema of the table") && e.contains("Nothing was written"), "{e}");
+    assert_eq!(lake.snapshot(), after_rebuild, "nothing written");
+    assert!(!lake.partition_file("2026-11-02").exists());
+
+    // The other order, rebuilding back to counts: a run of the table's config (sums) commits
+    // 2026-11-03 while a rebuild planned before it is held; the rebuild reports the date left in
+    // the old schema.
+    let mut slow = Job::load(&counted).unwrap();
+    let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
+    let (gate, arrived) = faulty.gate("leases/event_date=2026-11-01");
+    let held = tokio::spawn(async move {
+        let o = lakeswap::RunOptions {
+            dates: Some(vec![d("2026-11-01")]),
+            schema_change: lakeswap::schema::SchemaChange::Rebuild,
+            ..Default::default()
+        };
+        run::run(&slow, &o).await.unwrap()
+    });
+    arrived.notified().await;
+    // Planned before the rebuild recorded anything: the old schema is still the table's.
+    let late = run_range(&summed, "2026-11-03", "2026-11-03").await;
+    assert_eq!(late.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&late));
+    gate.add_permits(1000);
+    let s = held.await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::PartialFailure, "{}", lakeswap::report::table(&s));
+    let left = s.partitions.iter().find(|p| p.date == d("2026-11-03")).expect("the date left in the old schema");
+    assert_eq!(left.action, Action::Failed);
+    assert!(
+        left.error.as_deref().unwrap().contains("in the table's old schema while this run rebuilt"),
+        "{:?}",
+        left.error
+    );
+    let done = s.partitions.iter().find(|p| p.date == d("2026-11-01")).unwrap();
+    assert_eq!(done.action, Action::Replaced, "{}", lakeswap::report::table(&s));
+    // Rebuilt over every date, the table is whole again.
+    let whole = run_with(&counted, "2026-11-01", "2026-11-03", rebuild).await;
+    assert_eq!(whole.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&whole));
+}

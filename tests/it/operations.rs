@@ -82,6 +82,63 @@ async fn skip_unchanged_reads_only_the_changed_days() {
     assert_eq!(std::fs::read(&third).unwrap(), right);
 }
 
+/// Risk: a key committed under two dates by two runs of one date each (a daily schedule, a retry
+/// of a late date, shards) is caught by a later run covering both — but a `--skip-unchanged`
+/// window skipped both dates, as neither changed, and never checked them: the key counted twice
+/// with exit 0 on every scheduled run. Two skipped dates whose keys no run checked together are
+/// not both skipped: the later is computed, the other guarding it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_skip_window_checks_dates_whose_keys_were_never_checked_together() {
+    let lake = Lake::new();
+    let mut rows = random_orders(113, 3, 40);
+    let twice = order("ord-000-000001", 9, "2026-11-02", "USD", 100, "placed");
+    rows.push(twice.clone());
+    lake.write_hive(&rows, 1);
+    let cfg = lake.config();
+    for date in ["2026-11-01", "2026-11-02"] {
+        let s = run_range(&cfg, date, date).await;
+        assert_eq!(s.exit_code, ExitCode::Ok, "one date alone: {}", lakeswap::report::table(&s));
+    }
+    let window = |from: &str, to: &str| RunOptions {
+        dates: Some(lakeswap::dates::range(d(from), d(to)).unwrap()),
+        skip_unchanged: true,
+        ..Default::default()
+    };
+    let job = Job::load(&cfg).unwrap();
+    let plan = run::dry_run(&job, &window("2026-11-01", "2026-11-02")).await.unwrap();
+    assert!(plan.contains("would compute again"), "{plan}");
+    let committed = lake.snapshot();
+    let s = run::run(&job, &window("2026-11-01", "2026-11-02")).await.unwrap();
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Skipped, Action::Failed], "{}", lakeswap::report::table(&s));
+    assert_eq!(s.exit_code, ExitCode::DataContract, "{}", lakeswap::report::table(&s));
+    let e = s.partitions[1].error.as_deref().unwrap();
+    assert!(e.contains("ord-000-000001") && e.contains("two dates"), "{e}");
+    assert_eq!(lake.snapshot(), committed, "nothing written");
+
+    // The late row gone, the 2nd is computed (its input changed) and checked with the 1st.
+    rows.retain(|r| r != &twice);
+    let _ = std::fs::remove_dir_all(lake.input());
+    lake.write_hive(&rows, 1);
+    let s = run::run(&job, &window("2026-11-01", "2026-11-02")).await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    // The 3rd, run alone, was checked with neither: computed again once, then never.
+    let s = run_range(&cfg, "2026-11-03", "2026-11-03").await;
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let s = run::run(&job, &window("2026-11-01", "2026-11-03")).await.unwrap();
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Skipped, Action::Skipped, Action::Unchanged], "{}", lakeswap::report::table(&s));
+    for _ in 0..2 {
+        let s = run::run(&job, &window("2026-11-01", "2026-11-03")).await.unwrap();
+        assert!(s.partitions.iter().all(|p| p.action == Action::Skipped), "{}", lakeswap::report::table(&s));
+    }
+    // A gc keeps what the dates were checked with.
+    let g = lakeswap::gc::gc(&job.output, &job.state, "event_date", &Default::default()).await.unwrap();
+    assert!(g.not_mine.is_empty(), "{g:?}");
+    let s = run::run(&job, &window("2026-11-01", "2026-11-03")).await.unwrap();
+    assert!(s.partitions.iter().all(|p| p.action == Action::Skipped), "{}", lakeswap::report::table(&s));
+}
+
 #[test]
 fn retry_failed_reruns_exactly_the_failed_partitions() {
     let lake = Lake::new();
@@ -339,6 +396,26 @@ fn status_shows_committed_failed_and_missing_days() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let states: Vec<&str> = v["partitions"].as_array().unwrap().iter().map(|p| p["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["committed", "committed", "committed"], "{v}");
+    assert!(v["partitions"][0].get("config").is_none(), "{v}");
+    // Under a config that computes other numbers, the files are those of the config before:
+    // said, until a run computes them again.
+    let other = lake.dir.path().join("other.toml");
+    std::fs::write(
+        &other,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("fn = \"count\" }", "fn = \"count\", where = { status = [\"placed\"] } }"),
+    )
+    .unwrap();
+    let o = &other.to_str().unwrap();
+    let out = text(&cli(&["status", "--config", o], lake.dir.path()));
+    assert_eq!(out.matches("[written under another config: the next run computes it again]").count(), 3, "{out}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&cli(&["status", "--config", o, "--json"], lake.dir.path()).stdout).unwrap();
+    assert_eq!(v["partitions"][0]["config"], "other", "{v}");
+    cli(&["run", "--config", o, "--date", "2026-11-01"], lake.dir.path());
+    let out = text(&cli(&["status", "--config", o], lake.dir.path()));
+    assert_eq!(out.matches("[written under another config").count(), 2, "{out}");
 }
 
 /// Risk: a committed file changed after its commit kept its lineage in its footer: rewritten
