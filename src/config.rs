@@ -611,6 +611,15 @@ impl JobConfig {
                     .into(),
             ));
         }
+        if let Some(v) = id.version.as_ref().filter(|v| id.key.contains(v)) {
+            return Err(bad(
+                "identity.version",
+                format!(
+                    "`{v}` is also a key column: each version would be a key of its own, so no row would replace \
+                     an older version of its key. Leave the version out of `key`"
+                ),
+            ));
+        }
         match (&id.version, id.immutable) {
             (Some(_), true) => {
                 return Err(bad(
@@ -1217,6 +1226,8 @@ url = "out"
             (lookup("format = \"parquet\"\ndelimiter = \";\""), "aggregate.tables[0].delimiter"),
             (lookup("format = \"ndjson\"\nheader = false"), "aggregate.tables[0].header"),
             (BASE.replace("key = [\"order_id\"]", "key = [\"*\"]"), "identity.version"),
+            // A version in the key: each version a key of its own, none replacing another.
+            (BASE.replace("key = [\"order_id\"]", "key = [\"order_id\", \"source_version\"]"), "identity.version"),
             // An empty CSV field is null: `""` would match nothing.
             (csv.replace("status = [\"placed\"]", "status = [\"\"]"), "aggregate.measures[1].where.status"),
             (

@@ -279,7 +279,7 @@ pub enum PartitionError {
     Refused(String),
 
     #[error(
-        "no input rows for {date}: refusing to replace the partition with an empty one. \
+        "no input rows for {date}: nothing was written, and a partition committed for it stays as it is. \
          Check that the input for this date has arrived, or pass --allow-empty to write a zero-row partition"
     )]
     MissingInput { date: NaiveDate },

@@ -732,8 +732,9 @@ async fn run_job(
     stop: Arc<run::Stop>,
 ) -> Result<Option<run::RunSummary>, Error> {
     let vars = &config_vars(vars, &a.vars)?;
-    // An empty LAKESWAP_MEMORY_LIMIT is no limit given.
-    let memory_limit = match a.memory_limit.as_deref().filter(|t| !t.trim().is_empty()) {
+    // An empty value is refused, as every other flag's: the default is the flag (and
+    // LAKESWAP_MEMORY_LIMIT) left out.
+    let memory_limit = match a.memory_limit.as_deref() {
         Some(text) => lakeswap::spill::parse_size(text, lakeswap::spill::machine_memory())
             .map_err(|m| usage(format!("--memory-limit (or LAKESWAP_MEMORY_LIMIT): {m}")))?,
         None => lakeswap::spill::default_limit(),

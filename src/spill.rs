@@ -49,6 +49,11 @@ const LINE: &str = "__lakeswap_line";
 /// Parses a memory size: `512MiB`, `4GiB`, `1GB`, `800M`, `1073741824`, or `60%` of `machine`.
 pub fn parse_size(text: &str, machine: u64) -> Result<u64, String> {
     let t = text.trim();
+    if t.is_empty() {
+        return Err("empty; write a size (e.g. 512MiB, 4GiB, 2GB or 60% of this machine's memory), or leave it \
+                    out for the default (half of this machine's memory)"
+            .into());
+    }
     let bad =
         || format!("`{text}` is not a memory size; write e.g. 512MiB, 4GiB, 2GB or 60% (of this machine's memory)");
     if let Some(p) = t.strip_suffix('%') {
@@ -938,6 +943,7 @@ mod tests {
         assert_eq!(parse_size("60%", 10 * gib).unwrap(), 6 * gib);
         for bad in [
             "",
+            "  ",
             "lots",
             "4 GiBs",
             "0%",

@@ -780,8 +780,7 @@ impl Decoder {
             return Err(repeated_field(object, found));
         }
         let JsonRead { inferred, read, numbers } = self.json_read(object, inferred)?;
-        let malformed =
-            |e: arrow::error::ArrowError| json_malformed(object, || text::first_bad_json_line(bytes), e.to_string());
+        let malformed = |e: arrow::error::ArrowError| json_failed(object, bytes, 0, 0, &e);
         let reader = json_reader(read, 65_536, Cursor::new(bytes)).map_err(malformed)?;
         let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(malformed)?;
         let batches = self.unvalued_nested_text(batches).map_err(malformed)?;
@@ -1559,12 +1558,32 @@ fn piece_malformed<'a>(
     piece: &'a text::LinePiece,
     before: u64,
 ) -> impl Fn(arrow::error::ArrowError) -> InputError + 'a {
-    move |e| {
-        let bad = || {
-            let (row, line, why) = text::first_bad_json_line(&piece.text)?;
-            Some((before + row, piece.lines_before + line, why))
-        };
-        json_malformed(object, bad, e.to_string())
+    move |e| json_failed(object, &piece.text, before, piece.lines_before, &e)
+}
+
+/// The reader's error `e` in NDJSON `text` (after `rows_before` rows and `lines_before` lines
+/// of its object): at its first line that is not JSON; else at the first value the reader
+/// could not hold (a list or an object in a field of single values); else as the reader says.
+fn json_failed(
+    object: &str,
+    text: &[u8],
+    rows_before: u64,
+    lines_before: u64,
+    e: &arrow::error::ArrowError,
+) -> InputError {
+    let why = e.to_string();
+    if let Some((row, line, bad)) = text::first_bad_json_line(text) {
+        return json_malformed(object, || Some((rows_before + row, lines_before + line, bad)), why);
+    }
+    match text::first_nested_in_single(text, &why) {
+        Some((row, line, column, value)) => InputError::bad(
+            at(object, Some(rows_before + row), Some(lines_before + line), Some(&column)),
+            format!(
+                "`{value}` is a list or an object, where the column holds single values; declare the column as \
+                 a list or struct type in [input.schema], or write a single value"
+            ),
+        ),
+        None => json_malformed(object, || None, why),
     }
 }
 

@@ -920,6 +920,44 @@ pub fn first_bad_json_line(bytes: &[u8]) -> Option<(u64, u64, String)> {
     None
 }
 
+/// Where Arrow's NDJSON reader failed with `why` on a list or an object in a field of single
+/// values (`whilst decoding field 'a': whilst decoding field 'b': expected … got [3]`): the
+/// first line of `bytes` (all of whose lines are JSON) whose field (`a.b`) holds a list or an
+/// object — `(row, line, field, value)`, the value shortened.
+pub fn first_nested_in_single(bytes: &[u8], why: &str) -> Option<(u64, u64, String, String)> {
+    const AT: &str = "whilst decoding field '";
+    let mut path = Vec::new();
+    let mut rest = why;
+    while let Some(i) = rest.find(AT) {
+        let (name, tail) = rest[i + AT.len()..].split_once('\'')?;
+        path.push(name);
+        rest = tail;
+    }
+    let got = rest.rsplit_once(" got ")?.1.trim_start();
+    if path.is_empty() || !(got.starts_with('[') || got.starts_with('{')) {
+        return None;
+    }
+    let mut row = 0u64;
+    for (i, l) in bytes.split(|&b| b == b'\n').enumerate() {
+        if l.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_slice(l).ok()?;
+        let found = path.iter().try_fold(&v, |v, name| v.get(name));
+        if let Some(v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) = found {
+            let mut shown = v.to_string();
+            if shown.len() > 40 {
+                let cut = (0..=37).rev().find(|&c| shown.is_char_boundary(c)).unwrap_or(0);
+                shown.truncate(cut);
+                shown.push('…');
+            }
+            return Some((row, i as u64 + 1, path.join("."), shown));
+        }
+        row += 1;
+    }
+    None
+}
+
 /// The first line of NDJSON text (all of whose lines are JSON) holding an object, at any depth,
 /// that names a field twice, with the field: `(row, line, field)`. A reader keeps one of the
 /// two values, so such a line is refused rather than read.
@@ -1116,6 +1154,25 @@ impl<R: std::io::Read> Pieces<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_in_a_field_of_single_values_is_found_at_its_line() {
+        let text = b"{\"id\":1,\"x\":1}\n\n{\"id\":2,\"x\":2,\"s\":{\"y\":1}}\n{\"id\":3,\"x\":[3]}\n";
+        let why = "Json error: whilst decoding field 'x': expected string got [3]";
+        assert_eq!(first_nested_in_single(text, why), Some((2, 4, "x".into(), "[3]".into())));
+        let text = b"{\"s\":{\"y\":1}}\n{\"s\":{\"y\":{\"z\":\"a\"}}}\n";
+        let why = "Json error: whilst decoding field 's': whilst decoding field 'y': expected number got {\"z\"";
+        assert_eq!(first_nested_in_single(text, why), Some((1, 2, "s.y".into(), "{\"z\":\"a\"}".into())));
+        // Another failure, or a field no line holds a list in: not this.
+        assert_eq!(
+            first_nested_in_single(text, "Json error: whilst decoding field 's': expected number got \"a\""),
+            None
+        );
+        assert_eq!(first_nested_in_single(b"{\"x\":1}\n", "whilst decoding field 'x': expected string got [3]"), None);
+        let long = format!("{{\"x\":[{}]}}\n", vec!["1"; 40].join(","));
+        let (.., shown) = first_nested_in_single(long.as_bytes(), "whilst decoding field 'x': got [1").unwrap();
+        assert!(shown.ends_with('…') && shown.chars().count() == 38, "{shown}");
+    }
 
     /// The quotes of CSV text read a byte at a time, as the reader reads them.
     fn quotes_byte_by_byte(text: &[u8], delimiter: u8) -> Quotes {

@@ -243,6 +243,21 @@ async fn malformed_ndjson_line() {
     case(Fmt::Ndjson, corrupt, ExitCode::DataContract, &["part-00001.json", "malformed NDJSON"]).await;
 }
 
+/// A list where the column holds single values: every line is JSON, and the reader's own
+/// words ("expected string got [3]", of an int64 column) named no line.
+#[tokio::test(flavor = "multi_thread")]
+async fn ndjson_list_in_a_column_of_single_values() {
+    let corrupt = |l: &Lake| {
+        let mut b = ndjson_bytes(&bad_rows());
+        b.extend_from_slice(
+            b"{\"order_id\":\"c\",\"source_version\":[3],\"event_date\":\"2026-11-02\",\"customer_id\":\"cus\",\"currency\":\"USD\",\"amount\":\"1.00\",\"status\":\"placed\"}\n",
+        );
+        write(l, &format!("event_date={BAD}/part-00001.json"), &b);
+    };
+    let needles = ["part-00001.json", "column `source_version`", "`[3]` is a list or an object", "line"];
+    case(Fmt::Ndjson, corrupt, ExitCode::DataContract, &needles).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parquet_column_named_twice() {
     let corrupt = |l: &Lake| {

@@ -421,7 +421,8 @@ fn memory_limits_are_checked_before_anything_runs() {
     let lake = Lake::new();
     lake.write_hive(&random_orders(20, 1, 100), 1);
     let cfg = lake.config();
-    for bad in ["lots", "0%", "512KiB", "4 GiBs"] {
+    // Empty, as every other flag: the default is the flag left out.
+    for bad in ["lots", "0%", "512KiB", "4 GiBs", "", " "] {
         let o = cli(
             &["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01", "--memory-limit", bad],
             lake.dir.path(),
@@ -430,6 +431,14 @@ fn memory_limits_are_checked_before_anything_runs() {
         assert!(text(&o).contains("--memory-limit"), "{}", text(&o));
         assert!(!lake.output().exists());
     }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"])
+        .env("LAKESWAP_MEMORY_LIMIT", "")
+        .current_dir(lake.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("LAKESWAP_MEMORY_LIMIT") && text(&o).contains("empty"), "{}", text(&o));
     // More than the machine holds: run, and said (a date past memory would not be spilled).
     let o = cli(
         &["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01", "--memory-limit", "1000TiB"],
