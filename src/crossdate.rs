@@ -411,16 +411,29 @@ fn merged(lists: &[&[u64]], shared: &mut Vec<u64>) -> Vec<u64> {
 
 /// What a date's keys are made of: its input objects (and the lookups'), the config and the
 /// rules. Two checks of a date with one fingerprint saw the same keys.
-pub fn keys_fingerprint(job: &crate::run::Job, plan: &crate::plan::Plan, p: &PartitionPlan) -> String {
+/// (`config`: the config's fingerprint, taken once.) The date is part of it: dates read from the
+/// same objects (a flat input) hold other keys.
+pub fn keys_fingerprint(job: &crate::run::Job, config: &str, plan: &crate::plan::Plan, p: &PartitionPlan) -> String {
     use sha2::{Digest, Sha256};
     let mut inputs = plan.lineage_inputs(p, &job.input);
     inputs.sort();
     let mut h = Sha256::new();
     h.update(crate::lineage::RULES.to_le_bytes());
-    h.update(job.config.fingerprint().as_bytes());
+    h.update(p.date.to_string().as_bytes());
+    h.update([0]);
+    h.update(config.as_bytes());
     h.update([0]);
     h.update(crate::lineage::input_fingerprint(&inputs).as_bytes());
     crate::config::hex(&h.finalize()[..16])
+}
+
+/// Whether a key hash list is still whole: one kept in a file of the run's spill folder that
+/// can no longer be read (removed, cut short) gave the check fewer hashes than the date has.
+pub fn whole(hashes: &Hashes) -> bool {
+    match hashes {
+        Hashes::Memory(_) => true,
+        Hashes::File(path) => std::fs::metadata(path).is_ok_and(|m| m.len() % 8 == 0),
+    }
 }
 
 /// A committed date's last check against other dates: its keys' fingerprint then, and the
@@ -437,12 +450,21 @@ fn checked_path(state: &crate::store::StoreLocation, dir: &str) -> object_store:
     state.child(&["checked", &format!("{dir}.json")])
 }
 
-/// Records that the keys of the committed date of folder `dir` (`keys`) were checked with those
-/// of `with`. A record not written only makes a later `--skip-unchanged` run compute a date
-/// again.
-pub async fn record_checked(state: &crate::store::StoreLocation, dir: &str, checked: &Checked) {
+/// Records that the keys of the committed date of folder `dir` (`checked.keys`) were checked
+/// with those of `checked.with`, beside what its record already says of the same keys (runs of
+/// other ranges, each checking some of its pairs). Written under the date's lease. A record not
+/// written only makes a later `--skip-unchanged` run compute a date again.
+pub async fn record_checked(state: &crate::store::StoreLocation, dir: &str, mut checked: Checked) {
     let path = checked_path(state, dir);
-    let body = serde_json::to_vec(checked).unwrap_or_default();
+    let before = crate::commit::get(state, &path).await.ok().flatten();
+    if let Some(was) = before.and_then(|b| serde_json::from_slice::<Checked>(&b).ok()) {
+        if was.keys == checked.keys {
+            for (date, keys) in was.with {
+                checked.with.entry(date).or_insert(keys);
+            }
+        }
+    }
+    let body = serde_json::to_vec(&checked).unwrap_or_default();
     if let Err(e) = object_store::ObjectStoreExt::put(&state.store, &path, body.into()).await {
         tracing::warn!(error = %e, path = %state.display(&path), "cannot record the dates a partition's keys were checked with");
     }

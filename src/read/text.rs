@@ -937,6 +937,14 @@ pub fn first_nested_in_single(bytes: &[u8], why: &str) -> Option<(u64, u64, Stri
     if path.is_empty() || !(got.starts_with('[') || got.starts_with('{')) {
         return None;
     }
+    // The value the reader names (it may cut it short): a field of lists holding a list of
+    // lists is no list where single values are.
+    let bare = |t: &str| t.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+    let got = bare(got);
+    let named = |v: &serde_json::Value| {
+        let v = bare(&v.to_string());
+        v.starts_with(&got) || got.starts_with(&v)
+    };
     let mut row = 0u64;
     for (i, l) in bytes.split(|&b| b == b'\n').enumerate() {
         if l.iter().all(|b| b.is_ascii_whitespace()) {
@@ -944,7 +952,7 @@ pub fn first_nested_in_single(bytes: &[u8], why: &str) -> Option<(u64, u64, Stri
         }
         let v: serde_json::Value = serde_json::from_slice(l).ok()?;
         let found = path.iter().try_fold(&v, |v, name| v.get(name));
-        if let Some(v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) = found {
+        if let Some(v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) = found.filter(|v| named(v)) {
             let mut shown = v.to_string();
             if shown.len() > 40 {
                 let cut = (0..=37).rev().find(|&c| shown.is_char_boundary(c)).unwrap_or(0);
@@ -1169,6 +1177,9 @@ mod tests {
             None
         );
         assert_eq!(first_nested_in_single(b"{\"x\":1}\n", "whilst decoding field 'x': expected string got [3]"), None);
+        // A field of lists whose reader failed on a list inside one: not the first line's list.
+        let text = b"{\"tags\":[\"x\"]}\n{\"tags\":[[\"a\"]]}\n";
+        assert_eq!(first_nested_in_single(text, "whilst decoding field 'tags': expected string got [\"a\"]"), None);
         let long = format!("{{\"x\":[{}]}}\n", vec!["1"; 40].join(","));
         let (.., shown) = first_nested_in_single(long.as_bytes(), "whilst decoding field 'x': got [1").unwrap();
         assert!(shown.ends_with('…') && shown.chars().count() == 38, "{shown}");

@@ -100,22 +100,11 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
     // A daily run's table may have been rebuilt under another schema since this run was
     // planned (the rebuild records it before its first swap, under leases of its dates): the
     // run's partitions would sit in a table of another schema. Refused, nothing swapped in.
-    if new_table_schema.is_none() && !job.kind.one_run_at_a_time() && writes(&outcomes) {
-        if let Some(run_schema) = &plan.output_schema {
-            match crate::schema::recorded_changes(&job.state, run_schema, &job.config).await {
-                Ok(changes) if changes.is_empty() => {}
-                Ok(changes) => fail_all(
-                    &mut outcomes,
-                    &PartitionError::Refused(format!(
-                        "another run changed the schema of the table {} while this one ran (--schema-change \
-                         rebuild): {}. Nothing was written; run again to be checked against the table as it is \
-                         now",
-                        job.output.url,
-                        changes.join("; ")
-                    )),
-                ),
-                Err(e) => fail_all(&mut outcomes, &PartitionError::Other(e.to_string())),
-            }
+    // Checked again before each swap ([`commit_one`]).
+    let planned = plan.output_schema.as_ref().filter(|_| new_table_schema.is_none() && !job.kind.one_run_at_a_time());
+    if let Some(schema) = planned.filter(|_| writes(&outcomes)) {
+        if let Err(e) = schema_unchanged(job, schema).await {
+            fail_all(&mut outcomes, &e);
         }
     }
     // A table without a schema record (new, or rebuilt) gets one before its first swap.
@@ -148,7 +137,7 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                             Ok(()) if f.skip => {
                                 set_aside(job, run_id, &o.plan.dir, &f).await.map(|()| Action::Untouched)
                             }
-                            Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f)
+                            Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f, planned)
                                 .await
                                 .map_err(|e| lost_lease(&leases, &o.plan.dir, e)),
                             Err(e) => Err(e),
@@ -163,7 +152,7 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                                 keys: keys.clone(),
                                 with: with.map(|(d, k)| (*d, k.clone())).collect(),
                             };
-                            crate::crossdate::record_checked(&job.state, &o.plan.dir, &record).await;
+                            crate::crossdate::record_checked(&job.state, &o.plan.dir, record).await;
                         }
                         finished(date, res, &f, o.seconds + t.elapsed().as_secs_f64())
                     }
@@ -216,6 +205,24 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
     Committed { run_id, started, journal, reports, _renewer: renewer }
 }
 
+/// Refused when the table's schema record, read now, is no longer what a daily run was planned
+/// against (its output `schema`): another run rebuilt the table under another schema since.
+async fn schema_unchanged(job: &Job, schema: &arrow::datatypes::SchemaRef) -> std::result::Result<(), PartitionError> {
+    let changes = crate::schema::recorded_changes(&job.state, schema, &job.config)
+        .await
+        .map_err(|e| PartitionError::Other(e.to_string()))?;
+    if changes.is_empty() {
+        return Ok(());
+    }
+    Err(PartitionError::Refused(format!(
+        "another run changed the schema of the table {} while this one ran (--schema-change rebuild); against \
+         the table's schema now, this run's output would be a change: {}. Nothing was written for this date; run \
+         again to be checked against the table as it is now",
+        job.output.url,
+        changes.join("; ")
+    )))
+}
+
 /// After a daily table was rebuilt under `schema`: the dates another run committed in the old
 /// schema while this one ran (it was planned before the new schema was recorded, for dates this
 /// run did not cover), each reported failed — the table is whole under its new schema only once
@@ -250,7 +257,7 @@ async fn left_in_old_schema(
         if older {
             let e = PartitionError::Other(format!(
                 "{} was committed by another run in the table's old schema while this run rebuilt the table; \
-                 run --schema-change rebuild again over a range that includes {date}",
+                 run {date} again with this config",
                 job.output.display(&file)
             ));
             out.push(report(date, Action::Failed, None, 0, 0.0, Some(e)));
@@ -373,6 +380,7 @@ async fn commit_one(
     dir: &str,
     seen: &Seen,
     f: &PartitionFile,
+    planned: Option<&arrow::datatypes::SchemaRef>,
 ) -> std::result::Result<Action, PartitionError> {
     let foreign = foreign(job, dir).await?;
     let out = &job.output;
@@ -390,6 +398,14 @@ async fn commit_one(
             }
             Staged::Unchanged => Action::Unchanged,
             Staged::Ready(staged) => {
+                // Checked again just before the swap: a rebuild may have recorded another
+                // schema while this run's commits went on.
+                if let Some(schema) = planned {
+                    if let Err(e) = schema_unchanged(job, schema).await {
+                        let _ = job.state.store.delete(&staged).await;
+                        return Err(e);
+                    }
+                }
                 if let Err(e) = before(job, run_id, dir, f).await {
                     let _ = job.state.store.delete(&staged).await;
                     return Err(e);

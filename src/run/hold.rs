@@ -169,7 +169,8 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
         tracing::warn!(error = %e, "could not remove stale staging");
     }
     // --skip-unchanged: a committed partition whose footer names the same rules, the same
-    // config and the same input objects, alone in its folder, is skipped without reading its input.
+    // config and the same input objects, alone in its folder, is skipped without reading its
+    // input — unless its keys were never checked with those of another date skipped.
     let mut todo = Vec::with_capacity(held.len());
     let mut skips = Vec::new();
     for p in held {
@@ -337,8 +338,9 @@ pub(super) async fn unchecked_skips(
     if skips.len() < 2 || !job.kind.output_from_input_alone() || job.config.is_whole_record_key() {
         return Default::default();
     }
+    let config = job.config.fingerprint();
     let keyed: Vec<(&PartitionPlan, String)> =
-        skips.iter().map(|p| (*p, crate::crossdate::keys_fingerprint(job, plan, p))).collect();
+        skips.iter().map(|p| (*p, crate::crossdate::keys_fingerprint(job, &config, plan, p))).collect();
     crate::crossdate::unchecked(&job.state, &keyed).await
 }
 

@@ -337,6 +337,8 @@ fn local_folder(
     key: &str,
 ) -> Result<StoreLocation, ConfigError> {
     let invalid = |message: String| ConfigError::Invalid { path: "config".into(), key: key.into(), message };
+    // `out/.` as `out` (a folder not made yet is no parent of `.`).
+    let dir: &std::path::Path = &dir.components().collect::<std::path::PathBuf>();
     if create {
         // The highest folder this makes, to take back if the run is refused.
         let top =
@@ -486,6 +488,14 @@ pub fn open(
 #[cfg(test)]
 mod tests {
     use super::key_prefix;
+
+    #[test]
+    fn a_local_folder_ending_in_a_dot_is_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("new/out/.");
+        let at = super::local_folder(&dir, dir.display().to_string(), true, "output.url").unwrap();
+        assert!(tmp.path().join("new/out").is_dir(), "{at:?}");
+    }
 
     #[test]
     fn a_bucket_prefix_is_the_key_as_written() {

@@ -118,10 +118,22 @@ async fn a_skip_window_checks_dates_whose_keys_were_never_checked_together() {
 
     // The late row gone, the 2nd is computed (its input changed) and checked with the 1st.
     rows.retain(|r| r != &twice);
-    let _ = std::fs::remove_dir_all(lake.input());
-    lake.write_hive(&rows, 1);
+    let day2: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-02")).cloned().collect();
+    write_parquet(&lake.input().join("event_date=2026-11-02/part-00000.parquet"), &batch(&day2));
     let s = run::run(&job, &window("2026-11-01", "2026-11-02")).await.unwrap();
-    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Skipped, Action::Replaced], "{}", lakeswap::report::table(&s));
+    let s = run::run(&job, &window("2026-11-01", "2026-11-02")).await.unwrap();
+    assert!(s.partitions.iter().all(|p| p.action == Action::Skipped), "{}", lakeswap::report::table(&s));
+    // The 2nd changed again and run alone: what it was checked with is of other keys.
+    let mut late = day2[1].clone();
+    late.version += 10;
+    let day2: Vec<Order> = day2.iter().cloned().chain([late]).collect();
+    write_parquet(&lake.input().join("event_date=2026-11-02/part-00000.parquet"), &batch(&day2));
+    assert_eq!(run_range(&cfg, "2026-11-02", "2026-11-02").await.exit_code, ExitCode::Ok);
+    let s = run::run(&job, &window("2026-11-01", "2026-11-02")).await.unwrap();
+    let actions: Vec<Action> = s.partitions.iter().map(|p| p.action).collect();
+    assert_eq!(actions, [Action::Skipped, Action::Unchanged], "{}", lakeswap::report::table(&s));
     // The 3rd, run alone, was checked with neither: computed again once, then never.
     let s = run_range(&cfg, "2026-11-03", "2026-11-03").await;
     assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
@@ -137,6 +149,32 @@ async fn a_skip_window_checks_dates_whose_keys_were_never_checked_together() {
     assert!(g.not_mine.is_empty(), "{g:?}");
     let s = run::run(&job, &window("2026-11-01", "2026-11-03")).await.unwrap();
     assert!(s.partitions.iter().all(|p| p.action == Action::Skipped), "{}", lakeswap::report::table(&s));
+}
+
+/// Two windows of other ranges taking turns (a shard of a backfill, a trailing window) each
+/// check some pairs of dates: what a date was checked with adds up, and both settle into
+/// skipping rather than computing a date again on every run.
+#[tokio::test(flavor = "multi_thread")]
+async fn skip_windows_of_other_ranges_settle() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(114, 3, 30), 1);
+    let cfg = lake.config();
+    for date in ["2026-11-01", "2026-11-02", "2026-11-03"] {
+        assert_eq!(run_range(&cfg, date, date).await.exit_code, ExitCode::Ok);
+    }
+    let job = Job::load(&cfg).unwrap();
+    let shard =
+        RunOptions { dates: Some(vec![d("2026-11-01"), d("2026-11-03")]), skip_unchanged: true, ..Default::default() };
+    let trailing = RunOptions { dates: Some(vec![d("2026-11-02"), d("2026-11-03")]), ..shard.clone() };
+    let mut computed = Vec::new();
+    for _ in 0..3 {
+        for o in [&shard, &trailing] {
+            let s = run::run(&job, o).await.unwrap();
+            assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+            computed.push(s.partitions.iter().filter(|p| p.action != Action::Skipped).count());
+        }
+    }
+    assert_eq!(computed, [1, 1, 0, 0, 0, 0], "the 3rd once for each pair, then never");
 }
 
 #[test]
