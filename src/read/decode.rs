@@ -780,8 +780,8 @@ impl Decoder {
             return Err(repeated_field(object, found));
         }
         let JsonRead { inferred, read, numbers } = self.json_read(object, inferred)?;
-        let malformed = |e: arrow::error::ArrowError| json_failed(object, bytes, 0, 0, &e);
-        let reader = json_reader(read, 65_536, Cursor::new(bytes)).map_err(malformed)?;
+        let malformed = |e: arrow::error::ArrowError| json_failed(object, bytes, 0, 0, &read, &e);
+        let reader = json_reader(read.clone(), 65_536, Cursor::new(bytes)).map_err(malformed)?;
         let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(malformed)?;
         let batches = self.unvalued_nested_text(batches).map_err(malformed)?;
         self.one_json_type(object, bytes, &inferred)?;
@@ -987,7 +987,7 @@ impl Decoder {
             let mut before = 0u64;
             while let Some(piece) = reading.next()? {
                 if !by_values.fields().is_empty() {
-                    let malformed = piece_malformed(object, &piece, before);
+                    let malformed = piece_malformed(object, &piece, before, &by_values);
                     let reader =
                         json_reader(by_values.clone(), 65_536, Cursor::new(piece.text.clone())).map_err(&malformed)?;
                     for b in reader {
@@ -1047,7 +1047,7 @@ impl Decoder {
         let mut reading = src.reading(self.format)?;
         let mut before = 0u64;
         while let Some(piece) = reading.next()? {
-            let malformed = piece_malformed(src.object, &piece, before);
+            let malformed = piece_malformed(src.object, &piece, before, read);
             let failed = match json_reader(read.clone(), 65_536, Cursor::new(piece.text.clone())) {
                 Err(e) => Some(e),
                 Ok(r) => r.into_iter().find_map(Result::err),
@@ -1082,7 +1082,7 @@ impl Decoder {
         let mut reading = src.reading(self.format)?;
         let (mut row, mut before) = (0u64, 0u64);
         while let Some(piece) = reading.next()? {
-            let malformed = piece_malformed(object, &piece, before);
+            let malformed = piece_malformed(object, &piece, before, &typed.read.read);
             before += text::ndjson_row_count(&piece.text);
             let lines: Vec<u64> = text::ndjson_lines(&piece.text).into_iter().map(|l| l + piece.lines_before).collect();
             let share = (u128::from(stored) * piece.text.len() as u128 / u128::from(typed.text_bytes.max(1))) as u64;
@@ -1557,8 +1557,9 @@ fn piece_malformed<'a>(
     object: &'a str,
     piece: &'a text::LinePiece,
     before: u64,
+    read: &'a Schema,
 ) -> impl Fn(arrow::error::ArrowError) -> InputError + 'a {
-    move |e| json_failed(object, &piece.text, before, piece.lines_before, &e)
+    move |e| json_failed(object, &piece.text, before, piece.lines_before, read, &e)
 }
 
 /// The reader's error `e` in NDJSON `text` (after `rows_before` rows and `lines_before` lines
@@ -1569,13 +1570,14 @@ fn json_failed(
     text: &[u8],
     rows_before: u64,
     lines_before: u64,
+    read: &Schema,
     e: &arrow::error::ArrowError,
 ) -> InputError {
     let why = e.to_string();
     if let Some((row, line, bad)) = text::first_bad_json_line(text) {
         return json_malformed(object, || Some((rows_before + row, lines_before + line, bad)), why);
     }
-    match text::first_nested_in_single(text, &why) {
+    match text::first_nested_in_single(text, &why, read) {
         Some((row, line, column, value)) => InputError::bad(
             at(object, Some(rows_before + row), Some(lines_before + line), Some(&column)),
             format!(

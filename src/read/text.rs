@@ -923,8 +923,16 @@ pub fn first_bad_json_line(bytes: &[u8]) -> Option<(u64, u64, String)> {
 /// Where Arrow's NDJSON reader failed with `why` on a list or an object in a field of single
 /// values (`whilst decoding field 'a': whilst decoding field 'b': expected … got [3]`): the
 /// first line of `bytes` (all of whose lines are JSON) whose field (`a.b`) holds a list or an
-/// object — `(row, line, field, value)`, the value shortened.
-pub fn first_nested_in_single(bytes: &[u8], why: &str) -> Option<(u64, u64, String, String)> {
+/// object — `(row, line, field, value)`, the value shortened. Only where `read` (the fields the
+/// reader was given) types that field as single values: the reader reads lines in order, so
+/// the first such line is the one it failed on. (A field of lists failing on a list inside one
+/// is not named: which line is not told.)
+pub fn first_nested_in_single(
+    bytes: &[u8],
+    why: &str,
+    read: &arrow::datatypes::Schema,
+) -> Option<(u64, u64, String, String)> {
+    use arrow::datatypes::DataType;
     const AT: &str = "whilst decoding field '";
     let mut path = Vec::new();
     let mut rest = why;
@@ -937,14 +945,16 @@ pub fn first_nested_in_single(bytes: &[u8], why: &str) -> Option<(u64, u64, Stri
     if path.is_empty() || !(got.starts_with('[') || got.starts_with('{')) {
         return None;
     }
-    // The value the reader names (it may cut it short): a field of lists holding a list of
-    // lists is no list where single values are.
-    let bare = |t: &str| t.chars().filter(|c| !c.is_whitespace()).collect::<String>();
-    let got = bare(got);
-    let named = |v: &serde_json::Value| {
-        let v = bare(&v.to_string());
-        v.starts_with(&got) || got.starts_with(&v)
-    };
+    // The field's type, through structs.
+    let (first, inner) = path.split_first()?;
+    let mut t = read.field_with_name(first).ok()?.data_type();
+    for name in inner {
+        let DataType::Struct(fs) = t else { return None };
+        t = fs.iter().find(|f| f.name() == name)?.data_type();
+    }
+    if t.is_nested() {
+        return None;
+    }
     let mut row = 0u64;
     for (i, l) in bytes.split(|&b| b == b'\n').enumerate() {
         if l.iter().all(|b| b.is_ascii_whitespace()) {
@@ -952,7 +962,7 @@ pub fn first_nested_in_single(bytes: &[u8], why: &str) -> Option<(u64, u64, Stri
         }
         let v: serde_json::Value = serde_json::from_slice(l).ok()?;
         let found = path.iter().try_fold(&v, |v, name| v.get(name));
-        if let Some(v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) = found.filter(|v| named(v)) {
+        if let Some(v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) = found {
             let mut shown = v.to_string();
             if shown.len() > 40 {
                 let cut = (0..=37).rev().find(|&c| shown.is_char_boundary(c)).unwrap_or(0);
@@ -1165,23 +1175,30 @@ mod tests {
 
     #[test]
     fn a_list_in_a_field_of_single_values_is_found_at_its_line() {
-        let text = b"{\"id\":1,\"x\":1}\n\n{\"id\":2,\"x\":2,\"s\":{\"y\":1}}\n{\"id\":3,\"x\":[3]}\n";
-        let why = "Json error: whilst decoding field 'x': expected string got [3]";
-        assert_eq!(first_nested_in_single(text, why), Some((2, 4, "x".into(), "[3]".into())));
+        use arrow::datatypes::{DataType, Field, Fields, Schema};
+        let read = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("x", DataType::Int64, true),
+            Field::new("s", DataType::Struct(Fields::from(vec![Field::new("y", DataType::Float64, true)])), true),
+            Field::new("tags", DataType::new_list(DataType::Utf8, true), true),
+        ]);
+        let text = b"{\"id\":1,\"x\":1}\n\n{\"id\":2,\"x\":2,\"s\":{\"y\":1}}\n{\"id\":3,\"x\":{\"b\":1,\"a\":2}}\n";
+        // Arrow's own rendering of the object (no comma between pairs) is not needed to find it.
+        let why = "Json error: whilst decoding field 'x': expected string got {\"b\": 1\"a\": 2}";
+        assert_eq!(first_nested_in_single(text, why, &read), Some((2, 4, "x".into(), "{\"a\":2,\"b\":1}".into())));
         let text = b"{\"s\":{\"y\":1}}\n{\"s\":{\"y\":{\"z\":\"a\"}}}\n";
-        let why = "Json error: whilst decoding field 's': whilst decoding field 'y': expected number got {\"z\"";
-        assert_eq!(first_nested_in_single(text, why), Some((1, 2, "s.y".into(), "{\"z\":\"a\"}".into())));
-        // Another failure, or a field no line holds a list in: not this.
-        assert_eq!(
-            first_nested_in_single(text, "Json error: whilst decoding field 's': expected number got \"a\""),
-            None
-        );
-        assert_eq!(first_nested_in_single(b"{\"x\":1}\n", "whilst decoding field 'x': expected string got [3]"), None);
-        // A field of lists whose reader failed on a list inside one: not the first line's list.
-        let text = b"{\"tags\":[\"x\"]}\n{\"tags\":[[\"a\"]]}\n";
-        assert_eq!(first_nested_in_single(text, "whilst decoding field 'tags': expected string got [\"a\"]"), None);
+        let why = "Json error: whilst decoding field 's': whilst decoding field 'y': expected number got {\"z\": a}";
+        assert_eq!(first_nested_in_single(text, why, &read), Some((1, 2, "s.y".into(), "{\"z\":\"a\"}".into())));
+        // Another failure, a field no line holds a list in, a field the reader was not given.
+        let scalar = "Json error: whilst decoding field 's': expected number got \"a\"";
+        assert_eq!(first_nested_in_single(text, scalar, &read), None);
+        assert_eq!(first_nested_in_single(b"{\"x\":1}\n", "whilst decoding field 'x': got [3]", &read), None);
+        assert_eq!(first_nested_in_single(b"{\"q\":[1]}\n", "whilst decoding field 'q': got [1]", &read), None);
+        // A field of lists failing on a list inside one: which line is not told.
+        let text = b"{\"tags\":[\"a\"]}\n{\"tags\":[[\"a\"]]}\n";
+        assert_eq!(first_nested_in_single(text, "whilst decoding field 'tags': expected string got [a]", &read), None);
         let long = format!("{{\"x\":[{}]}}\n", vec!["1"; 40].join(","));
-        let (.., shown) = first_nested_in_single(long.as_bytes(), "whilst decoding field 'x': got [1").unwrap();
+        let (.., shown) = first_nested_in_single(long.as_bytes(), "whilst decoding field 'x': got [1", &read).unwrap();
         assert!(shown.ends_with('…') && shown.chars().count() == 38, "{shown}");
     }
 
