@@ -620,6 +620,21 @@ impl JobConfig {
                 ),
             ));
         }
+        if let Some(d) = id.deleted.as_ref().filter(|d| whole_record || id.key.contains(&d.column)) {
+            let column = &d.column;
+            let why = if whole_record {
+                format!("`key = [\"*\"]` makes the whole record the identity, `{column}` included")
+            } else {
+                format!("`{column}` is also a key column")
+            };
+            return Err(bad(
+                "identity.deleted.column",
+                format!(
+                    "{why}: a delete would be a key of its own, never the key of the rows it should remove, so \
+                     nothing would be deleted. Leave the tombstone column out of `key`"
+                ),
+            ));
+        }
         match (&id.version, id.immutable) {
             (Some(_), true) => {
                 return Err(bad(
@@ -1228,6 +1243,14 @@ url = "out"
             (BASE.replace("key = [\"order_id\"]", "key = [\"*\"]"), "identity.version"),
             // A version in the key: each version a key of its own, none replacing another.
             (BASE.replace("key = [\"order_id\"]", "key = [\"order_id\", \"source_version\"]"), "identity.version"),
+            // A tombstone column in the key: a delete is a key of its own, deleting nothing.
+            (
+                BASE.replace(
+                    "key = [\"order_id\"]",
+                    "key = [\"order_id\", \"op\"]\ndeleted = { column = \"op\", equals = \"D\" }",
+                ),
+                "identity.deleted.column",
+            ),
             // An empty CSV field is null: `""` would match nothing.
             (csv.replace("status = [\"placed\"]", "status = [\"\"]"), "aggregate.measures[1].where.status"),
             (

@@ -136,7 +136,9 @@ struct RunArgs {
     #[arg(long, conflicts_with_all = ["from", "to", "retry_failed"])]
     date: Option<String>,
     /// Re-run exactly the partitions that the run RUN_ID failed or did not get to (stopped, or
-    /// never reached by a run that was killed), from its journal (`status` lists the runs).
+    /// never reached by a run that was killed), from its journal (`status` lists the runs). A
+    /// daily table's retried dates are checked against the run's other dates (no key under two
+    /// dates), whose input is read for their keys and which are not written.
     #[arg(long, value_name = "RUN_ID", conflicts_with_all = ["from", "to"])]
     retry_failed: Option<String>,
     /// Take a deterministic share of the dates: I/N runs every N-th date of the range, from
@@ -758,13 +760,18 @@ async fn run_job(
     };
     outside_the_process(&job)?;
     let tz = job.config.timezone();
+    let mut guard_dates = Vec::new();
     let mut dates = match (&a.date, &a.from, &a.to, &a.retry_failed) {
         (Some(d), _, _, _) => Some(vec![dates::resolve(d, tz).map_err(usage)?]),
         (None, Some(f), Some(t), _) => {
             let (f, t) = (dates::resolve(f, tz).map_err(usage)?, dates::resolve(t, tz).map_err(usage)?);
             Some(dates::range(f, t).map_err(usage)?)
         }
-        (None, None, None, Some(id)) => Some(failed_dates(&job, id).await?),
+        (None, None, None, Some(id)) => {
+            let (failed, others) = failed_dates(&job, id).await?;
+            guard_dates = others;
+            Some(failed)
+        }
         _ => None,
     };
     if let Some(spec) = &a.shard {
@@ -798,6 +805,7 @@ async fn run_job(
         memory_limit,
         spill_dir,
         dates,
+        guard_dates,
         concurrency: a.concurrency.unwrap_or_else(run::default_concurrency),
         allow_empty: a.allow_empty,
         lease_ttl: std::time::Duration::from_secs(a.lease_ttl),
@@ -1168,7 +1176,9 @@ fn parse_shard(spec: &str) -> Result<(usize, usize), Error> {
 }
 
 /// The dates a run failed, from its journal.
-async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>, Error> {
+/// The dates the run `run_id` failed or did not get to, and its other dates: a daily table's
+/// retried dates are checked against those (no key under two dates), as the run would have.
+async fn failed_dates(job: &Job, run_id: &str) -> Result<(Vec<chrono::NaiveDate>, Vec<chrono::NaiveDate>), Error> {
     job.check_layout(false).await?;
     let journals = lakeswap::journal::read_all(&job.state).await?;
     let j = journals
@@ -1188,7 +1198,19 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<Vec<chrono::NaiveDate>,
     if failed.is_empty() {
         errln!("run {run_id} failed no partition: nothing to retry");
     }
-    Ok(failed)
+    let others: Vec<chrono::NaiveDate> = j.dates.iter().copied().filter(|d| !failed.contains(d)).collect();
+    if !failed.is_empty()
+        && !others.is_empty()
+        && job.kind.output_from_input_alone()
+        && !job.config.is_whole_record_key()
+    {
+        errln!(
+            "checking the retried dates' keys against the {} other date(s) of run {run_id} (no key under two dates), \
+             reading their input; they are not written",
+            others.len()
+        );
+    }
+    Ok((failed, others))
 }
 
 async fn cmd_status(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {

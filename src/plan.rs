@@ -147,7 +147,7 @@ pub async fn plan(
                         )));
                     }
                     if !cfg.input.ignore_folder_values {
-                        valued_folders(input, &listed, folder, column)?;
+                        valued_folders(input, &listed, folder, Some(column))?;
                     }
                     objs.extend(listed);
                 }
@@ -161,7 +161,10 @@ pub async fn plan(
                 return Err(config_err(cfg, "input.url", list::object_not_folder(&cfg.input.url)));
             }
             if !cfg.input.ignore_folder_values {
-                valued_folders(input, &objects, &input.prefix, column)?;
+                // Dated by a timestamp, no folder's value is read, the partition column's
+                // included.
+                let read = cfg.partition.from_timestamp.is_none().then_some(column.as_str());
+                valued_folders(input, &objects, &input.prefix, read)?;
             }
         }
     }
@@ -206,18 +209,23 @@ pub async fn plan(
         None => (None, None, None, Vec::new()),
         Some((schema, name, dated)) => {
             let own_column = schema.field_with_name(column).is_ok() || dated;
+            // Named alike but for case (`EVENT_DATE`), as case-insensitive readers (SQL, Hive)
+            // take names: beside the partition folder, a reader would see the folder's date.
+            let alike = schema.fields().iter().find(|f| f.name().eq_ignore_ascii_case(column)).map(|f| f.name());
             decoder.date_source = if let Some(ts) = &cfg.partition.from_timestamp {
-                if own_column {
+                if own_column || alike.is_some() {
                     // Dated by `ts`, the query's `event_date` would be the input's own column:
                     // another date, or text.
+                    let own = alike.map_or(column.as_str(), |n| n.as_str());
                     return Err(config_err(
                         cfg,
                         "partition.column",
                         format!(
-                            "the input {} has a column `{column}` of its own, and with `from_timestamp = \"{ts}\"` the \
-                             partition dates come from `{ts}`: `{column}` in the query would be the input's column, not \
-                             the partition's date. Name the partition column otherwise (e.g. `column = \"{ts}_date\"`), \
-                             or drop `from_timestamp` to partition by `{column}`",
+                            "the input {} has a column `{own}` of its own, and with `from_timestamp = \"{ts}\"` the \
+                             partition dates come from `{ts}`: `{own}` would be taken for the partition's date (in the \
+                             query, and by readers of the table's `{column}=` folders), not the input's column. Name \
+                             the partition column otherwise (e.g. `column = \"{ts}_date\"`), or drop `from_timestamp` \
+                             to partition by `{own}`",
                             input.url
                         ),
                     ));
@@ -408,25 +416,29 @@ fn valued_folders(
     input: &StoreLocation,
     objects: &[ObjectMeta],
     folder: &object_store::path::Path,
-    column: &str,
+    column: Option<&str>,
 ) -> Result<()> {
-    let dated = format!("{}=", column.to_ascii_lowercase());
+    let dated = column.map(|c| format!("{}=", c.to_ascii_lowercase()));
+    let read = match column {
+        Some(_) => "reads no column from folder names but the partition column's",
+        None => "reads no column from folder names (the partition dates come from `from_timestamp`)",
+    };
     for m in objects {
         let Some(parts) = m.location.prefix_match(folder) else { continue };
         let parts: Vec<_> = parts.collect();
         let below = &parts[..parts.len().saturating_sub(1)];
         let valued = |p: &&object_store::path::PathPart| {
-            valued_folder(p.as_ref()) && !p.as_ref().to_ascii_lowercase().starts_with(&dated)
+            valued_folder(p.as_ref()) && !dated.as_ref().is_some_and(|d| p.as_ref().to_ascii_lowercase().starts_with(d))
         };
         if let Some(f) = below.iter().find(valued) {
             return Err(Error::Input(InputError::bad(
                 Location::object(input.display(&m.location)),
                 format!(
                     "a folder named like `{}/`: Hive readers take its value for a column of its rows, and lakeswap \
-                     reads no column from folder names but the partition column's, so the value would be lost (rows \
-                     alike in two such folders taken for duplicates). Write the value into the files' rows, or read \
-                     each such folder as an input of its own; if the value is not data (a landing date, whose \
-                     redeliveries are duplicates), set `input.ignore_folder_values = true`",
+                     {read}, so the value would be lost (rows alike in two such folders taken for duplicates). Write \
+                     the value into the files' rows, or read each such folder as an input of its own; if the value \
+                     is not data (a landing date, whose redeliveries are duplicates), set \
+                     `input.ignore_folder_values = true`",
                     f.as_ref()
                 ),
             )));
@@ -1236,6 +1248,15 @@ impl Plan {
             for m in p.inputs.iter().take(if self.layout == Layout::Hive { usize::MAX } else { 0 }) {
                 let _ = writeln!(s, "      {}", input.relative(&m.location));
             }
+        }
+        if !self.others.is_empty() {
+            let dates: Vec<String> = self.others.iter().map(|p| p.date.to_string()).collect();
+            let _ = writeln!(
+                s,
+                "{} other date(s) whose keys these are checked against (no key under two dates), not written: {}",
+                dates.len(),
+                dates.join(", ")
+            );
         }
         if self.layout == Layout::Flat {
             let _ = writeln!(s, "input objects ({}):", self.objects.len());

@@ -1566,11 +1566,27 @@ async fn lease_extra(cx: &Context<'_>, dir: &str, date: NaiveDate) -> Result<Slo
 /// would be let in beside the stored newer one (one key under two dates), a newer one would move
 /// the key out of a partition that is not rewritten.
 fn fail_beside(slots: &mut [Slot], candidates: &[(usize, usize)], from: NaiveDate) {
-    for &(s, _) in candidates {
-        slots[s].fail(PartitionError::Other(format!(
-            "keys of this date are stored under {from}, which failed: they cannot be checked against it, \
-             nothing is written for either"
-        )));
+    // Each date's first such key, named, and how many there are.
+    let mut named: BTreeMap<usize, (Option<String>, usize)> = BTreeMap::new();
+    for &(s, i) in candidates {
+        let e = named.entry(s).or_insert((None, 0));
+        e.1 += 1;
+        if e.0.is_none() {
+            if let Ok(Some(d)) = &slots[s].state {
+                e.0 = Some(render(d, d.keys[i].row));
+            }
+        }
+    }
+    for (s, (key, n)) in named {
+        let keys = match (key, n) {
+            (Some(k), 1) => format!("key {k} of this date is stored under {from}, which failed: it cannot"),
+            (Some(k), n) => format!(
+                "key {k} and {} other(s) of this date are stored under {from}, which failed: they cannot",
+                n - 1
+            ),
+            (None, _) => format!("keys of this date are stored under {from}, which failed: they cannot"),
+        };
+        slots[s].fail(PartitionError::Other(format!("{keys} be checked against it, nothing is written for either")));
     }
 }
 

@@ -1533,9 +1533,7 @@ fn json_reader<R: std::io::BufRead>(
 /// or as the reader says.
 fn json_malformed(object: &str, bad: impl FnOnce() -> Option<(u64, u64, String)>, fallback: String) -> InputError {
     match bad() {
-        Some((row, line, why)) => {
-            InputError::bad(at(object, Some(row), Some(line), None), format!("malformed NDJSON: {why}"))
-        }
+        Some((row, line, why)) => InputError::bad(at(object, Some(row), Some(line), None), why),
         // Every line parses: JSON the reader cannot type (`[{"y": 1}, null]`: a null among
         // the objects of a list).
         None if ["for struct array", "for scalar array", "non array element"].iter().any(|m| fallback.contains(m)) => {

@@ -898,6 +898,31 @@ pub fn ndjson_lines(bytes: &[u8]) -> Vec<u64> {
     lines
 }
 
+/// The parser's reason `e` for refusing the JSON `line`, placed in the line by its byte; a
+/// number past what a double holds (`1e400`) is valid JSON, named with its field.
+fn json_error(line: &[u8], e: &serde_json::Error) -> String {
+    let said = e.to_string();
+    let said = said.strip_suffix(&format!(" at line {} column {}", e.line(), e.column())).unwrap_or(&said);
+    if said == "number out of range" {
+        let field = field_before(&line[..e.column().min(line.len())]);
+        return format!(
+            "a number past what a 64-bit float holds (±1.8e308){}",
+            field.map(|f| format!(" in the field `{f}`")).unwrap_or_default()
+        );
+    }
+    format!("malformed NDJSON: {said} (at byte {} of the line)", e.column())
+}
+
+/// The name of the field whose value `text` (a line up to a place in a value) ends in: the last
+/// `"name":` of it.
+fn field_before(text: &[u8]) -> Option<String> {
+    let colon = text.iter().rposition(|&b| b == b':')?;
+    let before = text[..colon].trim_ascii_end();
+    let inner = before.strip_suffix(b"\"")?;
+    let open = (0..inner.len()).rev().find(|&i| inner[i] == b'"' && (i == 0 || inner[i - 1] != b'\\'))?;
+    serde_json::from_slice::<String>(&before[open..]).ok()
+}
+
 /// The first line of NDJSON text that is not one JSON value, with the parser's reason.
 pub fn first_bad_json_line(bytes: &[u8]) -> Option<(u64, u64, String)> {
     let mut row = 0u64;
@@ -911,7 +936,7 @@ pub fn first_bad_json_line(bytes: &[u8]) -> Option<(u64, u64, String)> {
                               of the object: objects joined together?)"
                     .to_string(),
                 (_, true) => "the line opens with a UTF-16 byte-order mark: NDJSON is read as UTF-8".to_string(),
-                _ => e.to_string(),
+                _ => json_error(l, &e),
             };
             return Some((row, i as u64 + 1, why));
         }
@@ -1172,6 +1197,20 @@ impl<R: std::io::Read> Pieces<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_that_is_not_json_is_named_with_its_reason() {
+        let text = b"{\"id\":\"a\",\"amount\":2.0}\n{\"id\":\"b\",\"p\":{\"amount\": 1e400}}\n";
+        let (row, line, why) = first_bad_json_line(text).unwrap();
+        assert_eq!((row, line), (1, 2));
+        assert_eq!(why, "a number past what a 64-bit float holds (±1.8e308) in the field `amount`");
+        let (_, _, why) = first_bad_json_line(b"{\"a\":[1, 2e999]}").unwrap();
+        assert!(why.ends_with("in the field `a`"), "{why}");
+        let (row, line, why) = first_bad_json_line(b"{\"a\":1}\n\n{\"a\":1,}\n").unwrap();
+        assert_eq!((row, line), (1, 3));
+        assert!(why.starts_with("malformed NDJSON: trailing comma (at byte "), "{why}");
+        assert!(!why.contains("line 1"), "the line is named by the caller: {why}");
+    }
 
     #[test]
     fn a_list_in_a_field_of_single_values_is_found_at_its_line() {

@@ -143,7 +143,11 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     // An aggregate's dates this run does not compute still guard their keys (no key under
     // two dates of the range).
     let guards = job.kind.output_from_input_alone() && !cfg.is_whole_record_key();
-    let mut others = Vec::new();
+    // Dates outside the range whose keys guard it (a retried run's others).
+    let mut others = std::mem::take(&mut plan.others);
+    if !guards {
+        others.clear();
+    }
     for p in todo {
         let seen = match leases.acquire(&p.dir, &opts.stop).await {
             Ok(()) => commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await,

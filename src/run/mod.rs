@@ -314,6 +314,10 @@ const TABLE_MARKER: &str = "table.json";
 pub struct RunOptions {
     /// The dates to run; `None` for every date the input holds (merge jobs).
     pub dates: Option<Vec<NaiveDate>>,
+    /// Dates this run does not compute whose keys its dates are checked against, as if in its
+    /// range (a daily table's: no key under two dates) — a retried run's other dates, which
+    /// its failed dates were never checked with.
+    pub guard_dates: Vec<NaiveDate>,
     /// Partitions processed at once.
     pub concurrency: usize,
     /// Write a zero-row partition for a date without input instead of failing it.
@@ -346,6 +350,7 @@ impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             dates: None,
+            guard_dates: Vec::new(),
             concurrency: default_concurrency(),
             allow_empty: false,
             lease_ttl: DEFAULT_LEASE_TTL,

@@ -43,7 +43,20 @@ impl Planned {
         if opts.dates.is_none() && job.kind.needs_dates() {
             return Err(Error::Usage(format!("a {} job needs dates: --date D, or --from A --to B", job.kind.name())));
         }
-        let mut plan = plan::plan(cfg, job.kind.as_ref(), &job.input, opts.dates.as_deref()).await?;
+        // Planned with the run's dates; taken out of its partitions once their objects are listed.
+        let checked = job.kind.output_from_input_alone() && !cfg.is_whole_record_key();
+        let guards: BTreeSet<NaiveDate> = match (&opts.dates, checked) {
+            (Some(d), true) => opts.guard_dates.iter().copied().filter(|g| !d.contains(g)).collect(),
+            _ => BTreeSet::new(),
+        };
+        let dates = opts.dates.as_ref().map(|d| {
+            let mut all: Vec<NaiveDate> = d.iter().chain(&guards).copied().collect();
+            all.sort();
+            all
+        });
+        let mut plan = plan::plan(cfg, job.kind.as_ref(), &job.input, dates.as_deref()).await?;
+        (plan.others, plan.partitions) =
+            std::mem::take(&mut plan.partitions).into_iter().partition(|p| guards.contains(&p.date));
         if job.kind.reads_stored_state() && plan.layout == Layout::Flat && plan.objects.is_empty() {
             empty_batch(job, opts).await?;
         }

@@ -2060,6 +2060,76 @@ fn a_batch_row_without_a_date_fails_a_merge_over_every_date() {
     }
 }
 
+/// A date whose key is stored under a date of the batch that failed names the key.
+#[test]
+fn a_key_stored_under_a_failed_date_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = root.join("job.toml");
+    std::fs::write(
+        &cfg,
+        "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\n\
+         schema = { v = \"int64\", event_date = \"date\", amount = \"int64\" }\n\n[identity]\nkey = [\"id\"]\n\
+         version = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"out\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let batch = |rows: &str| {
+        std::fs::write(root.join("in/a.csv"), format!("id,v,event_date,amount\n{rows}")).unwrap();
+        cli(&["run", "--config", cfg.to_str().unwrap()], root)
+    };
+    assert_eq!(batch("k,1,2026-11-01,10\nx,1,2026-11-01,1\n").status.code(), Some(0));
+    // The 1st fails on a conflict; `k` moves from it to the 2nd.
+    let o = batch("x,2,2026-11-01,2\nx,2,2026-11-01,3\nk,2,2026-11-02,20\n");
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        text(&o).contains("key k of this date is stored under 2026-11-01, which failed: it cannot"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// Rows dated by a timestamp: an input column named like the partition column but for case
+/// (`EVENT_DATE`) was stored beside the `event_date=` folders, where Hive readers see the
+/// folder's date in its place; and `event_date=` folders of the input were read as plain
+/// folders, their values lost (rows alike in two of them merged as duplicates). Both exit 0;
+/// both refused now, naming what is wrong.
+#[test]
+fn rows_dated_by_a_timestamp_read_no_date_from_names_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = root.join("job.toml");
+    std::fs::write(
+        &cfg,
+        "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\n\
+         schema = { v = \"int64\", ts = \"timestamp\" }\n\n[identity]\nkey = [\"id\"]\nversion = \"v\"\n\n\
+         [partition]\ncolumn = \"event_date\"\nfrom_timestamp = \"ts\"\n\n[output]\nurl = \"out\"\n",
+    )
+    .unwrap();
+    let input = root.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(input.join("a.csv"), "id,v,ts,EVENT_DATE\nk,1,2026-11-01T05:00:00Z,2026-11-02\n").unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap()], root);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("partition.column") && text(&o).contains("a column `EVENT_DATE`"), "{}", text(&o));
+    std::fs::remove_file(input.join("a.csv")).unwrap();
+    for day in ["event_date=2026-11-05", "event_date=2026-11-06"] {
+        std::fs::create_dir_all(input.join(day)).unwrap();
+        std::fs::write(input.join(day).join("a.csv"), "id,v,ts\nk,1,2026-11-01T05:00:00Z\n").unwrap();
+    }
+    let o = cli(&["run", "--config", cfg.to_str().unwrap()], root);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("`event_date=2026-11-0") && text(&o).contains("from_timestamp"), "{}", text(&o));
+    assert!(!root.join("out").exists() || walk(&root.join("out")).is_empty(), "nothing written");
+    // Declared not data, the folders are read as one input.
+    let ignored = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("format = \"csv\"", "format = \"csv\"\nignore_folder_values = true");
+    std::fs::write(&cfg, ignored).unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap()], root);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
 #[test]
 fn wall_clock_versions_in_a_repeated_hour_are_not_guessed_against_the_table() {
     let dir = tempfile::tempdir().unwrap();

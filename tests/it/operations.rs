@@ -235,6 +235,55 @@ fn retry_failed_reruns_exactly_the_failed_partitions() {
     assert!(text(&o).contains("did not finish"), "{}", text(&o));
 }
 
+/// Risk: a retried date runs alone, so its keys are never checked against the dates its run
+/// committed: a date that failed before the check (a conflict) retried with a key of another
+/// date passed, the key counting on both, exit 0. A retry checks against the run's other dates.
+#[test]
+fn a_retried_date_is_checked_against_the_runs_other_dates() {
+    let lake = Lake::new();
+    let rows = random_orders(115, 3, 40);
+    lake.write_hive(&rows, 1);
+    let day3: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-03")).cloned().collect();
+    // The 3rd holds a key of the 1st, and a conflict: it fails before the check.
+    let twice = order("ord-000-000001", 9, "2026-11-03", "USD", 100, "placed");
+    let mut conflict = day3[0].clone();
+    conflict.cents += 1;
+    let bad: Vec<Order> = day3.iter().cloned().chain([twice.clone(), conflict]).collect();
+    let object = lake.input().join("event_date=2026-11-03/part-00000.parquet");
+    write_parquet(&object, &batch(&bad));
+    let cfg = lake.config();
+    let config = cfg.to_str().unwrap();
+    let run = &["run", "--config", config, "--from", "2026-11-01", "--to", "2026-11-03", "--summary-json", "s.json"];
+    let o = cli(run, lake.dir.path());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("conflicting"), "{}", text(&o));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("s.json")).unwrap()).unwrap();
+    let run_id = s["run_id"].as_str().unwrap().to_string();
+    let committed = lake.snapshot();
+    // The conflict fixed, the key of the 1st still there: the retry fails the 3rd, writing nothing.
+    write_parquet(&object, &batch(&day3.iter().cloned().chain([twice]).collect::<Vec<_>>()));
+    let retry = ["run", "--config", config, "--retry-failed", &run_id];
+    let o = cli(&[&retry[..], &["--dry-run"]].concat(), lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("checked against (no key under two dates), not written: 2026-11-01, 2026-11-02"),
+        "{}",
+        text(&o)
+    );
+    let o = cli(&retry, lake.dir.path());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("ord-000-000001") && text(&o).contains("two dates"), "{}", text(&o));
+    assert!(text(&o).contains("against the 2 other date(s)"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), committed, "nothing written");
+    // The key under one date: the retry writes the 3rd alone.
+    write_parquet(&object, &batch(&day3));
+    let o = cli(&retry, lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = table_of(&o);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("2026-")).map(|l| &l[..10]).collect();
+    assert_eq!(lines, ["2026-11-03"], "{out}");
+}
+
 #[test]
 fn four_shards_commit_every_partition_once() {
     let lake = Lake::new();
