@@ -178,8 +178,22 @@ pub async fn check(
     if ok.iter().filter(|&&i| i < n).count() > 0 && ok.len() >= 2 {
         // Candidates: the hashes each partition shares with another.
         let lists: Vec<&Hashes> = ok.iter().map(|&i| if i < n { &done[i].1 } else { &guards[i - n].hashes }).collect();
-        let candidates: BTreeMap<usize, Vec<u64>> =
-            shared_per_list(&lists).into_iter().map(|(j, h)| (ok[j], h)).collect();
+        let candidates: BTreeMap<usize, Vec<u64>> = match shared_per_list(&lists) {
+            Ok(shared) => shared.into_iter().map(|(j, h)| (ok[j], h)).collect(),
+            Err(e) => {
+                // A list read in part would pass a key under two dates unseen.
+                for &i in ok.iter().filter(|&&i| i < n) {
+                    failed.push((
+                        i,
+                        PartitionError::Other(format!(
+                            "the key hashes kept for the check that no key is under two dates could not be read \
+                             back: {e}. Nothing was written for this date; run it again"
+                        )),
+                    ));
+                }
+                BTreeMap::new()
+            }
+        };
         // Name the real keys (equal bytes), per partition.
         let mut found: Vec<(usize, Vec<NamedKey>)> = Vec::new();
         // A candidate that cannot be read again leaves its shared hashes unexplained: every
@@ -236,11 +250,13 @@ pub async fn check(
 }
 
 /// A sorted hash list handed out in ascending slices: from memory, or read in blocks from a
-/// file [`keep`] wrote (a file that cannot be read gives no more hashes: the check then finds
-/// fewer candidates, never a false one).
+/// file [`keep`] wrote (a file that cannot be read gives no more hashes, and says why in
+/// `error`: the check cannot stand on it).
 struct Slices<'a> {
     memory: Option<&'a [u64]>,
     file: Option<std::fs::File>,
+    /// Why the file could not be read, at once or part of the way.
+    error: Option<String>,
     /// Read from the file and not handed out yet: `block[at..]`.
     block: Vec<u64>,
     at: usize,
@@ -255,7 +271,7 @@ const BLOCK: usize = 1 << 13;
 impl<'a> Slices<'a> {
     /// The list of `hashes`, from its first hash not below `from`.
     fn new(hashes: &'a Hashes, from: u64) -> Self {
-        let mut s = Slices { memory: None, file: None, block: Vec::new(), at: 0, pos: 0, len: 0 };
+        let mut s = Slices { memory: None, file: None, error: None, block: Vec::new(), at: 0, pos: 0, len: 0 };
         match hashes {
             Hashes::Memory(v) => {
                 s.memory = Some(v);
@@ -263,8 +279,12 @@ impl<'a> Slices<'a> {
                 s.len = v.len();
             }
             Hashes::File(path) => {
-                s.file = std::fs::File::open(path).ok();
-                s.len = s.file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len() as usize / 8);
+                let file = std::fs::File::open(path).and_then(|f| Ok((f.metadata()?.len(), f)));
+                match file {
+                    Ok((len, _)) if len % 8 != 0 => s.error = Some(format!("{} was cut short", path.display())),
+                    Ok((len, f)) => (s.file, s.len) = (Some(f), len as usize / 8),
+                    Err(e) => s.error = Some(format!("{}: {e}", path.display())),
+                }
                 // The first hash not below `from`, by binary search over the file.
                 let (mut lo, mut hi) = (0, s.len);
                 while lo < hi {
@@ -288,7 +308,11 @@ impl<'a> Slices<'a> {
         let mut bytes = vec![0u8; n * 8];
         match f.seek(SeekFrom::Start(at as u64 * 8)).and_then(|_| f.read_exact(&mut bytes)) {
             Ok(()) => bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())).collect(),
-            Err(_) => Vec::new(),
+            Err(e) => {
+                self.error.get_or_insert_with(|| format!("reading a key hash file: {e}"));
+                self.file = None;
+                Vec::new()
+            }
         }
     }
 
@@ -319,8 +343,9 @@ impl<'a> Slices<'a> {
 /// For each of the sorted, duplicate-free `lists` (in memory or in files), the hashes it
 /// shares with another, ascending. The hash space is cut into ranges of a few MiB of hashes
 /// each; a range's slices are merged as in memory (`merged`), the ranges split between two
-/// threads: memory stays that of a range, however long the run.
-pub fn shared_per_list(lists: &[&Hashes]) -> BTreeMap<usize, Vec<u64>> {
+/// threads: memory stays that of a range, however long the run. A list kept in a file that
+/// cannot be read to its end fails the whole (its reason).
+pub fn shared_per_list(lists: &[&Hashes]) -> Result<BTreeMap<usize, Vec<u64>>, String> {
     let total: usize = lists
         .iter()
         .map(|h| match h {
@@ -332,7 +357,7 @@ pub fn shared_per_list(lists: &[&Hashes]) -> BTreeMap<usize, Vec<u64>> {
 }
 
 /// [`shared_per_list`] over `ranges` ranges (a power of two).
-fn in_ranges(lists: &[&Hashes], ranges: usize) -> BTreeMap<usize, Vec<u64>> {
+fn in_ranges(lists: &[&Hashes], ranges: usize) -> Result<BTreeMap<usize, Vec<u64>>, String> {
     let shift = 64 - ranges.trailing_zeros();
     let run = |from: usize, to: usize| {
         let mut slices: Vec<Slices<'_>> =
@@ -360,17 +385,21 @@ fn in_ranges(lists: &[&Hashes], ranges: usize) -> BTreeMap<usize, Vec<u64>> {
                 }
             }
         }
-        hits
+        match slices.iter_mut().find_map(|s| s.error.take()) {
+            Some(e) => Err(e),
+            None => Ok(hits),
+        }
     };
-    let (mut low, high) = std::thread::scope(|s| {
+    let (low, high) = std::thread::scope(|s| {
         let low = s.spawn(|| run(0, ranges / 2));
         let high = run(ranges / 2, ranges);
         (low.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), high)
     });
+    let (mut low, high) = (low?, high?);
     for (j, h) in high {
         low.entry(j).or_default().extend(h);
     }
-    low
+    Ok(low)
 }
 
 /// The fewest ranges the hash space is cut into.
@@ -512,7 +541,7 @@ mod tests {
     /// The shared hashes of lists held in memory, per list.
     fn shared_in_memory(lists: &[Vec<u64>]) -> BTreeMap<usize, Vec<u64>> {
         let kept: Vec<Hashes> = lists.iter().map(|l| Hashes::Memory(l.clone())).collect();
-        shared_per_list(&kept.iter().collect::<Vec<_>>())
+        shared_per_list(&kept.iter().collect::<Vec<_>>()).unwrap()
     }
 
     #[test]
@@ -522,6 +551,23 @@ mod tests {
         assert_eq!(shared_in_memory(&lists), want);
         assert!(shared_in_memory(&lists[..1]).is_empty());
         assert!(shared_in_memory(&[vec![1, 2], vec![3, 4]]).is_empty());
+    }
+
+    /// A kept list that cannot be read to its end (removed, cut short) fails the check rather
+    /// than hand out fewer hashes: a key under two dates would pass unseen.
+    #[test]
+    fn a_list_that_cannot_be_read_fails_the_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.u64");
+        let bytes: Vec<u8> = [1u64, 5, 9].iter().flat_map(|h| h.to_le_bytes()).collect();
+        let kept = [Hashes::Memory(vec![5, 9]), Hashes::File(path.clone())];
+        let lists: Vec<&Hashes> = kept.iter().collect();
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(shared_per_list(&lists).unwrap(), [(0, vec![5, 9]), (1, vec![5, 9])].into());
+        std::fs::write(&path, &bytes[..20]).unwrap();
+        assert!(shared_per_list(&lists).unwrap_err().contains("cut short"));
+        std::fs::remove_file(&path).unwrap();
+        assert!(shared_per_list(&lists).unwrap_err().contains("1.u64"));
     }
 
     /// [`KeyTypes`] counts the text encodings as one type: their key bytes are the same,
@@ -605,7 +651,12 @@ mod tests {
             })
             .collect();
         let kept: Vec<&Hashes> = kept.iter().collect();
-        let all = [shared_in_memory(&lists), shared_per_list(&kept), in_ranges(&kept, 2), in_ranges(&kept, 1 << 12)];
+        let all = [
+            shared_in_memory(&lists),
+            shared_per_list(&kept).unwrap(),
+            in_ranges(&kept, 2).unwrap(),
+            in_ranges(&kept, 1 << 12).unwrap(),
+        ];
         for streamed in all {
             for (j, l) in lists.iter().enumerate() {
                 let mine: Vec<u64> = want.iter().copied().filter(|h| l.binary_search(h).is_ok()).collect();
