@@ -23,7 +23,8 @@ type NamedKey = (Vec<u8>, String, Location);
 #[derive(Debug)]
 pub enum Hashes {
     Memory(Vec<u64>),
-    File(std::path::PathBuf),
+    /// The file and how many hashes were written to it.
+    File(std::path::PathBuf, usize),
 }
 
 /// The types of a partition's key columns, as its key bytes depend on them: the hashes of
@@ -77,7 +78,7 @@ pub fn keep(cx: &Context<'_>, name: &str, hashes: Vec<u64>) -> Result<Hashes, cr
         std::io::Write::write_all(&mut w, &h.to_le_bytes()).map_err(fail)?;
     }
     std::io::Write::flush(&mut w).map_err(fail)?;
-    Ok(Hashes::File(path))
+    Ok(Hashes::File(path, hashes.len()))
 }
 
 /// A date of the range this run does not compute (skipped as unchanged, or held by another
@@ -278,11 +279,17 @@ impl<'a> Slices<'a> {
                 s.pos = v.partition_point(|&h| h < from);
                 s.len = v.len();
             }
-            Hashes::File(path) => {
+            Hashes::File(path, written) => {
                 let file = std::fs::File::open(path).and_then(|f| Ok((f.metadata()?.len(), f)));
                 match file {
-                    Ok((len, _)) if len % 8 != 0 => s.error = Some(format!("{} was cut short", path.display())),
-                    Ok((len, f)) => (s.file, s.len) = (Some(f), len as usize / 8),
+                    Ok((len, _)) if len != *written as u64 * 8 => {
+                        s.error = Some(format!(
+                            "{} holds {len} bytes, not the {} written (cut short or changed)",
+                            path.display(),
+                            *written as u64 * 8
+                        ))
+                    }
+                    Ok((_, f)) => (s.file, s.len) = (Some(f), *written),
                     Err(e) => s.error = Some(format!("{}: {e}", path.display())),
                 }
                 // The first hash not below `from`, by binary search over the file.
@@ -350,7 +357,7 @@ pub fn shared_per_list(lists: &[&Hashes]) -> Result<BTreeMap<usize, Vec<u64>>, S
         .iter()
         .map(|h| match h {
             Hashes::Memory(v) => v.len(),
-            Hashes::File(p) => std::fs::metadata(p).map_or(0, |m| m.len() as usize / 8),
+            Hashes::File(_, written) => *written,
         })
         .sum();
     in_ranges(lists, (total / (1 << 19)).next_power_of_two().clamp(RANGES, 1 << 16))
@@ -461,7 +468,7 @@ pub fn keys_fingerprint(job: &crate::run::Job, config: &str, plan: &crate::plan:
 pub fn whole(hashes: &Hashes) -> bool {
     match hashes {
         Hashes::Memory(_) => true,
-        Hashes::File(path) => std::fs::metadata(path).is_ok_and(|m| m.len() % 8 == 0),
+        Hashes::File(path, written) => std::fs::metadata(path).is_ok_and(|m| m.len() == *written as u64 * 8),
     }
 }
 
@@ -560,12 +567,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("1.u64");
         let bytes: Vec<u8> = [1u64, 5, 9].iter().flat_map(|h| h.to_le_bytes()).collect();
-        let kept = [Hashes::Memory(vec![5, 9]), Hashes::File(path.clone())];
+        let kept = [Hashes::Memory(vec![5, 9]), Hashes::File(path.clone(), 3)];
         let lists: Vec<&Hashes> = kept.iter().collect();
         std::fs::write(&path, &bytes).unwrap();
         assert_eq!(shared_per_list(&lists).unwrap(), [(0, vec![5, 9]), (1, vec![5, 9])].into());
-        std::fs::write(&path, &bytes[..20]).unwrap();
-        assert!(shared_per_list(&lists).unwrap_err().contains("cut short"));
+        for cut in [0, 8, 20] {
+            std::fs::write(&path, &bytes[..cut]).unwrap();
+            assert!(shared_per_list(&lists).unwrap_err().contains("cut short"), "{cut}");
+        }
         std::fs::remove_file(&path).unwrap();
         assert!(shared_per_list(&lists).unwrap_err().contains("1.u64"));
     }
@@ -646,7 +655,7 @@ mod tests {
                 _ => {
                     let path = dir.path().join(format!("{j}.u64"));
                     std::fs::write(&path, l.iter().flat_map(|h| h.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
-                    Hashes::File(path)
+                    Hashes::File(path, l.len())
                 }
             })
             .collect();

@@ -385,8 +385,8 @@ pub enum PartitionError {
     Spill { path: String, message: String },
 
     #[error(
-        "the keys of {date}, which this run does not compute (skipped as unchanged, or held by another run), could \
-         not be read for the check that no key is under two dates: {reason}"
+        "the keys of {date}, which this run does not compute (skipped as unchanged, held by another run, or another \
+         date of the run it retries), could not be read for the check that no key is under two dates: {reason}"
     )]
     GuardUnread { date: chrono::NaiveDate, reason: String, exit: ExitCode },
 

@@ -103,6 +103,10 @@ pub struct Journal {
     #[serde(default)]
     pub exit_code: Option<i32>,
     pub dates: Vec<NaiveDate>,
+    /// Dates outside `dates` whose keys the run's were checked against (a retry's: the retried
+    /// run's other dates), which a retry of this run checks against too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guarded: Vec<NaiveDate>,
     pub partitions: Vec<PartitionReport>,
     /// Swaps staged and not yet known to be done (merges that move keys between dates).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -137,6 +141,7 @@ impl Journal {
             status: "running".into(),
             exit_code: None,
             dates,
+            guarded: Vec::new(),
             partitions: Vec::new(),
             pending: Vec::new(),
             completed: Vec::new(),

@@ -782,6 +782,14 @@ async fn run_job(
     if dates.is_none() && job.kind.needs_dates() {
         return Err(usage("name the dates: --date D, or --from A --to B (see lakeswap run --help)"));
     }
+    let retried = dates.as_ref().is_some_and(|d| !d.is_empty());
+    if retried && !guard_dates.is_empty() && job.kind.output_from_input_alone() && !job.config.is_whole_record_key() {
+        errln!(
+            "checking the retried dates' keys against the {} other date(s) of the run (no key under two dates), \
+             reading their input; they are not written",
+            guard_dates.len()
+        );
+    }
     if a.concurrency == Some(0) {
         return Err(usage("--concurrency (or LAKESWAP_CONCURRENCY) must be at least 1"));
     }
@@ -1198,18 +1206,11 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<(Vec<chrono::NaiveDate>
     if failed.is_empty() {
         errln!("run {run_id} failed no partition: nothing to retry");
     }
-    let others: Vec<chrono::NaiveDate> = j.dates.iter().copied().filter(|d| !failed.contains(d)).collect();
-    if !failed.is_empty()
-        && !others.is_empty()
-        && job.kind.output_from_input_alone()
-        && !job.config.is_whole_record_key()
-    {
-        errln!(
-            "checking the retried dates' keys against the {} other date(s) of run {run_id} (no key under two dates), \
-             reading their input; they are not written",
-            others.len()
-        );
-    }
+    // A retry's own guards too: a retry of a retry checks what the first run would have.
+    let mut others: Vec<chrono::NaiveDate> =
+        j.dates.iter().chain(&j.guarded).copied().filter(|d| !failed.contains(d)).collect();
+    others.sort();
+    others.dedup();
     Ok((failed, others))
 }
 

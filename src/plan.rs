@@ -209,9 +209,14 @@ pub async fn plan(
         None => (None, None, None, Vec::new()),
         Some((schema, name, dated)) => {
             let own_column = schema.field_with_name(column).is_ok() || dated;
-            // Named alike but for case (`EVENT_DATE`), as case-insensitive readers (SQL, Hive)
-            // take names: beside the partition folder, a reader would see the folder's date.
-            let alike = schema.fields().iter().find(|f| f.name().eq_ignore_ascii_case(column)).map(|f| f.name());
+            // A merge stores the input's columns: one named alike but for case (`EVENT_DATE`),
+            // beside the partition folder, is read by case-insensitive readers (Hive) as the
+            // folder's date. (An aggregate stores its query's columns, which are checked so.)
+            let alike = schema
+                .fields()
+                .iter()
+                .find(|f| kind.reads_stored_state() && f.name().eq_ignore_ascii_case(column))
+                .map(|f| f.name());
             decoder.date_source = if let Some(ts) = &cfg.partition.from_timestamp {
                 if own_column || alike.is_some() {
                     // Dated by `ts`, the query's `event_date` would be the input's own column:

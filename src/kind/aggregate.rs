@@ -150,7 +150,7 @@ impl Kind for Aggregate {
                     .iter()
                     .flatten()
                     .filter_map(|g| match &g.hashes {
-                        Hashes::File(path) => Some(Hashes::File(path.clone())),
+                        Hashes::File(path, n) => Some(Hashes::File(path.clone(), *n)),
                         Hashes::Memory(_) => None,
                     })
                     .collect();

@@ -913,14 +913,38 @@ fn json_error(line: &[u8], e: &serde_json::Error) -> String {
     format!("malformed NDJSON: {said} (at byte {} of the line)", e.column())
 }
 
-/// The name of the field whose value `text` (a line up to a place in a value) ends in: the last
-/// `"name":` of it.
+/// The field (`a.b` for `b` inside the object of `a`; a list's values are its field's) whose
+/// value `text`, a line of JSON cut inside a value, ends in.
 fn field_before(text: &[u8]) -> Option<String> {
-    let colon = text.iter().rposition(|&b| b == b':')?;
-    let before = text[..colon].trim_ascii_end();
-    let inner = before.strip_suffix(b"\"")?;
-    let open = (0..inner.len()).rev().find(|&i| inner[i] == b'"' && (i == 0 || inner[i - 1] != b'\\'))?;
-    serde_json::from_slice::<String>(&before[open..]).ok()
+    // Per open object or list, the last key seen (objects) or `None` (lists).
+    let mut open: Vec<(bool, Option<String>)> = Vec::new();
+    let (mut i, mut last) = (0, None::<String>);
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+                last = serde_json::from_slice::<String>(text.get(start..=i)?).ok();
+            }
+            b':' => {
+                if let Some((true, key)) = open.last_mut() {
+                    *key = last.take();
+                }
+            }
+            b'{' => open.push((true, None)),
+            b'[' => open.push((false, None)),
+            b'}' | b']' => {
+                open.pop();
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let path: Vec<String> = open.into_iter().filter_map(|(_, k)| k).collect();
+    (!path.is_empty()).then(|| path.join("."))
 }
 
 /// The first line of NDJSON text that is not one JSON value, with the parser's reason.
@@ -1203,9 +1227,15 @@ mod tests {
         let text = b"{\"id\":\"a\",\"amount\":2.0}\n{\"id\":\"b\",\"p\":{\"amount\": 1e400}}\n";
         let (row, line, why) = first_bad_json_line(text).unwrap();
         assert_eq!((row, line), (1, 2));
-        assert_eq!(why, "a number past what a 64-bit float holds (±1.8e308) in the field `amount`");
-        let (_, _, why) = first_bad_json_line(b"{\"a\":[1, 2e999]}").unwrap();
-        assert!(why.ends_with("in the field `a`"), "{why}");
+        assert_eq!(why, "a number past what a 64-bit float holds (±1.8e308) in the field `p.amount`");
+        for (line, field) in [
+            (&b"{\"a\":[1, 2e999]}"[..], "`a`"),
+            (b"{\"p\":{\"amount\": 1e400}}", "`p.amount`"),
+            (b"{\"items\":[{\"sku\":\"s:\\\"x\",\"q\":1}, 2e400]}", "`items`"),
+        ] {
+            let (_, _, why) = first_bad_json_line(line).unwrap();
+            assert!(why.ends_with(&format!("in the field {field}")), "{why}");
+        }
         let (row, line, why) = first_bad_json_line(b"{\"a\":1}\n\n{\"a\":1,}\n").unwrap();
         assert_eq!((row, line), (1, 3));
         assert!(why.starts_with("malformed NDJSON: trailing comma (at byte "), "{why}");

@@ -115,6 +115,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     }
     // Journaled once the table is this run's (a run refused as busy leaves no journal).
     let mut journal = Journal::start(&run_id, &cfg.job.name, dates, now);
+    journal.guarded = plan.others.iter().map(|p| p.date).collect();
     journal.completed = completed;
     if let Err(e) = journal.write(&job.state).await {
         leases.release(TABLE_LEASE).await;

@@ -49,11 +49,9 @@ impl Planned {
             (Some(d), true) => opts.guard_dates.iter().copied().filter(|g| !d.contains(g)).collect(),
             _ => BTreeSet::new(),
         };
-        let dates = opts.dates.as_ref().map(|d| {
-            let mut all: Vec<NaiveDate> = d.iter().chain(&guards).copied().collect();
-            all.sort();
-            all
-        });
+        // The run's dates first: the plan's reference schema is its first date's with objects,
+        // and a guard is read for its keys alone.
+        let dates = opts.dates.as_ref().map(|d| d.iter().chain(&guards).copied().collect::<Vec<_>>());
         let mut plan = plan::plan(cfg, job.kind.as_ref(), &job.input, dates.as_deref()).await?;
         (plan.others, plan.partitions) =
             std::mem::take(&mut plan.partitions).into_iter().partition(|p| guards.contains(&p.date));

@@ -270,10 +270,16 @@ fn a_retried_date_is_checked_against_the_runs_other_dates() {
         "{}",
         text(&o)
     );
-    let o = cli(&retry, lake.dir.path());
+    let o = cli(&[&retry[..], &["--summary-json", "r.json"]].concat(), lake.dir.path());
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(text(&o).contains("ord-000-000001") && text(&o).contains("two dates"), "{}", text(&o));
     assert!(text(&o).contains("against the 2 other date(s)"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), committed, "nothing written");
+    // The retry retried: checked against the first run's other dates still.
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("r.json")).unwrap()).unwrap();
+    let o = cli(&["run", "--config", config, "--retry-failed", r["run_id"].as_str().unwrap()], lake.dir.path());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("ord-000-000001") && text(&o).contains("two dates"), "{}", text(&o));
     assert_eq!(lake.snapshot(), committed, "nothing written");
     // The key under one date: the retry writes the 3rd alone.
     write_parquet(&object, &batch(&day3));
