@@ -686,18 +686,13 @@ impl JobConfig {
         if id.deleted.is_some() && id.version.is_none() {
             return Err(bad("identity.deleted", "tombstones need a `version` column to order them".into()));
         }
-        if let Some(d) = id.deleted.as_ref().filter(|d| whole_record || id.key.contains(&d.column)) {
-            let column = &d.column;
-            let why = if whole_record {
-                format!("`key = [\"*\"]` makes the whole record the identity, `{column}` included")
-            } else {
-                format!("`{column}` is also a key column")
-            };
+        if let Some(d) = id.deleted.as_ref().filter(|d| id.key.contains(&d.column)) {
             return Err(bad(
                 "identity.deleted.column",
                 format!(
-                    "{why}: a delete would be a key of its own, never the key of the rows it should remove, so \
-                     nothing would be deleted. Name the key columns, leaving the tombstone column out"
+                    "`{}` is also a key column: a delete would be a key of its own, never the key of the rows it \
+                     should remove, so nothing would be deleted. Leave the tombstone column out of `key`",
+                    d.column
                 ),
             ));
         }

@@ -104,6 +104,15 @@ pub async fn guards(
             };
             let _held = cx.spill.reserve(estimate).await;
             let date = plan.date;
+            // A retried run's other date committed from its input: with none now (removed since),
+            // the keys its partition holds are unknown.
+            if plan.inputs.is_empty() && cx.opts.guard_dates.contains(&date) {
+                let reason = "its input holds no objects now (removed since it was committed?), so the keys its \
+                              partition holds cannot be read. Restore its input, or run the retried dates with \
+                              --date to commit them without checking them against it"
+                    .to_string();
+                return Err((date, PartitionError::Other(reason)));
+            }
             let table = cx.table(&plan).await.map_err(|e| (date, e))?;
             let id = cx.identity(&table);
             let types = KeyTypes::of(table.schema(), &id.key);

@@ -222,6 +222,10 @@ pub async fn plan(
                     // Dated by `ts`, the query's `event_date` would be the input's own column:
                     // another date, or text.
                     let own = alike.map_or(column.as_str(), |n| n.as_str());
+                    let or = match own == column {
+                        true => format!("drop `from_timestamp` to partition by `{own}`"),
+                        false => format!("rename the input's column `{own}`"),
+                    };
                     return Err(config_err(
                         cfg,
                         "partition.column",
@@ -229,8 +233,7 @@ pub async fn plan(
                             "the input {} has a column `{own}` of its own, and with `from_timestamp = \"{ts}\"` the \
                              partition dates come from `{ts}`: `{own}` would be taken for the partition's date (in the \
                              query, and by readers of the table's `{column}=` folders), not the input's column. Name \
-                             the partition column otherwise (e.g. `column = \"{ts}_date\"`), or drop `from_timestamp` \
-                             to partition by `{own}`",
+                             the partition column otherwise (e.g. `column = \"{ts}_date\"`), or {or}",
                             input.url
                         ),
                     ));
@@ -1235,7 +1238,7 @@ impl Plan {
     ) -> String {
         let mut s = String::new();
         let layout = match self.layout {
-            Layout::Hive => "Hive-partitioned (only the folders of the planned dates are read)",
+            Layout::Hive => "Hive-partitioned (only the folders of the planned dates, and of the dates they are checked against, are read)",
             Layout::Flat => "flat (row-group statistics prune what is decoded)",
         };
         let _ = writeln!(s, "input  {} — {layout}", input.url);

@@ -956,10 +956,11 @@ pub fn first_bad_json_line(bytes: &[u8]) -> Option<(u64, u64, String)> {
         }
         if let Err(e) = serde_json::from_slice::<serde_json::Value>(l) {
             let why = match (l.starts_with(b"\xEF\xBB\xBF"), l.starts_with(b"\xFF\xFE") || l.starts_with(b"\xFE\xFF")) {
-                (true, _) => "the line opens with a UTF-8 byte-order mark (one is passed over only at the very start \
-                              of the object: objects joined together?)"
+                (true, _) => "malformed NDJSON: the line opens with a UTF-8 byte-order mark (one is passed over only \
+                              at the very start of the object: objects joined together?)"
                     .to_string(),
-                (_, true) => "the line opens with a UTF-16 byte-order mark: NDJSON is read as UTF-8".to_string(),
+                (_, true) => "malformed NDJSON: the line opens with a UTF-16 byte-order mark: NDJSON is read as UTF-8"
+                    .to_string(),
                 _ => json_error(l, &e),
             };
             return Some((row, i as u64 + 1, why));

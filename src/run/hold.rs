@@ -144,11 +144,9 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     // An aggregate's dates this run does not compute still guard their keys (no key under
     // two dates of the range).
     let guards = job.kind.output_from_input_alone() && !cfg.is_whole_record_key();
-    // Dates outside the range whose keys guard it (a retried run's others).
-    let mut others = std::mem::take(&mut plan.others);
-    if !guards {
-        others.clear();
-    }
+    // Dates outside the range whose keys guard it (a retried run's others); kept in the plan
+    // until the dates to skip are known (a retried date is not skipped beside them).
+    let mut others = if guards { plan.others.clone() } else { Vec::new() };
     for p in todo {
         let seen = match leases.acquire(&p.dir, &opts.stop).await {
             Ok(()) => commit::head(&job.output, &commit::target_path(&job.output, &p.dir)).await,
@@ -318,6 +316,11 @@ pub(super) async fn skippable(
     p: &PartitionPlan,
 ) -> Option<crate::lineage::Lineage> {
     if !(opts.skip_unchanged && job.kind.output_from_input_alone() && p.seen.meta.is_some()) {
+        return None;
+    }
+    // A retried date is computed, to be checked against the retried run's other dates (a
+    // skipped one would be checked against none: no record names them).
+    if !plan.others.is_empty() {
         return None;
     }
     // The committed file, read once: its lineage names this config, these rules and these input

@@ -46,7 +46,7 @@ impl Planned {
         // Planned with the run's dates; taken out of its partitions once their objects are listed.
         let checked = job.kind.output_from_input_alone() && !cfg.is_whole_record_key();
         let guards: BTreeSet<NaiveDate> = match (&opts.dates, checked) {
-            (Some(d), true) => opts.guard_dates.iter().copied().filter(|g| !d.contains(g)).collect(),
+            (Some(d), true) if !d.is_empty() => opts.guard_dates.iter().copied().filter(|g| !d.contains(g)).collect(),
             _ => BTreeSet::new(),
         };
         // The run's dates first: the plan's reference schema is its first date's with objects,

@@ -2060,19 +2060,25 @@ fn a_batch_row_without_a_date_fails_a_merge_over_every_date() {
     }
 }
 
+/// Writes `root/job.toml`: a merge of the CSV objects under `in/` keyed by `id`, versioned by
+/// `v`, with the input columns `schema` declares and `partition` added to `[partition]`.
+fn csv_merge_job(root: &std::path::Path, schema: &str, partition: &str) -> std::path::PathBuf {
+    let cfg = root.join("job.toml");
+    let text = format!(
+        "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\nschema = {{ {schema} }}\n\n\
+         [identity]\nkey = [\"id\"]\nversion = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n{partition}\n\
+         [output]\nurl = \"out\"\n"
+    );
+    std::fs::write(&cfg, text).unwrap();
+    cfg
+}
+
 /// A date whose key is stored under a date of the batch that failed names the key.
 #[test]
 fn a_key_stored_under_a_failed_date_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let cfg = root.join("job.toml");
-    std::fs::write(
-        &cfg,
-        "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\n\
-         schema = { v = \"int64\", event_date = \"date\", amount = \"int64\" }\n\n[identity]\nkey = [\"id\"]\n\
-         version = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"out\"\n",
-    )
-    .unwrap();
+    let cfg = csv_merge_job(root, "v = \"int64\", event_date = \"date\", amount = \"int64\"", "");
     std::fs::create_dir_all(root.join("in")).unwrap();
     let batch = |rows: &str| {
         std::fs::write(root.join("in/a.csv"), format!("id,v,event_date,amount\n{rows}")).unwrap();
@@ -2098,14 +2104,7 @@ fn a_key_stored_under_a_failed_date_is_named() {
 fn rows_dated_by_a_timestamp_read_no_date_from_names_alike() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let cfg = root.join("job.toml");
-    std::fs::write(
-        &cfg,
-        "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\n\
-         schema = { v = \"int64\", ts = \"timestamp\" }\n\n[identity]\nkey = [\"id\"]\nversion = \"v\"\n\n\
-         [partition]\ncolumn = \"event_date\"\nfrom_timestamp = \"ts\"\n\n[output]\nurl = \"out\"\n",
-    )
-    .unwrap();
+    let cfg = csv_merge_job(root, "v = \"int64\", ts = \"timestamp\"", "from_timestamp = \"ts\"\n");
     let input = root.join("in");
     std::fs::create_dir_all(&input).unwrap();
     std::fs::write(input.join("a.csv"), "id,v,ts,EVENT_DATE\nk,1,2026-11-01T05:00:00Z,2026-11-02\n").unwrap();
@@ -2204,14 +2203,7 @@ fn wall_clock_versions_in_a_repeated_hour_are_not_guessed_against_the_table() {
 fn a_zeros_sign_and_a_nans_bits_tell_no_row_apart_against_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let cfg = root.join("job.toml");
-    std::fs::write(
-        &cfg,
-        "[job]\nname = \"m\"\nkind = \"merge\"\n\n[input]\nurl = \"in\"\nformat = \"csv\"\n\
-         schema = { v = \"int64\", f = \"float64\", event_date = \"date\" }\n\n[identity]\nkey = [\"id\"]\n\
-         version = \"v\"\n\n[partition]\ncolumn = \"event_date\"\n\n[output]\nurl = \"out\"\n",
-    )
-    .unwrap();
+    let cfg = csv_merge_job(root, "v = \"int64\", f = \"float64\", event_date = \"date\"", "");
     let batch = |rows: &[&str]| {
         let _ = std::fs::remove_dir_all(root.join("in"));
         std::fs::create_dir_all(root.join("in")).unwrap();

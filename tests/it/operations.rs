@@ -290,6 +290,49 @@ fn a_retried_date_is_checked_against_the_runs_other_dates() {
     assert_eq!(lines, ["2026-11-03"], "{out}");
 }
 
+/// A retried date found unchanged is computed all the same, to be checked against the run's
+/// other dates: skipped, it was checked against none. And a date of the run whose input is gone
+/// leaves the retried dates' keys unchecked: they fail, naming it.
+#[test]
+fn a_retried_date_is_checked_with_skip_unchanged_and_without_a_guards_input() {
+    let lake = Lake::new();
+    let rows = random_orders(116, 3, 40);
+    lake.write_hive(&rows, 1);
+    let cfg = lake.config();
+    let config = cfg.to_str().unwrap();
+    let run = &["run", "--config", config, "--from", "2026-11-01", "--to", "2026-11-03", "--summary-json", "s.json"];
+    assert_eq!(cli(run, lake.dir.path()).status.code(), Some(0));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("s.json")).unwrap()).unwrap();
+    let run_id = s["run_id"].as_str().unwrap().to_string();
+    // The run's journal as one that failed the 3rd for a passing reason (a store error).
+    let path = lake.state().join(format!("runs/{run_id}.json"));
+    let mut journal: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    journal["partitions"][2]["action"] = "failed".into();
+    journal["partitions"][2]["exit_code"] = 1.into();
+    std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
+    // Meanwhile the 1st, run alone, took a key of the 3rd.
+    let day3_key = rows.iter().find(|r| r.date == d("2026-11-03")).unwrap().order_id.clone();
+    let day1: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-01")).cloned().collect();
+    let late = order(&day3_key, 99, "2026-11-01", "USD", 100, "placed");
+    let object = lake.input().join("event_date=2026-11-01/part-00000.parquet");
+    write_parquet(&object, &batch(&day1.iter().cloned().chain([late]).collect::<Vec<_>>()));
+    let o = cli(&["run", "--config", config, "--date", "2026-11-01"], lake.dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let committed = lake.snapshot();
+    let retry = ["run", "--config", config, "--retry-failed", &run_id, "--skip-unchanged"];
+    let o = cli(&retry, lake.dir.path());
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains(&day3_key) && text(&o).contains("two dates"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), committed, "nothing written");
+    // The key back under one date, the 2nd's input gone: its keys are unknown.
+    write_parquet(&object, &batch(&day1));
+    std::fs::remove_dir_all(lake.input().join("event_date=2026-11-02")).unwrap();
+    let o = cli(&retry, lake.dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("the keys of 2026-11-02") && text(&o).contains("no objects now"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), committed, "nothing written");
+}
+
 #[test]
 fn four_shards_commit_every_partition_once() {
     let lake = Lake::new();
