@@ -472,15 +472,6 @@ pub fn keys_fingerprint(job: &crate::run::Job, config: &str, plan: &crate::plan:
     crate::config::hex(&h.finalize()[..16])
 }
 
-/// Whether a key hash list is still whole: one kept in a file of the run's spill folder that
-/// can no longer be read (removed, cut short) gave the check fewer hashes than the date has.
-pub fn whole(hashes: &Hashes) -> bool {
-    match hashes {
-        Hashes::Memory(_) => true,
-        Hashes::File(path, written) => std::fs::metadata(path).is_ok_and(|m| m.len() == *written as u64 * 8),
-    }
-}
-
 /// A committed date's last check against other dates: its keys' fingerprint then, and the
 /// dates whose keys it was checked with (each with theirs). Kept in the table's state
 /// (`STATE/checked/<col>=<date>.json`), outside the partition file, whose bytes depend on its

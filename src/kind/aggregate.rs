@@ -146,23 +146,15 @@ impl Kind for Aggregate {
                     false => Vec::new(),
                 };
                 let guarded: Vec<PartitionPlan> = guards.iter().flatten().map(|g| g.plan.clone()).collect();
-                let guard_files: Vec<Hashes> = guards
-                    .iter()
-                    .flatten()
-                    .filter_map(|g| match &g.hashes {
-                        Hashes::File(path, n) => Some(Hashes::File(path.clone(), *n)),
-                        Hashes::Memory(_) => None,
-                    })
-                    .collect();
                 crate::crossdate::check(cx, &mut done, guards).await;
-                // Recorded as checked only when every list was read whole.
-                let whole = done.iter().map(|(_, h, _)| h).chain(&guard_files).all(crate::crossdate::whole);
+                // A list that could not be read whole failed the dates computed: none is
+                // recorded as checked.
                 let config = cx.job.config.fingerprint();
                 let computed = done.iter().filter(|(o, _, _)| o.result.is_ok()).map(|(o, _, _)| &o.plan);
                 for p in computed.chain(&guarded) {
                     checked.insert(p.date, crate::crossdate::keys_fingerprint(cx.job, &config, cx.plan, p));
                 }
-                if checked.len() < 2 || !whole {
+                if checked.len() < 2 {
                     checked.clear();
                 }
             }

@@ -177,6 +177,17 @@ async fn skip_windows_of_other_ranges_settle() {
     assert_eq!(computed, [1, 1, 0, 0, 0, 0], "the 3rd once for each pair, then never");
 }
 
+/// The run id a `--summary-json` file names.
+fn run_id_in(summary: &std::path::Path) -> String {
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(summary).unwrap()).unwrap();
+    s["run_id"].as_str().unwrap_or_else(|| panic!("no run id: {s}")).to_string()
+}
+
+/// The dates of the partition lines of a run's table.
+fn dates_in(o: &std::process::Output) -> Vec<String> {
+    table_of(o).lines().filter(|l| l.starts_with("2026-")).map(|l| l[..10].to_string()).collect()
+}
+
 #[test]
 fn retry_failed_reruns_exactly_the_failed_partitions() {
     let lake = Lake::new();
@@ -204,15 +215,13 @@ fn retry_failed_reruns_exactly_the_failed_partitions() {
         lake.dir.path(),
     );
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("s.json")).unwrap()).unwrap();
-    let run_id = s["run_id"].as_str().unwrap().to_string();
+    let run_id = run_id_in(&lake.dir.path().join("s.json"));
     // Fix the source, retry just that run's failures.
     let good: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-03")).cloned().collect();
     write_parquet(&lake.input().join("event_date=2026-11-03/part-00000.parquet"), &batch(&good));
     let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--retry-failed", &run_id], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let out = table_of(&o);
-    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("2026-")).map(|l| &l[..10]).collect();
+    let (out, lines) = (table_of(&o), dates_in(&o));
     assert_eq!(lines, ["2026-11-03"], "{out}");
     assert!(out.contains("created"), "{out}");
     let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--retry-failed", "no-such-run"], lake.dir.path());
@@ -229,8 +238,7 @@ fn retry_failed_reruns_exactly_the_failed_partitions() {
     std::fs::write(lake.state().join(format!("runs/{killed}.json")), serde_json::to_vec(&journal).unwrap()).unwrap();
     let o = cli(&["run", "--config", cfg.to_str().unwrap(), "--retry-failed", killed], lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let out = table_of(&o);
-    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("2026-")).map(|l| &l[..10]).collect();
+    let (out, lines) = (table_of(&o), dates_in(&o));
     assert_eq!(lines, ["2026-11-01", "2026-11-02", "2026-11-03"], "{out}");
     assert!(text(&o).contains("did not finish"), "{}", text(&o));
 }
@@ -257,8 +265,7 @@ fn a_retried_date_is_checked_against_the_runs_other_dates() {
     let o = cli(run, lake.dir.path());
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(text(&o).contains("conflicting"), "{}", text(&o));
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("s.json")).unwrap()).unwrap();
-    let run_id = s["run_id"].as_str().unwrap().to_string();
+    let run_id = run_id_in(&lake.dir.path().join("s.json"));
     let committed = lake.snapshot();
     // The conflict fixed, the key of the 1st still there: the retry fails the 3rd, writing nothing.
     write_parquet(&object, &batch(&day3.iter().cloned().chain([twice]).collect::<Vec<_>>()));
@@ -276,8 +283,8 @@ fn a_retried_date_is_checked_against_the_runs_other_dates() {
     assert!(text(&o).contains("against the 2 other date(s)"), "{}", text(&o));
     assert_eq!(lake.snapshot(), committed, "nothing written");
     // The retry retried: checked against the first run's other dates still.
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("r.json")).unwrap()).unwrap();
-    let o = cli(&["run", "--config", config, "--retry-failed", r["run_id"].as_str().unwrap()], lake.dir.path());
+    let again = run_id_in(&lake.dir.path().join("r.json"));
+    let o = cli(&["run", "--config", config, "--retry-failed", &again], lake.dir.path());
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(text(&o).contains("ord-000-000001") && text(&o).contains("two dates"), "{}", text(&o));
     assert_eq!(lake.snapshot(), committed, "nothing written");
@@ -285,8 +292,7 @@ fn a_retried_date_is_checked_against_the_runs_other_dates() {
     write_parquet(&object, &batch(&day3));
     let o = cli(&retry, lake.dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let out = table_of(&o);
-    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("2026-")).map(|l| &l[..10]).collect();
+    let (out, lines) = (table_of(&o), dates_in(&o));
     assert_eq!(lines, ["2026-11-03"], "{out}");
 }
 
@@ -302,8 +308,7 @@ fn a_retried_date_is_checked_with_skip_unchanged_and_without_a_guards_input() {
     let config = cfg.to_str().unwrap();
     let run = &["run", "--config", config, "--from", "2026-11-01", "--to", "2026-11-03", "--summary-json", "s.json"];
     assert_eq!(cli(run, lake.dir.path()).status.code(), Some(0));
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(lake.dir.path().join("s.json")).unwrap()).unwrap();
-    let run_id = s["run_id"].as_str().unwrap().to_string();
+    let run_id = run_id_in(&lake.dir.path().join("s.json"));
     // The run's journal as one that failed the 3rd for a passing reason (a store error).
     let path = lake.state().join(format!("runs/{run_id}.json"));
     let mut journal: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
