@@ -107,13 +107,13 @@ lakeswap run --config config/orders_current.toml                 # merge: every 
 read.\n\nExamples:\n  lakeswap status --config revenue.toml\n  \
 lakeswap status --config revenue.toml --from 2026-11-01 --to 2026-11-30   # missing days show too")]
     Status(RangeArgs),
-    /// Recompute the partitions of --date or --from/--to (required) in memory and report any
-    /// whose committed bytes differ.
+    /// Recompute the partitions of --date or --from/--to (required), within --memory-limit as a
+    /// run does, and report any whose committed bytes differ.
     #[command(after_help = "Exit code 0 when every partition matches, 1 when one differs or is missing (or \
 its recomputation fails on the store), 3 when a recomputation fails on its data (conflicting \
 versions, a bad row, a key under two dates: what a run of the date would fail on).\n\n\
 Example:\n  lakeswap verify --config revenue.toml --from 2026-11-01 --to 2026-11-07")]
-    Verify(RangeArgs),
+    Verify(VerifyArgs),
     /// Remove what crashed runs left behind: stale staging and expired leases.
     #[command(after_help = "A live run's staging and leases are never touched. Every run also cleans up\n\
 the partitions it works on, so gc is only needed for dates that are not run again.\n\n\
@@ -122,6 +122,60 @@ Examples:\n  lakeswap gc --config revenue.toml\n  \
 lakeswap gc --config revenue.toml --quarantine-older-than 30d\n  \
 lakeswap gc --config revenue.toml --runs-older-than 90d")]
     Gc(GcArgs),
+}
+
+/// The memory a run (or `verify`) may use, and where it spills.
+#[derive(Args)]
+struct BudgetArgs {
+    /// The memory the run may use: 512MiB, 4GiB (powers of 1024), 2GB or 2G (of 1000), or 60%
+    /// (of the machine, or of the container's limit) [default: 50%]. Fewer partitions run at
+    /// once when they are large; a partition larger than the limit is split by key into buckets
+    /// spilled to --spill-dir and prepared one bucket at a time, with the same result, byte for
+    /// byte. The program itself (its code, the query engine) takes 60 to 180 MiB beside the
+    /// data: a limit below about 256MiB bounds the data a run holds, not the whole process.
+    #[arg(long, value_name = "SIZE", env = "LAKESWAP_MEMORY_LIMIT")]
+    memory_limit: Option<String>,
+    /// Where partitions larger than --memory-limit spill (a local folder with room for about
+    /// half the date's rows, uncompressed; created if missing, not its parent)
+    /// [default: the system's temporary folder]. Each run
+    /// spills into its own `lakeswap-<run id>/` folder, removed when it ends; `gc` removes a
+    /// killed run's.
+    #[arg(long, value_name = "DIR", env = "LAKESWAP_SPILL_DIR")]
+    spill_dir: Option<PathBuf>,
+}
+
+impl BudgetArgs {
+    /// The budget in bytes and the spill folder, the budget checked against the machine.
+    fn resolve(&self) -> Result<(u64, PathBuf), Error> {
+        // An empty value is refused, as every other flag's: the default is the flag (and
+        // LAKESWAP_MEMORY_LIMIT) left out.
+        let memory_limit = match self.memory_limit.as_deref() {
+            Some(text) => lakeswap::spill::parse_size(text, lakeswap::spill::machine_memory())
+                .map_err(|m| usage(format!("--memory-limit (or LAKESWAP_MEMORY_LIMIT): {m}")))?,
+            None => lakeswap::spill::default_limit(),
+        };
+        let machine = lakeswap::spill::machine_memory();
+        if memory_limit > machine {
+            tracing::warn!(
+                "--memory-limit {} MiB is more than this machine's memory ({} MiB): a date that does not fit in \
+                 memory is read in memory all the same, not spilled",
+                memory_limit >> 20,
+                machine >> 20
+            );
+        }
+        if memory_limit < SMALL_BUDGET {
+            return_freed_memory();
+        }
+        Ok((memory_limit, self.spill_dir.clone().unwrap_or_else(std::env::temp_dir)))
+    }
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    #[command(flatten)]
+    range: RangeArgs,
+    #[command(flatten)]
+    budget: BudgetArgs,
 }
 
 #[derive(Args)]
@@ -192,20 +246,8 @@ struct RunArgs {
     /// new schema instead; the range must cover all of them.
     #[arg(long, value_enum, value_name = "HOW")]
     schema_change: Option<SchemaChangeArg>,
-    /// The memory the run may use: 512MiB, 4GiB (powers of 1024), 2GB or 2G (of 1000), or 60%
-    /// (of the machine, or of the container's limit) [default: 50%]. Fewer partitions run at
-    /// once when they are large; a partition larger than the limit is split by key into buckets
-    /// spilled to --spill-dir and prepared one bucket at a time, with the same result, byte for
-    /// byte. The program itself (its code, the query engine) takes 60 to 180 MiB beside the
-    /// data: a limit below about 256MiB bounds the data a run holds, not the whole process.
-    #[arg(long, value_name = "SIZE", env = "LAKESWAP_MEMORY_LIMIT")]
-    memory_limit: Option<String>,
-    /// Where partitions larger than --memory-limit spill (a local folder with room for about
-    /// half the date's rows, uncompressed) [default: the system's temporary folder]. Each run
-    /// spills into its own `lakeswap-<run id>/` folder, removed when it ends; `gc` removes a
-    /// killed run's.
-    #[arg(long, value_name = "DIR", env = "LAKESWAP_SPILL_DIR")]
-    spill_dir: Option<PathBuf>,
+    #[command(flatten)]
+    budget: BudgetArgs,
     /// Seconds a run asked to stop (SIGTERM, SIGINT, SIGHUP) has to finish its swaps in flight,
     /// release its leases and write its journal. A store that does not answer would hold it for
     /// minutes of retries: past this, it exits as a second signal makes it (what is committed
@@ -734,25 +776,7 @@ async fn run_job(
     stop: Arc<run::Stop>,
 ) -> Result<Option<run::RunSummary>, Error> {
     let vars = &config_vars(vars, &a.vars)?;
-    // An empty value is refused, as every other flag's: the default is the flag (and
-    // LAKESWAP_MEMORY_LIMIT) left out.
-    let memory_limit = match a.memory_limit.as_deref() {
-        Some(text) => lakeswap::spill::parse_size(text, lakeswap::spill::machine_memory())
-            .map_err(|m| usage(format!("--memory-limit (or LAKESWAP_MEMORY_LIMIT): {m}")))?,
-        None => lakeswap::spill::default_limit(),
-    };
-    let machine = lakeswap::spill::machine_memory();
-    if memory_limit > machine {
-        tracing::warn!(
-            "--memory-limit {} MiB is more than this machine's memory ({} MiB): a date that does not fit in \
-             memory is read in memory all the same, not spilled",
-            memory_limit >> 20,
-            machine >> 20
-        );
-    }
-    if memory_limit < SMALL_BUDGET {
-        return_freed_memory();
-    }
+    let (memory_limit, spill_dir) = a.budget.resolve()?;
     // A dry run writes nothing, not even the folders of a first run.
     let job = match a.dry_run {
         true => Job::load_read_only(&a.config, vars)?,
@@ -808,7 +832,6 @@ async fn run_job(
         )));
     }
     let n = dates.as_ref().map_or(0, Vec::len) as u64;
-    let spill_dir = a.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
     let mut opts = RunOptions {
         memory_limit,
         spill_dir,
@@ -1232,8 +1255,10 @@ async fn cmd_status(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode,
     Ok(ExitCode::Ok)
 }
 
-async fn cmd_verify(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
+async fn cmd_verify(v: VerifyArgs, vars: &[(String, String)]) -> Result<ExitCode, Error> {
+    let a = &v.range;
     let vars = &config_vars(vars, &a.vars)?;
+    let (memory_limit, spill_dir) = v.budget.resolve()?;
     let job = Job::load_read_only(&a.config, vars)?;
     outside_the_process(&job)?;
     let dates = a
@@ -1241,7 +1266,7 @@ async fn cmd_verify(a: RangeArgs, vars: &[(String, String)]) -> Result<ExitCode,
         .ok_or_else(|| usage("name the dates to verify: --date D or --from A --to B"))?;
     // A date without input recomputes as a zero-row file: what `run --allow-empty` committed
     // is verified, and a committed file whose input is gone differs.
-    let opts = RunOptions { dates: Some(dates), allow_empty: true, ..Default::default() };
+    let opts = RunOptions { dates: Some(dates), allow_empty: true, memory_limit, spill_dir, ..Default::default() };
     let mut summary = run::verify(&job, &opts).await?;
     // Objects outside every partition are read by a reader of the whole table, as its rows.
     let strays = lakeswap::status::strays(&job).await?;

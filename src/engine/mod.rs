@@ -355,6 +355,16 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
     msg
 }
 
+/// An engine's reason without the position [`reason`] gives it: for the shorthand, whose SQL
+/// the user did not write.
+pub fn without_position(message: &str) -> String {
+    let Some(at) = message.rfind(" (at line ") else { return message.to_string() };
+    match message[at..].find(')') {
+        Some(end) => format!("{}{}", &message[..at], &message[at + end + 1..]),
+        None => message.to_string(),
+    }
+}
+
 /// The function of the engine's nearest to `name` by edit distance, the first in alphabetical
 /// order on a tie.
 fn nearest_function(name: &str) -> Option<String> {
@@ -2016,8 +2026,11 @@ fn literal(v: &toml::Value, column: &str, ty: &DataType, tz: chrono_tz::Tz) -> R
             }
             quoted(&text)
         }
+        // As a tombstone's value and the input's text read: `true`, `"TRUE"`, `1`, `"0"`.
         DataType::Boolean => match v {
-            toml::Value::Boolean(b) => b.to_string().to_uppercase(),
+            toml::Value::Boolean(_) | toml::Value::String(_) | toml::Value::Integer(_) => {
+                crate::read::text::parse_bool(&text).map_err(never)?.to_string().to_uppercase()
+            }
             _ => return Err(never("write true or false".into())),
         },
         t if t.is_integer() => match crate::predicate::integer_value(&text, t) {
@@ -2165,6 +2178,27 @@ fn one_expression(sql: &str) -> Result<String, String> {
             next.token, next.span.start
         )));
     }
+    // A condition on each row by itself: a subquery reads other rows (and the engine cannot
+    // compute one inside an aggregate's filter).
+    let subquery = datafusion::sql::sqlparser::ast::visit_expressions(&expr, |e| {
+        use datafusion::sql::sqlparser::ast::Expr as Sql;
+        match e {
+            Sql::Subquery(_) | Sql::InSubquery { .. } | Sql::Exists { .. } => {
+                std::ops::ControlFlow::Break(e.to_string())
+            }
+            _ => std::ops::ControlFlow::Continue(()),
+        }
+    });
+    if let std::ops::ControlFlow::Break(sub) = subquery {
+        let which = match sub == expr.to_string() {
+            true => String::new(),
+            false => format!(" (`{sub}`)"),
+        };
+        return Err(format!(
+            "`{sql}`: a measure's where is a condition on each row by itself, not a subquery{which}; write the \
+             daily table in SQL (aggregate.sql) to use one"
+        ));
+    }
     Ok(expr.to_string())
 }
 
@@ -2189,6 +2223,30 @@ mod tests {
     use datafusion::physical_plan::ExecutionPlanProperties;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
+
+    /// A boolean is listed as a tombstone's value is written: `true`, `"TRUE"`, `1`, `"0"` are
+    /// accepted by both, and what one refuses the other does.
+    #[test]
+    fn a_boolean_is_listed_as_a_tombstone_value_is_written() {
+        let tz = chrono_tz::UTC;
+        let column: ArrayRef = Arc::new(arrow::array::BooleanArray::from(vec![true, false]));
+        for (v, want) in [
+            (toml::Value::Boolean(true), "TRUE"),
+            ("true".into(), "TRUE"),
+            ("FALSE".into(), "FALSE"),
+            (toml::Value::Integer(1), "TRUE"),
+            ("0".into(), "FALSE"),
+        ] {
+            assert_eq!(literal(&v, "f", &DataType::Boolean, tz).as_deref(), Ok(want), "{v}");
+            let rows = crate::predicate::Equals::rows(&column, &v, tz).unwrap();
+            assert_eq!(rows.value(0), want == "TRUE", "{v}");
+        }
+        for v in [toml::Value::from("yes"), toml::Value::Integer(2), toml::Value::Float(1.0)] {
+            let e = literal(&v, "f", &DataType::Boolean, tz).unwrap_err();
+            assert!(e.contains("can never equal"), "{v}: {e}");
+            assert!(crate::predicate::Equals::rows(&column, &v, tz).is_err(), "{v}");
+        }
+    }
 
     /// A listed value in a type that cannot be listed is refused for its column's type, not as
     /// a value that "can never equal" it.

@@ -58,6 +58,42 @@ impl Aggregate {
             "aggregate.measures"
         }
     }
+
+    /// The config key of a query that did not plan, and the engine's reason. The shorthand's
+    /// SQL is lakeswap's, not the user's: its measures are planned one by one to name the one
+    /// (its `where`, when it has one) the engine refused, without a position in SQL the user
+    /// never wrote.
+    async fn blame(
+        &self,
+        message: String,
+        events: &SchemaRef,
+        cfg: &JobConfig,
+        lookups: &[Lookup],
+    ) -> (String, String) {
+        if self.section.sql.is_some() {
+            return (self.key().to_string(), message);
+        }
+        let plans = |section: AggregateSection| async move {
+            let q = engine::query_of(&section, events, cfg.timezone()).map_err(|(_, why)| why)?;
+            engine::plan(&q, events, lookups, &cfg.partition.column).await.map(|_| ())
+        };
+        if !self.section.group_by.is_empty() {
+            if let Err(why) = plans(AggregateSection { measures: Vec::new(), ..self.section.clone() }).await {
+                return ("aggregate.group_by".into(), engine::without_position(&why));
+            }
+        }
+        for (i, m) in self.section.measures.iter().enumerate() {
+            let Err(why) = plans(AggregateSection { measures: vec![m.clone()], ..self.section.clone() }).await else {
+                continue;
+            };
+            let key = match &m.filter {
+                Some(crate::config::Where::Sql(_)) => format!("aggregate.measures[{i}].where"),
+                _ => format!("aggregate.measures[{i}]"),
+            };
+            return (key, engine::without_position(&why));
+        }
+        (self.key().to_string(), engine::without_position(&message))
+    }
 }
 
 /// The columns of `events` for a record schema: the partition column (a date) included, and
@@ -101,9 +137,10 @@ impl Kind for Aggregate {
         Box::pin(async move {
             let events = events_schema(record, &cfg.partition.column, cfg.timezone());
             let query = engine::query_of(&self.section, &events, cfg.timezone())?;
-            let (schema, text, used) = engine::plan(&query, &events, lookups, &cfg.partition.column)
-                .await
-                .map_err(|m| (self.key().to_string(), m))?;
+            let (schema, text, used) = match engine::plan(&query, &events, lookups, &cfg.partition.column).await {
+                Ok(planned) => planned,
+                Err(m) => return Err(self.blame(m, &events, cfg, lookups).await),
+            };
             // The input columns the query reads (not the partition column a folder gives).
             let used = used.into_iter().filter(|c| record.field_with_name(c).is_ok()).collect();
             Ok((schema, Some(text), used))

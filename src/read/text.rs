@@ -268,7 +268,7 @@ fn parse_int(s: &str) -> Result<i64, String> {
     })
 }
 
-fn parse_bool(s: &str) -> Result<bool, String> {
+pub(crate) fn parse_bool(s: &str) -> Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "true" | "1" => Ok(true),
         "false" | "0" => Ok(false),

@@ -233,11 +233,6 @@ impl Planned {
     }
 }
 
-/// A spill folder inside the table, its state, its input or a lookup table is refused:
-/// readers (and later runs) would read a killed run's spill files as data. Compared resolved:
-/// symbolic links followed, and a `..` after a folder that does not exist yet taken as creating
-/// it would (`new/../x` is `x`). An existing path that is not a folder, or a folder that
-/// cannot be written, is refused too, before anything runs.
 /// A merge's batch of nothing: on an object store a mistyped prefix lists nothing (there are no
 /// folders to miss), and a daily merge pointed there would succeed every day. Refused, unless a
 /// move a killed run left pending is to be completed (a run of the table completes it, over every
@@ -291,6 +286,12 @@ pub fn local_place_holding(job: &Job, path: &std::path::Path) -> Option<(String,
     None
 }
 
+/// A spill folder inside the table, its state, its input or a lookup table is refused:
+/// readers (and later runs) would read a killed run's spill files as data. Compared resolved:
+/// symbolic links followed, and a `..` after a folder that does not exist yet taken as creating
+/// it would (`new/../x` is `x`). An existing path that is not a folder, a folder that
+/// cannot be written, or a missing folder whose parent is missing too (a mistyped path, a disk
+/// not mounted: the run would spill elsewhere than meant) is refused too, before anything runs.
 fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
     let resolved = crate::read::list::physical(spill_dir);
     if let Some((what, url)) = local_place_holding(job, spill_dir) {
@@ -300,18 +301,20 @@ fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
             spill_dir.display(),
         )));
     }
-    // The folder, or the nearest of its parents that exists (the rest is created when a
-    // date spills).
-    let mut at = resolved.as_path();
-    while !at.exists() {
-        match at.parent() {
-            Some(parent) => at = parent,
-            None => return Ok(()),
-        }
-    }
+    // The folder, or its parent when a date that spills is to create it.
+    let at = match resolved.parent() {
+        Some(parent) if !resolved.exists() => parent,
+        _ => resolved.as_path(),
+    };
     let unusable = |why: &str| {
         Error::Usage(format!("--spill-dir {}: {} {why}. Nothing was done", spill_dir.display(), at.display()))
     };
+    if !at.exists() {
+        return Err(unusable(
+            "does not exist (a mistyped path, or a disk not mounted?); a run creates the spill folder itself, not \
+             the folders above it. Create them, or choose another --spill-dir",
+        ));
+    }
     if !at.is_dir() {
         return Err(unusable("is not a folder"));
     }

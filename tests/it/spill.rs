@@ -416,6 +416,52 @@ fn a_spill_folder_inside_the_table_its_state_its_input_or_a_lookup_is_refused() 
     }
 }
 
+/// `verify` recomputes within the budget a run has: a date a run spills is verified spilled
+/// (the budget from `LAKESWAP_MEMORY_LIMIT` too), its spill folder emptied; a spill folder
+/// whose parent is missing is refused before anything runs, and nothing is created.
+#[test]
+fn verify_spills_as_a_run_does_and_a_spill_folder_needs_its_parent() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(23, 1, 40_000), 2);
+    let cfg = lake.config();
+    let spill = lake.dir.path().join("spill");
+    let args = |command: &'static str| {
+        vec![command, "--config", cfg.to_str().unwrap(), "--date", "2026-11-01", "--spill-dir", spill.to_str().unwrap()]
+    };
+    // The folder itself is created; a run spills into it and empties it.
+    let s = lake.dir.path().join("summary.json");
+    let mut run_args = args("run");
+    run_args.extend_from_slice(&["--memory-limit", "1MiB", "--summary-json", s.to_str().unwrap()]);
+    let o = cli(&run_args, lake.dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(spilled(&summary(&s))[0] > 0, "the run spilled");
+    assert_eq!(spill_folders(&spill).len(), 0);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(args("verify"))
+        .args(["--json"])
+        .env("LAKESWAP_MEMORY_LIMIT", "1MiB")
+        .current_dir(lake.dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["partitions"][0]["action"], "verified", "{report}");
+    assert!(report["partitions"][0]["spilled_bytes"].as_u64().unwrap_or(0) > 0, "verified spilled: {report}");
+    assert_eq!(spill_folders(&spill).len(), 0, "verify emptied its spill folder");
+    // A parent that is not there: refused, for run and verify, and nothing made.
+    let before = lake.snapshot();
+    let missing = lake.dir.path().join("not-mounted").join("spill");
+    for command in ["run", "verify"] {
+        let mut a = args(command);
+        a[6] = missing.to_str().unwrap();
+        let o = cli(&a, lake.dir.path());
+        assert_eq!(o.status.code(), Some(2), "{command}: {}", text(&o));
+        assert!(text(&o).contains("does not exist") && text(&o).contains("Nothing was done"), "{}", text(&o));
+        assert!(!lake.dir.path().join("not-mounted").exists(), "{command} created nothing");
+        assert!(lake.snapshot() == before);
+    }
+}
+
 #[test]
 fn memory_limits_are_checked_before_anything_runs() {
     let lake = Lake::new();

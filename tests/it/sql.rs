@@ -823,7 +823,16 @@ measures = [
         (r#"{ name = "x", fn = "count", where = { amount = ["1e-3"] } }"#, vec!["where.amount", "decimal places"]),
         (r#"{ name = "x", fn = "count", where = { event_date = ["2026-11-31"] } }"#, vec!["where.event_date"]),
         (r#"{ name = "x", fn = "count", where = { status = [1] } }"#, vec!["where.status", "quote"]),
-        (r#"{ name = "x", fn = "count", where = "amont > 1" }"#, vec!["aggregate.measures", "amont"]),
+        (r#"{ name = "x", fn = "count", where = "amont > 1" }"#, vec!["aggregate.measures[0].where", "amont"]),
+        // The engine's reason is the measure's, without a position in SQL the user never wrote.
+        (
+            r#"{ name = "n", fn = "count" }, { name = "x", fn = "count", where = "amont > 1" }"#,
+            vec!["aggregate.measures[1].where", "No field named amont"],
+        ),
+        (
+            r#"{ name = "x", fn = "count", where = "order_id IN (SELECT order_id FROM events)" }"#,
+            vec!["aggregate.measures[0].where", "not a subquery", "aggregate.sql"],
+        ),
         // One expression, not text pasted into the query: nothing may close it and go on.
         (
             r#"{ name = "x", fn = "count", where = "true)) + 1000 + count(*) FILTER (WHERE (false" }"#,
@@ -845,6 +854,7 @@ measures = [
         for n in needles {
             assert!(t.contains(n), "{bad}: missing `{n}` in {t}");
         }
+        assert!(!t.contains("(at line"), "{bad}: a position in the compiled SQL: {t}");
     }
 }
 
