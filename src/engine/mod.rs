@@ -355,7 +355,7 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
     msg
 }
 
-/// An engine's reason without the position [`reason`] gives it: for the shorthand, whose SQL
+/// An engine's reason without the position `reason` gives it: for the shorthand, whose SQL
 /// the user did not write.
 pub fn without_position(message: &str) -> String {
     let Some(at) = message.rfind(" (at line ") else { return message.to_string() };
