@@ -961,6 +961,36 @@ fn on_signals(
     })
 }
 
+/// SIGTERM, SIGINT and SIGHUP for `verify`, which writes nothing but its spill: the spill
+/// folder is removed and the process exits at once (143, 130 or 129).
+fn exit_on_signals() {
+    tokio::spawn(async {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+                return;
+            };
+            let mut hup = match hangup_ignored() {
+                true => None,
+                false => signal(SignalKind::hangup()).ok(),
+            };
+            let code = tokio::select! {
+                _ = term.recv() => 143,
+                _ = int.recv() => 130,
+                _ = hung_up(&mut hup) => 129,
+            };
+            lakeswap::spill::remove_all();
+            std::process::exit(code);
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_ok() {
+            lakeswap::spill::remove_all();
+            std::process::exit(130);
+        }
+    });
+}
+
 /// Resolves at SIGHUP, when listened for.
 #[cfg(unix)]
 async fn hung_up(hup: &mut Option<tokio::signal::unix::Signal>) {
@@ -1259,6 +1289,7 @@ async fn cmd_verify(v: VerifyArgs, vars: &[(String, String)]) -> Result<ExitCode
     let a = &v.range;
     let vars = &config_vars(vars, &a.vars)?;
     let (memory_limit, spill_dir) = v.budget.resolve()?;
+    exit_on_signals();
     let job = Job::load_read_only(&a.config, vars)?;
     outside_the_process(&job)?;
     let dates = a

@@ -355,12 +355,16 @@ fn reason(e: &DataFusionError, _sql: &str) -> String {
     msg
 }
 
-/// An engine's reason without the position `reason` gives it: for the shorthand, whose SQL
-/// the user did not write.
+/// An engine's reason without the position `reason` ends it with (` (at line L, column C)`):
+/// for the shorthand, whose SQL the user did not write.
 pub fn without_position(message: &str) -> String {
-    let Some(at) = message.rfind(" (at line ") else { return message.to_string() };
-    match message[at..].find(')') {
-        Some(end) => format!("{}{}", &message[..at], &message[at + end + 1..]),
+    let position = message.strip_suffix(')').and_then(|m| m.rsplit_once(" (at line ")).filter(|(_, at)| {
+        at.split_once(", column ").is_some_and(|(line, column)| {
+            [line, column].iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+    });
+    match position {
+        Some((head, _)) => head.to_string(),
         None => message.to_string(),
     }
 }
@@ -2223,6 +2227,17 @@ mod tests {
     use datafusion::physical_plan::ExecutionPlanProperties;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
+
+    /// Only the position `reason` ends a message with is cut, not text that looks like one.
+    #[test]
+    fn only_the_engines_position_is_cut() {
+        assert_eq!(without_position("No field named x. (at line 1, column 50)"), "No field named x.");
+        for kept in
+            ["a value ' (at line 2)' (at line 1)", "x (at line 1, column 5) and more", "x (at line a, column 5)"]
+        {
+            assert_eq!(without_position(kept), kept);
+        }
+    }
 
     /// A boolean is listed as a tombstone's value is written: `true`, `"TRUE"`, `1`, `"0"` are
     /// accepted by both, and what one refuses the other does.

@@ -86,8 +86,14 @@ impl Aggregate {
             let Err(why) = plans(AggregateSection { measures: vec![m.clone()], ..self.section.clone() }).await else {
                 continue;
             };
+            // Its `where` when the measure plans without it.
+            let unfiltered = crate::config::Measure { filter: None, ..m.clone() };
             let key = match &m.filter {
-                Some(crate::config::Where::Sql(_)) => format!("aggregate.measures[{i}].where"),
+                Some(crate::config::Where::Sql(_))
+                    if plans(AggregateSection { measures: vec![unfiltered], ..self.section.clone() }).await.is_ok() =>
+                {
+                    format!("aggregate.measures[{i}].where")
+                }
                 _ => format!("aggregate.measures[{i}]"),
             };
             return (key, engine::without_position(&why));

@@ -367,7 +367,9 @@ impl Default for RunOptions {
 
 /// The memory budget and spill folder of run `run_id`.
 pub(crate) fn spill_area(job: &Job, opts: &RunOptions, run_id: &str) -> Arc<crate::spill::Area> {
-    Arc::new(crate::spill::Area::new(&opts.spill_dir, run_id, job.state.url.clone(), opts.memory_limit))
+    // Resolved as it was checked: a `..` after a missing folder creates nothing.
+    let spill_dir = crate::read::list::physical(&opts.spill_dir);
+    Arc::new(crate::spill::Area::new(&spill_dir, run_id, job.state.url.clone(), opts.memory_limit))
 }
 
 /// The default time to live of a partition lease.

@@ -307,12 +307,16 @@ fn check_spill_dir(job: &Job, spill_dir: &std::path::Path) -> Result<()> {
         _ => resolved.as_path(),
     };
     let unusable = |why: &str| {
-        Error::Usage(format!("--spill-dir {}: {} {why}. Nothing was done", spill_dir.display(), at.display()))
+        Error::Usage(format!(
+            "the spill folder {} (--spill-dir; without one, TMPDIR): {} {why}. Nothing was done",
+            spill_dir.display(),
+            at.display()
+        ))
     };
     if !at.exists() {
         return Err(unusable(
             "does not exist (a mistyped path, or a disk not mounted?); a run creates the spill folder itself, not \
-             the folders above it. Create them, or choose another --spill-dir",
+             the folders above it. Create them, or choose another folder",
         ));
     }
     if !at.is_dir() {

@@ -440,6 +440,8 @@ fn verify_spills_as_a_run_does_and_a_spill_folder_needs_its_parent() {
         .args(args("verify"))
         .args(["--json"])
         .env("LAKESWAP_MEMORY_LIMIT", "1MiB")
+        // Not the default folder: refused there, where verify without --spill-dir would go.
+        .env("TMPDIR", lake.dir.path().join("no-such").join("tmp"))
         .current_dir(lake.dir.path())
         .output()
         .unwrap();

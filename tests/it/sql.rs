@@ -829,6 +829,11 @@ measures = [
             r#"{ name = "n", fn = "count" }, { name = "x", fn = "count", where = "amont > 1" }"#,
             vec!["aggregate.measures[1].where", "No field named amont"],
         ),
+        // A measure that fails without its `where` is named, not its `where`.
+        (
+            r#"{ name = "x", fn = "avg", column = "status", where = "amount > 0" }"#,
+            vec!["`aggregate.measures[0]`:", "avg"],
+        ),
         (
             r#"{ name = "x", fn = "count", where = "order_id IN (SELECT order_id FROM events)" }"#,
             vec!["aggregate.measures[0].where", "not a subquery", "aggregate.sql"],
