@@ -891,28 +891,13 @@ fn on_signals(
     tokio::spawn(async move {
         #[cfg(unix)]
         {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-                return;
-            };
-            // A run started under `nohup` ignores SIGHUP, and goes on ignoring it: listening
-            // would replace that.
-            let mut hup = match hangup_ignored() {
-                true => None,
-                false => signal(SignalKind::hangup()).ok(),
-            };
-            let first = tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = int.recv() => "SIGINT",
-                _ = hung_up(&mut hup) => "SIGHUP",
-            };
+            let Some(mut signals) = Signals::listen() else { return };
+            let (first, _) = signals.next().await;
             tracing::warn!(signal = first,
                 "stopping: no new partition starts, swaps in flight finish, leases are released; a second signal exits at once");
             stop.stop(first);
             let second = tokio::select! {
-                _ = term.recv() => Some(143),
-                _ = int.recv() => Some(130),
-                _ = hung_up(&mut hup) => Some(129),
+                (_, code) = signals.next() => Some(code),
                 _ = tokio::time::sleep(timeout) => None,
             };
             let code = match second {
@@ -967,19 +952,8 @@ fn exit_on_signals() {
     tokio::spawn(async {
         #[cfg(unix)]
         {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-                return;
-            };
-            let mut hup = match hangup_ignored() {
-                true => None,
-                false => signal(SignalKind::hangup()).ok(),
-            };
-            let code = tokio::select! {
-                _ = term.recv() => 143,
-                _ = int.recv() => 130,
-                _ = hung_up(&mut hup) => 129,
-            };
+            let Some(mut signals) = Signals::listen() else { return };
+            let (_, code) = signals.next().await;
             lakeswap::spill::remove_all();
             std::process::exit(code);
         }
@@ -991,14 +965,40 @@ fn exit_on_signals() {
     });
 }
 
-/// Resolves at SIGHUP, when listened for.
+/// SIGTERM, SIGINT and SIGHUP, listened for.
 #[cfg(unix)]
-async fn hung_up(hup: &mut Option<tokio::signal::unix::Signal>) {
-    match hup {
-        Some(h) => {
-            h.recv().await;
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    /// None when the process was started ignoring SIGHUP (`nohup`): it goes on ignoring it, as
+    /// listening would replace that.
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn listen() -> Option<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let hup = match hangup_ignored() {
+            true => None,
+            false => signal(SignalKind::hangup()).ok(),
+        };
+        Some(Signals { term: signal(SignalKind::terminate()).ok()?, int: signal(SignalKind::interrupt()).ok()?, hup })
+    }
+
+    /// The next signal: its name and the exit code it gives (128 + its number).
+    async fn next(&mut self) -> (&'static str, i32) {
+        let hup = async {
+            match &mut self.hup {
+                Some(h) => h.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.term.recv() => ("SIGTERM", 143),
+            _ = self.int.recv() => ("SIGINT", 130),
+            _ = hup => ("SIGHUP", 129),
         }
-        None => std::future::pending::<()>().await,
     }
 }
 
