@@ -262,24 +262,8 @@ fn a_run_killed_while_spilling_leaves_the_table_alone_and_gc_removes_its_spill()
     assert!(cli(&args, lake.dir.path()).status.success());
     let before = lake.snapshot();
     args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", spill.to_str().unwrap()]);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
-        .args(&args)
-        .current_dir(lake.dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     // Killed once its spill holds bucket files.
-    let started = std::time::Instant::now();
-    loop {
-        let files = spill_folders(&spill).iter().flat_map(|f| walk(f)).count();
-        if files > 8 {
-            break;
-        }
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before it spilled");
-        assert!(started.elapsed().as_secs() < 60, "no spill after a minute");
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+    let mut child = spilling(lake.dir.path(), &args, &spill);
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(spill_folders(&spill).len(), 1, "the killed run's spill stays until gc");
@@ -294,6 +278,52 @@ fn a_run_killed_while_spilling_leaves_the_table_alone_and_gc_removes_its_spill()
     assert!(text(&o).contains("removed 1 spill folder"), "{}", text(&o));
     assert_eq!(spill_folders(&spill), [other]);
     assert!(lake.snapshot() == before);
+}
+
+/// lakeswap started with `args` in `dir`, returned once its spill folder in `spill` holds
+/// bucket files.
+fn spilling(dir: &Path, args: &[&str], spill: &Path) -> std::process::Child {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lakeswap"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let files = spill_folders(spill).iter().flat_map(|f| walk(f)).count();
+        if files > 8 {
+            return child;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "lakeswap ended before it spilled");
+        assert!(started.elapsed().as_secs() < 60, "no spill after a minute");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// `verify` stopped by a signal while it spills exits at once (128 + the signal) and removes
+/// its spill folder; it wrote nothing else.
+#[test]
+fn verify_stopped_while_spilling_removes_its_spill() {
+    let lake = Lake::new();
+    lake.write_hive(&random_orders(24, 1, 200_000), 4);
+    let cfg = lake.config();
+    let spill = lake.dir.path().join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let mut args = vec!["run", "--config", cfg.to_str().unwrap(), "--date", "2026-11-01"];
+    assert!(cli(&args, lake.dir.path()).status.success());
+    let before = lake.snapshot();
+    args[0] = "verify";
+    args.extend_from_slice(&["--memory-limit", "1MiB", "--spill-dir", spill.to_str().unwrap()]);
+    for (sig, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let mut child = spilling(lake.dir.path(), &args, &spill);
+        // SAFETY: sends a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        assert_eq!(child.wait().unwrap().code(), Some(code));
+        assert_eq!(spill_folders(&spill).len(), 0, "the stopped verify removed its spill");
+        assert!(lake.snapshot() == before);
+    }
 }
 
 /// A tmpfs of `size` mounted at `dir` (CI runs as root), unmounted when dropped.
