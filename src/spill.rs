@@ -213,6 +213,12 @@ impl Area {
             path: p.display().to_string(),
             message: format!("cannot create the spill folder: {e}"),
         };
+        // Made under the lock [`remove_all`] takes after closing: no folder is made again
+        // once it has removed them.
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        if CLOSED.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(fail(&self.root, std::io::Error::other("the process is exiting")));
+        }
         {
             let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
             if made.is_none() {
@@ -222,7 +228,7 @@ impl Area {
                 lock.lock().map_err(|e| fail(&self.root, e))?;
                 std::fs::write(self.root.join(OWNER), &self.table).map_err(|e| fail(&self.root, e))?;
                 *made = Some(lock);
-                LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(self.root.clone());
+                live.push(self.root.clone());
             }
         }
         let dir = self.root.join(name);
@@ -334,10 +340,21 @@ static LIVE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 /// Removes every spill folder this process has made: for an exit that drops nothing (a second
 /// signal). Files still being written are removed with their folder.
 pub fn remove_all() {
+    // No folder is made from here on; a file another thread creates in a folder while it is
+    // being removed leaves it in place, so the removal is tried again.
+    CLOSED.store(true, std::sync::atomic::Ordering::SeqCst);
     for root in LIVE.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-        let _ = std::fs::remove_dir_all(root);
+        for _ in 0..100 {
+            if std::fs::remove_dir_all(&root).is_ok() || !root.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
+
+/// Set once [`remove_all`] has run: the process is exiting, and no spill folder is made.
+static CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The spill folders in `spill_dir` of runs of the table whose state is `table` that no live
 /// process holds (killed runs): run id, path.
