@@ -405,14 +405,30 @@ fn version_too_large(arr: &ArrayRef, i: usize) -> String {
 
 /// Renders the key of `row` as text (`a|b` for several columns).
 pub fn render_key(cols: &[ArrayRef], row: usize) -> String {
-    let opts = FormatOptions::default().with_null("null");
-    cols.iter()
-        .map(|c| match ArrayFormatter::try_new(c.as_ref(), &opts) {
-            Ok(f) => f.value(row).to_string(),
-            Err(_) => "?".into(),
-        })
-        .collect::<Vec<_>>()
-        .join("|")
+    cols.iter().map(|c| show_value(c.as_ref(), row)).collect::<Vec<_>>().join("|")
+}
+
+/// Value `row` of `a` as text for a message (`null` for a null): a time past what a calendar
+/// date can show (an epoch value beyond year 262,143) as its count since 1970 and its unit,
+/// not as the formatter's error.
+pub fn show_value(a: &dyn arrow::array::Array, row: usize) -> String {
+    let opts = FormatOptions::default().with_null("null").with_display_error(false);
+    if let Some(shown) = ArrayFormatter::try_new(a, &opts).ok().and_then(|f| f.value(row).try_to_string().ok()) {
+        return shown;
+    }
+    use arrow::datatypes::TimeUnit;
+    let unit = match a.data_type() {
+        DataType::Timestamp(TimeUnit::Second, _) => " (seconds since 1970)",
+        DataType::Timestamp(TimeUnit::Millisecond, _) | DataType::Date64 => " (milliseconds since 1970)",
+        DataType::Timestamp(TimeUnit::Microsecond, _) => " (microseconds since 1970)",
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => " (nanoseconds since 1970)",
+        DataType::Date32 => " (days since 1970)",
+        _ => "",
+    };
+    match arrow::compute::cast(&a.slice(row, 1), &DataType::Int64) {
+        Ok(n) if n.is_valid(0) => format!("{}{unit}", n.as_primitive::<arrow::datatypes::Int64Type>().value(0)),
+        _ => "?".into(),
+    }
 }
 
 /// Renders the key of row id `id` of key columns given chunk by chunk.
@@ -1099,10 +1115,7 @@ pub(crate) fn unordered_reason(tz: chrono_tz::Tz) -> String {
 /// A version (as int64) shown in its column's type.
 pub(crate) fn show_version(ty: &DataType, v: i64) -> String {
     let a = arrow::array::Int64Array::from(vec![v]);
-    arrow::compute::cast(&a, ty)
-        .ok()
-        .and_then(|c| arrow::util::display::array_value_to_string(&c, 0).ok())
-        .unwrap_or_else(|| v.to_string())
+    arrow::compute::cast(&a, ty).map(|c| show_value(c.as_ref(), 0)).unwrap_or_else(|_| v.to_string())
 }
 
 /// The hours a zone-less timestamp version cannot be ordered in ([`repeated_hours`]): empty
@@ -1427,6 +1440,24 @@ mod tests {
                 "{threads} threads: duplicates (rows of a kept version but its first)"
             );
         }
+    }
+
+    #[test]
+    fn a_time_past_the_calendar_is_shown_as_its_count() {
+        use arrow::array::{TimestampMillisecondArray, TimestampSecondArray};
+        let s = TimestampSecondArray::from(vec![Some(9_300_000_000_000_000), Some(0), None]).with_timezone("UTC");
+        assert_eq!(show_value(&s, 0), "9300000000000000 (seconds since 1970)");
+        assert_eq!(show_value(&s, 1), "1970-01-01T00:00:00Z");
+        assert_eq!(show_value(&s, 2), "null");
+        let ms: ArrayRef = Arc::new(TimestampMillisecondArray::from(vec![i64::MAX]));
+        assert_eq!(
+            render_key(&[ms.clone(), ms], 0),
+            format!("{0} (milliseconds since 1970)|{0} (milliseconds since 1970)", i64::MAX)
+        );
+        assert_eq!(
+            show_version(&DataType::Timestamp(arrow::datatypes::TimeUnit::Second, None), i64::MAX),
+            format!("{} (seconds since 1970)", i64::MAX)
+        );
     }
 
     #[test]

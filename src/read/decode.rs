@@ -667,7 +667,21 @@ impl Decoder {
     /// A text object's stored bytes as text: decompressed, past a byte-order mark (NDJSON), and
     /// refused when they are another format's.
     fn text_bytes(&self, object: &str, bytes: Bytes) -> Result<Bytes, InputError> {
+        let stored_empty = bytes.is_empty();
         let mut bytes = text::decompress(object, bytes).map_err(|m| InputError::bad(Location::object(object), m))?;
+        // A CSV read with a header has at least that line: without one, the object is not a
+        // complete CSV (an empty NDJSON object, or a CSV without a header, is a whole document
+        // of no rows).
+        if self.format == Format::Csv && self.header && bytes.is_empty() {
+            let what = if stored_empty { "the object is empty (0 bytes)" } else { "the object holds no text" };
+            return Err(InputError::bad(
+                Location::object(object),
+                format!(
+                    "{what}, not even the header line a CSV read with `input.header = true` has: an upload cut \
+                     short? A date without rows is an object holding the header alone, or no object"
+                ),
+            ));
+        }
         // A byte-order mark opens many text files written on Windows; CSV's reader passes over
         // it, JSON's would call the first line malformed.
         if self.format == Format::Ndjson && bytes.starts_with(b"\xEF\xBB\xBF") {

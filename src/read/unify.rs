@@ -489,9 +489,7 @@ pub fn epoch_values(arr: &ArrayRef, to: &DataType) -> Result<ArrayRef, Inexact> 
     let original = if to.is_floating() { arr.clone() } else { crate::prepare::one_zero_one_nan(arr) };
     let differs = arrow::compute::kernels::cmp::distinct(&original, &back).map_err(|e| fail(e.to_string()))?;
     if let Some(row) = differs.values().set_indices().next() {
-        let shown = arrow::util::display::ArrayFormatter::try_new(arr.as_ref(), &Default::default())
-            .map(|f| f.value(row).to_string())
-            .unwrap_or_default();
+        let shown = crate::prepare::show_value(arr.as_ref(), row);
         return Err(Inexact {
             row: Some(row),
             message: format!("the value {shown} does not convert exactly from {from} to {to}"),
@@ -620,7 +618,7 @@ pub fn repeated_wall_clock(from: &ArrayRef, to: &ArrayRef, tz: Tz) -> Option<usi
 
 /// Why row `row` of a version column (see [`repeated_wall_clock`]) is refused.
 pub fn repeated_version(from: &ArrayRef, row: usize, tz: Tz) -> String {
-    let shown = arrow::util::display::array_value_to_string(from, row).unwrap_or_default();
+    let shown = crate::prepare::show_value(from.as_ref(), row);
     format!(
         "the version `{shown}` is a wall-clock time that {tz} has twice (its clocks go back then), so which instant it \
          is, and which of the key's versions is the latest, is not in the value; write the version with its offset \

@@ -116,6 +116,30 @@ async fn truncated_parquet() {
 async fn zero_byte_file() {
     let corrupt = |l: &Lake| write(l, &format!("event_date={BAD}/part-00001.parquet"), b"");
     case(Fmt::Parquet, corrupt, ExitCode::DataContract, &["part-00001.parquet", "empty (0 bytes)"]).await;
+    // A CSV read with a header has at least that line: one without, stored empty or
+    // compressed from nothing, was cut short.
+    let corrupt = |l: &Lake| write(l, &format!("event_date={BAD}/part-00001.csv"), b"");
+    case(Fmt::Csv, corrupt, ExitCode::DataContract, &["part-00001.csv", "empty (0 bytes)", "header line"]).await;
+    let corrupt = |l: &Lake| {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(b"").unwrap();
+        write(l, &format!("event_date={BAD}/part-00001.csv.gz"), &e.finish().unwrap());
+    };
+    case(Fmt::Csv, corrupt, ExitCode::DataContract, &["part-00001.csv.gz", "holds no text", "header line"]).await;
+}
+
+/// An empty NDJSON object is a whole document of no rows: its date is the other objects' rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn zero_byte_ndjson_holds_no_rows() {
+    let lake = Lake::new();
+    let rows = random_orders(103, 1, 40);
+    write(&lake, "event_date=2026-11-01/part-00000.json", &encode(Fmt::Ndjson, &rows));
+    write(&lake, "event_date=2026-11-01/part-00001.json", b"");
+    let s = run_range(&config(&lake, Fmt::Ndjson), "2026-11-01", "2026-11-01").await;
+    assert_eq!(s.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&s));
+    assert_eq!(s.partitions[0].counts.as_ref().unwrap().input_rows, rows.len() as u64);
+    assert_eq!(read_partition(&lake.partition_file("2026-11-01")), model(&rows)[&d("2026-11-01")]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -2230,6 +2230,34 @@ fn a_zeros_sign_and_a_nans_bits_tell_no_row_apart_against_the_table() {
     }
 }
 
+/// A tombstone keeps its key, version and date: a later delete at that version is a replay
+/// whatever its other columns, but under another date it is a conflict, as any row is there.
+#[test]
+fn a_replayed_delete_is_unchanged_under_its_date_and_a_conflict_under_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let deleted = "\n[identity.deleted]\ncolumn = \"op\"\nequals = \"D\"\n";
+    let cfg = csv_merge_job(root, "v = \"int64\", event_date = \"date\", x = \"int64\"", deleted);
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let batch = |row: &str| {
+        std::fs::write(root.join("in/a.csv"), format!("id,v,event_date,op,x\n{row}\n")).unwrap();
+        cli(&["run", "--config", cfg.to_str().unwrap()], root)
+    };
+    let table =
+        || walk(&root.join("out")).into_iter().map(|p| (p.clone(), std::fs::read(p).unwrap())).collect::<Vec<_>>();
+    let o = batch("k,5,2026-11-01,D,0");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stored = table();
+    assert!(!stored.is_empty(), "the tombstone is stored");
+    let o = batch("k,5,2026-11-01,D,9");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(table(), stored, "a replayed delete changes nothing");
+    let o = batch("k,5,2026-11-02,D,0");
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("conflicting key") && text(&o).contains("key k version 5"), "{}", text(&o));
+    assert_eq!(table(), stored, "nothing written for the conflict");
+}
+
 /// The values of `column` in the one committed partition under `<root>/out`, as text.
 fn column_text_in(root: &std::path::Path, column: &str) -> Vec<String> {
     let files: Vec<_> =
@@ -2244,7 +2272,7 @@ fn column_text_in(root: &std::path::Path, column: &str) -> Vec<String> {
 /// whose first object holds deletes alone (no payload) refused the table's declared column as
 /// "removed", while the same objects named the other way round merged; and a batch of a header
 /// alone, merged for a date, failed it ("missing key column") where a zero-row Parquet object
-/// leaves it untouched.
+/// leaves it untouched (an empty CSV object is refused, as an empty Parquet object is).
 #[test]
 fn a_text_merge_batch_has_its_declared_columns_whichever_object_comes_first() {
     let extra = "[identity.deleted]\ncolumn = \"op\"\nequals = \"D\"\n\n";
@@ -2276,14 +2304,18 @@ fn a_text_merge_batch_has_its_declared_columns_whichever_object_comes_first() {
         assert_eq!(column_text(&lake, "2026-11-01", "id"), ["2"]);
         assert_eq!(column_text(&lake, "2026-11-01", "x"), ["22"]);
 
-        // A batch of a header alone (and an empty object) brings nothing to the date it is run for.
+        // A batch of a header alone brings nothing to the date it is run for; an empty CSV
+        // object beside it has lost even its header line, and fails the run naming it.
         let bytes = std::fs::read(lake.partition_file("2026-11-01")).unwrap();
         write_files(&lake, "b3", &[("h.csv", "id,v,event_date,op,x\n"), ("e.csv", "")]);
         let cfg = text_merge_config(&lake, "b3", "csv", extra);
-        let o = cli(
-            &["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-02"],
-            lake.dir.path(),
-        );
+        let args = ["run", "--config", cfg.to_str().unwrap(), "--from", "2026-11-01", "--to", "2026-11-02"];
+        let o = cli(&args, lake.dir.path());
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+        assert!(text(&o).contains("e.csv") && text(&o).contains("empty (0 bytes)"), "{}", text(&o));
+        assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), bytes);
+        std::fs::remove_file(lake.dir.path().join("b3/e.csv")).unwrap();
+        let o = cli(&args, lake.dir.path());
         assert!(o.status.success(), "{}", text(&o));
         assert_eq!(std::fs::read(lake.partition_file("2026-11-01")).unwrap(), bytes);
     }
