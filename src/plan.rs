@@ -757,6 +757,11 @@ async fn reference_schema(decoder: &Decoder, input: &StoreLocation, first: &Obje
     if decoder.format == Format::Parquet {
         return Ok(Arc::new(parquet_reference(input, first).await?.0));
     }
+    // An empty text object types nothing: refused or read as no rows by its own date's read,
+    // it fails no other date.
+    if first.size == 0 {
+        return Ok(Arc::new(arrow::datatypes::Schema::empty()));
+    }
     // A large NDJSON object is read as pieces of lines, never held whole.
     if decoder.format == Format::Ndjson && first.size > read::PIECE as u64 {
         return read::streamed_schema(input, decoder, first).await.map_err(Error::Input);

@@ -427,7 +427,10 @@ pub fn show_value(a: &dyn arrow::array::Array, row: usize) -> String {
     };
     match arrow::compute::cast(&a.slice(row, 1), &DataType::Int64) {
         Ok(n) if n.is_valid(0) => format!("{}{unit}", n.as_primitive::<arrow::datatypes::Int64Type>().value(0)),
-        _ => "?".into(),
+        // A nested value: the formatter's own words, which name the value it could not show.
+        _ => ArrayFormatter::try_new(a, &FormatOptions::default().with_null("null"))
+            .map(|f| f.value(row).to_string())
+            .unwrap_or_else(|_| "?".into()),
     }
 }
 

@@ -669,21 +669,21 @@ impl Decoder {
     fn text_bytes(&self, object: &str, bytes: Bytes) -> Result<Bytes, InputError> {
         let stored_empty = bytes.is_empty();
         let mut bytes = text::decompress(object, bytes).map_err(|m| InputError::bad(Location::object(object), m))?;
-        // A CSV read with a header has at least that line: without one, the object is not a
-        // complete CSV (an empty NDJSON object, or a CSV without a header, is a whole document
-        // of no rows).
-        if self.format == Format::Csv && self.header && bytes.is_empty() {
-            let what = if stored_empty { "the object is empty (0 bytes)" } else { "the object holds no text" };
+        // A CSV read with a header has at least that line: without one (blank lines alone, which
+        // the reader passes over), the object is not a complete CSV. An empty NDJSON object, or
+        // a CSV read without a header, is a whole document of no rows.
+        let text = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+        if self.format == Format::Csv && self.header && text.iter().all(|b| matches!(b, b'\n' | b'\r')) {
+            let what = match (stored_empty, bytes.is_empty()) {
+                (true, _) => "the object is empty (0 bytes)",
+                (false, true) => "the object holds no text",
+                (false, false) => "the object holds blank lines alone",
+            };
             return Err(InputError::bad(
                 Location::object(object),
-                format!(
-                    "{what}, not even the header line a CSV read with `input.header = true` has: an upload cut \
-                     short? A date without rows is an object holding the header alone, or no object"
-                ),
+                format!("{what}: not even the header line a CSV read with a header has (an upload cut short?)"),
             ));
         }
-        // A byte-order mark opens many text files written on Windows; CSV's reader passes over
-        // it, JSON's would call the first line malformed.
         if self.format == Format::Ndjson && bytes.starts_with(b"\xEF\xBB\xBF") {
             bytes = bytes.slice(3..);
         }
@@ -1892,6 +1892,31 @@ mod tests {
             Ok(())
         })?;
         Ok(rows)
+    }
+
+    #[test]
+    fn a_csv_read_with_a_header_has_its_header_line() {
+        let gz = |b: &[u8]| {
+            use std::io::Write;
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(b).unwrap();
+            Bytes::from(e.finish().unwrap())
+        };
+        let csv = |header: bool| Decoder { format: Format::Csv, header, ..decoder(&[]) };
+        let refused = |header: bool, name: &str, b: Bytes| csv(header).text_bytes(name, b).err().map(|e| e.to_string());
+        for (name, b, why) in [
+            ("e.csv", Bytes::new(), "empty (0 bytes)"),
+            ("e.csv.gz", gz(b""), "holds no text"),
+            ("e.csv", Bytes::from_static(b"\r\n\n"), "blank lines alone"),
+            ("e.csv", Bytes::from_static(b"\xEF\xBB\xBF\n"), "blank lines alone"),
+        ] {
+            let e = refused(true, name, b.clone()).unwrap_or_else(|| panic!("{name} {b:?} accepted"));
+            assert!(e.contains(name) && e.contains(why) && e.contains("header line"), "{e}");
+            // Without a header, an empty CSV is a whole document of no rows; so is an empty NDJSON object.
+            assert_eq!(refused(false, name, b.clone()), None);
+            assert!(decoder(&[]).text_bytes(name, b).is_ok());
+        }
+        assert_eq!(refused(true, "h.csv", Bytes::from_static(b"\nid,v\n")), None, "a header after a blank line");
     }
 
     /// An NDJSON object read as pieces of lines (of every size, down to a line each) gives the

@@ -129,6 +129,25 @@ async fn zero_byte_file() {
     case(Fmt::Csv, corrupt, ExitCode::DataContract, &["part-00001.csv.gz", "holds no text", "header line"]).await;
 }
 
+/// An empty CSV object listed first, where the run is planned from, fails its own date alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_csv_listed_first_fails_its_date_alone() {
+    let lake = Lake::new();
+    let rows = random_orders(104, 2, 30);
+    for day in ["2026-11-01", BAD] {
+        let day_rows: Vec<Order> = rows.iter().filter(|r| r.date == d(day)).cloned().collect();
+        write(&lake, &format!("event_date={day}/part-00000.csv"), &encode(Fmt::Csv, &day_rows));
+    }
+    write(&lake, "event_date=2026-11-01/a.csv", b"");
+    let s = run_range(&config(&lake, Fmt::Csv), "2026-11-01", BAD).await;
+    assert_eq!(s.exit_code, ExitCode::DataContract, "{}", lakeswap::report::table(&s));
+    assert_eq!(s.partitions[0].action, Action::Failed);
+    let err = s.partitions[0].error.clone().unwrap();
+    assert!(err.contains("event_date=2026-11-01/a.csv") && err.contains("empty (0 bytes)"), "{err}");
+    assert_eq!(s.partitions[1].action, Action::Created, "{}", lakeswap::report::table(&s));
+    assert_eq!(read_partition(&lake.partition_file(BAD)), model(&rows)[&d(BAD)]);
+}
+
 /// An empty NDJSON object is a whole document of no rows: its date is the other objects' rows.
 #[tokio::test(flavor = "multi_thread")]
 async fn zero_byte_ndjson_holds_no_rows() {

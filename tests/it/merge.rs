@@ -2258,6 +2258,23 @@ fn a_replayed_delete_is_unchanged_under_its_date_and_a_conflict_under_another() 
     assert_eq!(table(), stored, "nothing written for the conflict");
 }
 
+/// An epoch version past what the table's timestamps hold is refused naming its value as the
+/// count it is, not as the formatter's error.
+#[test]
+fn an_epoch_version_past_the_calendar_is_named_by_its_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cfg = csv_merge_job(root, "v = \"timestamp(s)\", event_date = \"date\"", "");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    std::fs::write(root.join("in/a.csv"), "id,v,event_date\na,9300000000000000,2026-11-01\n").unwrap();
+    let o = cli(&["run", "--config", cfg.to_str().unwrap()], root);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("a.csv, row 0 (line 2), column `v`"), "{t}");
+    assert!(t.contains("the value 9300000000000000 (seconds since 1970) does not convert exactly"), "{t}");
+    assert!(!t.contains("Cast error"), "{t}");
+}
+
 /// The values of `column` in the one committed partition under `<root>/out`, as text.
 fn column_text_in(root: &std::path::Path, column: &str) -> Vec<String> {
     let files: Vec<_> =
