@@ -684,6 +684,8 @@ impl Decoder {
                 format!("{what}: not even the header line a CSV read with a header has (an upload cut short?)"),
             ));
         }
+        // A byte-order mark opens many text files written on Windows; CSV's reader passes over
+        // it, JSON's would call the first line malformed.
         if self.format == Format::Ndjson && bytes.starts_with(b"\xEF\xBB\xBF") {
             bytes = bytes.slice(3..);
         }
