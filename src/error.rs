@@ -36,8 +36,10 @@ impl ExitCode {
         self as i32
     }
 
-    /// The exit code of a run whose partitions failed with `codes`: a contract violation wins
-    /// over a lease, a lease over any other failure.
+    /// The exit code of a run whose partitions failed with `codes`, the most severe: what needs
+    /// a person (a config error, then a contract violation) wins over a stop, which a scheduler
+    /// retries — a stop that came after a date's conflicts must not have them retried unseen —
+    /// a stop over a lease, a lease over any other failure.
     pub fn combine(codes: impl IntoIterator<Item = ExitCode>) -> ExitCode {
         let mut worst = ExitCode::Ok;
         for c in codes {
@@ -45,9 +47,9 @@ impl ExitCode {
                 ExitCode::Ok => 0,
                 ExitCode::PartialFailure => 1,
                 ExitCode::Leased => 2,
-                ExitCode::DataContract => 3,
-                ExitCode::Usage => 4,
-                ExitCode::HungUp | ExitCode::Interrupted | ExitCode::Terminated => 5,
+                ExitCode::HungUp | ExitCode::Interrupted | ExitCode::Terminated => 3,
+                ExitCode::DataContract => 4,
+                ExitCode::Usage => 5,
             };
             if rank(c) > rank(worst) {
                 worst = c;
@@ -467,4 +469,26 @@ fn spill_hint(message: &str) -> &'static str {
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     let why = panic.downcast_ref::<&str>().map(|s| s.to_string());
     why.or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ExitCode::{self, *};
+
+    /// A run exits with the most severe of its dates' codes: what needs a person (2, 3) over a
+    /// stop, which a scheduler retries; a stop over a lease (4) and any other failure (1).
+    #[test]
+    fn a_run_exits_with_its_most_severe_code() {
+        for (codes, worst) in [
+            (&[DataContract, Terminated][..], DataContract),
+            (&[Terminated, DataContract], DataContract),
+            (&[Interrupted, Usage, DataContract], Usage),
+            (&[Leased, HungUp, PartialFailure], HungUp),
+            (&[PartialFailure, Leased, Ok], Leased),
+            (&[Ok, PartialFailure], PartialFailure),
+            (&[], Ok),
+        ] {
+            assert_eq!(ExitCode::combine(codes.iter().copied()), worst, "{codes:?}");
+        }
+    }
 }

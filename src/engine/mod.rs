@@ -565,9 +565,12 @@ fn register(
 }
 
 /// Whether the plan orders its output (an `ORDER BY` at the top, under projections and limits).
+/// `DISTINCT ON (…) … ORDER BY` orders it too: the engine sorts the rows it keeps by the
+/// `ORDER BY`'s leading terms, the `ON` expressions, which no two of its rows share.
 fn orders_output(plan: &LogicalPlan) -> bool {
     match plan {
         LogicalPlan::Sort(_) => true,
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::On(d)) => d.sort_expr.is_some(),
         LogicalPlan::Projection(p) => orders_output(&p.input),
         LogicalPlan::Limit(l) => orders_output(&l.input),
         LogicalPlan::SubqueryAlias(a) => orders_output(&a.input),

@@ -258,6 +258,17 @@ fn refuse(x: &Expr, schema: &DFSchema) -> Result<()> {
                  '%Y-%m-%d %H:%M:%S')"
             )
         }
+        // A floating-point number made text, said so or not (`'v=' || x`, `concat(x)`): the
+        // engine writes 1e20 and 0.000015 where PostgreSQL and DuckDB write 1e+20 and 1.5e-05.
+        _ if super::cast_of(x)
+            .is_some_and(|(expr, to)| super::text(&to) && expr.get_type(schema).is_ok_and(|t| t.is_floating())) =>
+        {
+            plan_err!(
+                "`{x}` makes a floating-point number text: the engine would write 1e20 and 0.000015 where SQL \
+                 writes 1e+20 and 1.5e-05; make it a decimal of the digits you mean first: \
+                 CAST(CAST(x AS DECIMAL(18, 6)) AS VARCHAR)"
+            )
+        }
         // A number made a date: days since 1970-01-01 (20261101 a day in the year 57443).
         Expr::ScalarFunction(f)
             if f.func.name() == "to_date"

@@ -474,16 +474,28 @@ impl Decoder {
 
     /// Fails an object that lacks a column the config uses.
     fn check_required(&self, object: &str, schema: &Schema) -> Result<(), InputError> {
-        for c in &self.required {
-            if schema.field_with_name(c).is_err() {
-                let has: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                return Err(InputError::bad(
+        let has: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        self.check_names(object, &has, "")
+    }
+
+    /// [`Decoder::check_required`] for an object of no rows, by the names its header or footer
+    /// gives: an object that lacks the key is not of this table, rows or none (a header of
+    /// another export, a line of blanks), as it would be refused the day it holds one.
+    fn check_no_rows(&self, object: &str, names: &[&str]) -> Result<(), InputError> {
+        self.check_names(object, names, " (it holds no rows)")
+    }
+
+    fn check_names(&self, object: &str, has: &[&str], note: &str) -> Result<(), InputError> {
+        match self.required.iter().find(|c| !has.contains(&c.as_str())) {
+            None => Ok(()),
+            Some(c) => {
+                let shown: Vec<String> = has.iter().map(|n| format!("`{n}`")).collect();
+                Err(InputError::bad(
                     at(object, None, None, Some(c)),
-                    format!("missing column: the config uses it, and this object has only {}", has.join(", ")),
-                ));
+                    format!("missing column: the config uses it, and this object has only {}{note}", shown.join(", ")),
+                ))
             }
         }
-        Ok(())
     }
 
     /// Converts every column to its declared type (or, for text, its inferred or implied one).
@@ -661,6 +673,10 @@ impl Decoder {
             }
             first_row += n;
         }
+        if md.file_metadata().num_rows() == 0 {
+            let names: Vec<&str> = meta.schema().fields().iter().map(|f| f.name().as_str()).collect();
+            self.check_no_rows(object, &names)?;
+        }
         Ok(())
     }
 
@@ -705,6 +721,9 @@ impl Decoder {
             .filter(|(_, n)| self.infers(n))
             .map(|(i, n)| (n.clone(), text::infer(&t.batches.iter().map(|b| &b[i]).collect::<Vec<_>>())))
             .collect();
+        if self.header && t.batches.is_empty() {
+            self.check_no_rows(object, &t.names.iter().map(String::as_str).collect::<Vec<_>>())?;
+        }
         let lines: Arc<[u64]> = t.lines.into();
         let mut out = Vec::with_capacity(t.batches.len());
         let mut row = 0u64;
@@ -743,6 +762,9 @@ impl Decoder {
             rows.stored = (stored * u128::from(b.end.saturating_sub(from)) / whole) as u64;
             (row, from) = (row + n, b.end);
             f(rows)?;
+        }
+        if self.header && row == 0 {
+            self.check_no_rows(object, &reader.names.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
         Ok(())
     }
@@ -1919,6 +1941,58 @@ mod tests {
             assert!(decoder(&[]).text_bytes(name, b).is_ok());
         }
         assert_eq!(refused(true, "h.csv", Bytes::from_static(b"\nid,v\n")), None, "a header after a blank line");
+    }
+
+    /// An object of no rows is held to the columns the config uses by the names its header or
+    /// footer gives, read whole or in parts: a header of another table, or of blanks, is refused
+    /// as it would be with rows, naming the object and the column; one of the table's is no rows.
+    #[test]
+    fn an_object_of_no_rows_has_the_columns_the_config_uses() {
+        let csv = Decoder { format: Format::Csv, required: vec!["id".into(), "v".into()], ..decoder(&[]) };
+        let parquet = Decoder { format: Format::Parquet, ..csv.clone() };
+        let empty_parquet = |names: &[&str]| {
+            let schema =
+                Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Int64, true)).collect::<Vec<_>>()));
+            let mut out = Vec::new();
+            let w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, None).unwrap();
+            w.close().unwrap();
+            Bytes::from(out)
+        };
+        let read = |d: &Decoder, b: Bytes| -> Vec<Result<usize, String>> {
+            let rows = |o: &Decoded| o.pieces.iter().map(|p| p.batch.num_rows()).sum::<usize>();
+            let whole = d.decode("o/x", b.clone(), &[], None).map(|o| rows(&o)).map_err(|e| e.to_string());
+            // In parts: a CSV past a part's bytes is read a batch at a time.
+            let mut n = 0;
+            let parts = d
+                .decode_parts("o/x", Stored::Whole(b), &[], None, Parts { rows: 2, bytes: Some(1) }, &mut |p| {
+                    n += rows(&p);
+                    Ok(())
+                })
+                .map(|()| n)
+                .map_err(|e| e.to_string());
+            vec![whole, parts]
+        };
+        for (d, b, missing) in [
+            (&csv, Bytes::from_static(b"order_key,amount\n"), "id"),
+            (&csv, Bytes::from_static(b"id,amount\n"), "v"),
+            (&csv, Bytes::from_static(b"  \n"), "id"),
+            (&parquet, empty_parquet(&["id", "amount"]), "v"),
+        ] {
+            for r in read(d, b.clone()) {
+                let e = r.expect_err(&format!("{b:?} accepted"));
+                assert!(
+                    e.contains("o/x") && e.contains(&format!("`{missing}`")) && e.contains("missing column"),
+                    "{e}"
+                );
+                assert!(e.contains("it holds no rows"), "{e}");
+            }
+        }
+        for (d, b) in [(&csv, Bytes::from_static(b"v,x,id\n")), (&parquet, empty_parquet(&["v", "id"]))] {
+            assert_eq!(read(d, b), vec![Ok(0), Ok(0)]);
+        }
+        // Without a header an empty CSV names no columns: a whole document of no rows.
+        let headless = Decoder { header: false, ..csv.clone() };
+        assert_eq!(read(&headless, Bytes::from_static(b"\n")), vec![Ok(0), Ok(0)]);
     }
 
     /// An NDJSON object read as pieces of lines (of every size, down to a line each) gives the

@@ -137,7 +137,7 @@ pub async fn commit(job: &Job, opts: &RunOptions, held: Held, computed: Computed
                             Ok(()) if f.skip => {
                                 set_aside(job, run_id, &o.plan.dir, &f).await.map(|()| Action::Untouched)
                             }
-                            Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f, planned)
+                            Ok(()) => commit_one(job, run_id, &o.plan.dir, &o.plan.seen, &f, planned, &leases)
                                 .await
                                 .map_err(|e| lost_lease(&leases, &o.plan.dir, e)),
                             Err(e) => Err(e),
@@ -381,6 +381,7 @@ async fn commit_one(
     seen: &Seen,
     f: &PartitionFile,
     planned: Option<&arrow::datatypes::SchemaRef>,
+    leases: &Leases,
 ) -> std::result::Result<Action, PartitionError> {
     let foreign = foreign(job, dir).await?;
     let out = &job.output;
@@ -406,7 +407,11 @@ async fn commit_one(
                         return Err(e);
                     }
                 }
-                if let Err(e) = before(job, run_id, dir, f).await {
+                // The lease checked again at the swap itself: staging and the checks above take
+                // time, and a run stalled past its lease's expiry (a paused process, a slow
+                // store) must not swap in a file a later run has found committed already.
+                let ready = async { before(job, run_id, dir, f).await.and_then(|()| leases.check(dir)) };
+                if let Err(e) = ready.await {
                     let _ = job.state.store.delete(&staged).await;
                     return Err(e);
                 }

@@ -129,6 +129,26 @@ async fn zero_byte_file() {
     case(Fmt::Csv, corrupt, ExitCode::DataContract, &["part-00001.csv.gz", "holds no text", "header line"]).await;
 }
 
+/// An object of no rows whose header or footer lacks the key is not of this table (another
+/// export's header, a line of blanks, an empty file of other columns): it fails its date as it
+/// would with rows, naming the object and the column, instead of passing unseen.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_object_of_no_rows_without_the_key_fails_its_date() {
+    for header in [&b"customer,total\n"[..], b"   \r\n"] {
+        let corrupt = |l: &Lake| write(l, &format!("event_date={BAD}/part-00001.csv"), header);
+        let needles = ["part-00001.csv", "missing column", "`order_id`", "it holds no rows"];
+        case(Fmt::Csv, corrupt, ExitCode::DataContract, &needles).await;
+    }
+    let corrupt = |l: &Lake| {
+        use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+        let total = std::sync::Arc::new(Int64Array::from(Vec::<i64>::new())) as ArrayRef;
+        let none = RecordBatch::try_from_iter([("total", total)]);
+        write_parquet(&l.input().join(format!("event_date={BAD}/part-00001.parquet")), &none.unwrap());
+    };
+    let needles = ["part-00001.parquet", "missing column", "`order_id`", "it holds no rows"];
+    case(Fmt::Parquet, corrupt, ExitCode::DataContract, &needles).await;
+}
+
 /// An empty CSV object listed first, where the run is planned from, fails its own date alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_empty_csv_listed_first_fails_its_date_alone() {

@@ -94,11 +94,19 @@ fn first_runs_of_a_new_table_agree_on_its_schema() {
 async fn held_at_staging(
     lake: &Lake,
 ) -> (tokio::task::JoinHandle<lakeswap::RunSummary>, Arc<tokio::sync::Semaphore>, Duration) {
+    held_at_staging_with(lake, &lake.config()).await
+}
+
+/// [`held_at_staging`] under the config at `cfg`.
+async fn held_at_staging_with(
+    lake: &Lake,
+    cfg: &std::path::Path,
+) -> (tokio::task::JoinHandle<lakeswap::RunSummary>, Arc<tokio::sync::Semaphore>, Duration) {
     // The table made first (a zero-row date): a run making a new table holds the table from its
     // commit to its first swap, so a run held at that swap would keep the other one waiting.
     let made = run_with(&lake.config(), "2026-11-02", "2026-11-02", |o| o.allow_empty = true).await;
     assert_eq!(made.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&made));
-    let mut slow = Job::load(&lake.config()).unwrap();
+    let mut slow = Job::load(cfg).unwrap();
     let faulty = FaultStore::wrap_output(&mut slow, Mode::None);
     let (gate, arrived) = faulty.gate("staging/");
     let ttl = Duration::from_millis(300);
@@ -129,6 +137,40 @@ async fn a_run_that_lost_its_lease_while_writing_exits_as_leased() {
     assert_eq!(s.exit_code, ExitCode::Leased, "{}", lakeswap::report::table(&s));
     assert!(s.partitions[0].error.as_deref().unwrap().contains("lost the lease"), "{}", lakeswap::report::table(&s));
     assert_eq!(lake.snapshot(), committed, "nothing overwritten");
+}
+
+/// A run stalled past its lease's expiry after it computed a date (a paused process, a slow
+/// store) must not swap its file in once a later run has taken the date over and found the
+/// committed file right (`unchanged`: it writes nothing, so the swap's compare-and-swap alone
+/// would pass). The lease is checked again at the swap: exit 4, the later run's table kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_run_does_not_swap_in_after_a_later_run_found_the_date_unchanged() {
+    let lake = Lake::new();
+    let rows = random_orders(94, 1, 100);
+    lake.write_hive(&rows, 1);
+    let first = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
+    assert_eq!(first.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&first));
+    // The stalled run computes under another config (a deploy rolled back later): revenue of
+    // placed orders alone, the same columns.
+    let text_of = std::fs::read_to_string(lake.config()).unwrap();
+    let other = text_of.replace(r#"status = ["placed", "shipped"]"#, r#"status = ["placed"]"#);
+    assert_ne!(other, text_of);
+    let cfg = lake.dir.path().join("other.toml");
+    std::fs::write(&cfg, other).unwrap();
+    let (holder, gate, ttl) = held_at_staging_with(&lake, &cfg).await;
+    // Its lease lapses (its file gone, as if it had expired), and a later run under the first
+    // config finds the committed file right.
+    std::fs::remove_file(lake.state().join("leases/event_date=2026-11-01.json")).unwrap();
+    let later = run_range(&lake.config(), "2026-11-01", "2026-11-01").await;
+    assert_eq!(later.exit_code, ExitCode::Ok, "{}", lakeswap::report::table(&later));
+    assert_eq!(later.partitions[0].action, Action::Unchanged, "{}", lakeswap::report::table(&later));
+    let committed = lake.snapshot();
+    tokio::time::sleep(ttl * 2).await;
+    gate.add_permits(1000);
+    let s = holder.await.unwrap();
+    assert_eq!(s.exit_code, ExitCode::Leased, "{}", lakeswap::report::table(&s));
+    assert_eq!(lake.snapshot(), committed, "the later run's table kept");
+    assert_eq!(read_partition(&lake.partition_file("2026-11-01")), model(&rows)[&d("2026-11-01")]);
 }
 
 /// A store that fails while a run holds its lease lets the lease expire: the run writes

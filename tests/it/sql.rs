@@ -603,6 +603,37 @@ fn float_sums_are_byte_identical_on_every_run() {
     assert!(seen.windows(2).all(|w| w[0] == w[1]), "float sums differ between runs");
 }
 
+/// `DISTINCT ON (…) … ORDER BY` writes its rows in the query's order, as any `ORDER BY` does
+/// (they were sorted by every output column instead: ascending whatever the query said).
+#[test]
+fn distinct_on_keeps_the_order_of_its_order_by() {
+    let lake = Lake::new();
+    let rows = random_orders(1305, 1, 200);
+    lake.write_hive(&rows, 2);
+    let sql = "SELECT DISTINCT ON (currency) currency, order_id FROM events ORDER BY currency DESC, order_id";
+    let cfg = sql_config(&lake, &format!("sql = \"{sql}\""), "");
+    let o = run(&lake, &cfg, &["--date", "2026-11-01"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let b = read_batch(&lake.partition_file("2026-11-01"));
+    let col = |i: usize| {
+        let c = arrow::compute::cast(b.column(i), &arrow::datatypes::DataType::Utf8).unwrap();
+        let c = c.as_any().downcast_ref::<arrow::array::StringArray>().unwrap().clone();
+        c.iter().map(|v| v.unwrap_or_default().to_string()).collect::<Vec<_>>()
+    };
+    let got: Vec<(String, String)> = col(0).into_iter().zip(col(1)).collect();
+    // The model: the first order id of each currency, currencies from the last.
+    let mut first: BTreeMap<String, String> = BTreeMap::new();
+    for r in cleaned(&rows, "2026-11-01") {
+        let e = first.entry(r.currency.clone()).or_insert_with(|| r.order_id.clone());
+        if r.order_id < *e {
+            *e = r.order_id.clone();
+        }
+    }
+    let want: Vec<(String, String)> = first.into_iter().rev().collect();
+    assert!(want.len() > 1, "{want:?}");
+    assert_eq!(got, want);
+}
+
 /// Queries whose every output column has a name are run, whichever way the name is given: an
 /// alias with or without `AS`, a column list of a subquery or `WITH`, a bare column (also in
 /// parentheses or qualified); a subquery inside an expression needs none.
@@ -697,6 +728,13 @@ fn bad_queries_are_refused_before_anything_runs() {
         ("SELECT count(*) AS n FROM events WHERE status['x'] = 1", vec!["get_field(s, 'f')"]),
         // A number with an exponent past what a decimal holds: the way to write it as a double.
         ("SELECT count(*) AS n FROM events WHERE amount > 1e300", vec!["exponent", "CAST('1e300' AS DOUBLE)"]),
+        // A double made text, said so or not: the engine writes 1e20 where SQL writes 1e+20.
+        (
+            "SELECT currency, CAST(sum(CAST(amount AS DOUBLE)) AS VARCHAR) AS s FROM events GROUP BY currency",
+            vec!["floating-point number text", "1e+20", "DECIMAL"],
+        ),
+        ("SELECT max('v=' || CAST(amount AS DOUBLE)) AS s FROM events", vec!["floating-point number text"]),
+        ("SELECT max(concat('v', CAST(amount AS REAL))) AS s FROM events", vec!["floating-point number text"]),
         // DISTINCT over `*`: the engine counts one constant (1 whatever the rows).
         ("SELECT count(DISTINCT *) AS n FROM events", vec!["count(DISTINCT *)", "SELECT DISTINCT"]),
         ("SELECT count(DISTINCT e.*) AS n FROM events e", vec!["count(DISTINCT e.*)", "one constant"]),
