@@ -117,6 +117,10 @@ pub struct Journal {
     /// Keys this run moves from one date to another (merges), for `status`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moves: Vec<crate::merge::Move>,
+    /// The fingerprint of the config the run ran under (its `${VAR}`s and `--var`s read): a
+    /// retry of its failed dates must run under the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
 }
 
 /// A new, sortable run id: UTC start time and a random suffix.
@@ -146,6 +150,7 @@ impl Journal {
             pending: Vec::new(),
             completed: Vec::new(),
             moves: Vec::new(),
+            config: None,
         }
     }
 

@@ -880,7 +880,8 @@ async fn run_job(
 
 /// SIGTERM, SIGINT and SIGHUP: the first asks the run to stop politely (no new partition starts,
 /// computations in flight are abandoned, swaps in flight finish, leases are released, the
-/// journal and the summary are written; exit 143, 130 or 129); a second exits at once, as does
+/// journal and the summary are written; exit 143, 130 or 129, or a date's 2 or 3 when one failed
+/// so before the stop); a second exits at once, as does
 /// a stop that takes longer than `timeout` (a store that does not answer).
 fn on_signals(
     stop: Arc<run::Stop>,
@@ -1246,6 +1247,18 @@ async fn failed_dates(job: &Job, run_id: &str) -> Result<(Vec<chrono::NaiveDate>
         .iter()
         .find(|j| j.run_id == run_id)
         .ok_or_else(|| usage(format!("no run {run_id} in {}/runs/ (lakeswap status lists the runs)", job.state.url)))?;
+    // Its dates retried under another query, identity or `--var` would leave the run's dates
+    // computed two ways, with exit 0.
+    let now = job.config.fingerprint();
+    if let Some(then) = j.config.as_ref().filter(|then| **then != now) {
+        return Err(usage(format!(
+            "run {run_id} ran under another config than this one (fingerprint {} against {}: its query, \
+             identity, input or partitioning, or a ${{VAR}} or --var value, differs): retry it with the config \
+             and --var values it ran with, or run its dates again with --date or --from/--to",
+            then.get(..8).unwrap_or(then),
+            now.get(..8).unwrap_or(&now)
+        )));
+    }
     let mut failed: Vec<chrono::NaiveDate> =
         j.partitions.iter().filter(|p| matches!(p.action, Action::Failed | Action::Stopped)).map(|p| p.date).collect();
     // A run that never finished (killed, or still going): also every date it planned and did

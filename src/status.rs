@@ -113,6 +113,9 @@ pub async fn status(job: &Job, dates: Option<Vec<NaiveDate>>) -> Result<Status> 
                     failed.remove(&p.date);
                     last.insert(p.date, run);
                 }
+                // Refused the date's lease, or lost it to another run (exit 4): the date was that
+                // run's, whatever it did with it; this failure says nothing of the date.
+                Action::Failed if p.exit_code == crate::ExitCode::Leased.code() => {}
                 Action::Failed => {
                     failed.insert(p.date, run);
                 }

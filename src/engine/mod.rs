@@ -834,7 +834,8 @@ fn mixed_text_and_numbers(plan: &LogicalPlan) -> Option<String> {
                     "`{e}` makes one value of text and a number: the engine would read every text value as a \
                      number (the date failing at the first that is not one), or write every number as text. Give \
                      every branch one type: write a number unquoted (0, not '0'), or cast the text to the number \
-                     you mean (CAST(s AS BIGINT)), or the number to text (CAST(n AS VARCHAR))"
+                     you mean (CAST(s AS BIGINT)), or the number to text (CAST(n AS VARCHAR) of an integer or a decimal; a double cast to \
+                     a DECIMAL first)"
                 ))
             }
             Some(Clash::Time) => {

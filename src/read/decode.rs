@@ -490,9 +490,13 @@ impl Decoder {
             None => Ok(()),
             Some(c) => {
                 let shown: Vec<String> = has.iter().map(|n| format!("`{n}`")).collect();
+                let has = match shown.is_empty() {
+                    true => "no column".to_string(),
+                    false => format!("only {}", shown.join(", ")),
+                };
                 Err(InputError::bad(
                     at(object, None, None, Some(c)),
-                    format!("missing column: the config uses it, and this object has only {}{note}", shown.join(", ")),
+                    format!("missing column: the config uses it, and this object has {has}{note}"),
                 ))
             }
         }

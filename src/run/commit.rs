@@ -340,6 +340,15 @@ fn lost_lease(leases: &Leases, dir: &str, e: PartitionError) -> PartitionError {
     }
 }
 
+/// Whether this run still holds the lease of `dir`, and the table's when it holds that too.
+fn held(leases: &Leases, dir: &str) -> std::result::Result<(), PartitionError> {
+    leases.check(dir)?;
+    match leases.holds(TABLE_LEASE) {
+        true => leases.check(TABLE_LEASE),
+        false => Ok(()),
+    }
+}
+
 /// Writes a partition's quarantined rows, when it has any.
 async fn set_aside(job: &Job, run_id: &str, dir: &str, f: &PartitionFile) -> std::result::Result<(), PartitionError> {
     if let Some(q) = &f.quarantine {
@@ -410,7 +419,7 @@ async fn commit_one(
                 // The lease checked again at the swap itself: staging and the checks above take
                 // time, and a run stalled past its lease's expiry (a paused process, a slow
                 // store) must not swap in a file a later run has found committed already.
-                let ready = async { before(job, run_id, dir, f).await.and_then(|()| leases.check(dir)) };
+                let ready = async { before(job, run_id, dir, f).await.and_then(|()| held(leases, dir)) };
                 if let Err(e) = ready.await {
                     let _ = job.state.store.delete(&staged).await;
                     return Err(e);
@@ -512,6 +521,26 @@ async fn commit_together(
             }
         }
         abort(&mut reports, staged, &format!("another of them could not be staged ({why})"));
+        return reports;
+    }
+    // The leases checked again before the swaps are recorded (a later run completes recorded
+    // swaps): a run stalled past its leases since staging swaps nothing.
+    if staged.iter().any(|(o, ..)| held(leases, &o.plan.dir).is_err()) {
+        for (_, _, s, _) in &staged {
+            if let Staged::Ready(p) = s {
+                let _ = state.store.delete(p).await;
+            }
+        }
+        for (o, f, _, _) in staged {
+            let e = held(leases, &o.plan.dir).err().unwrap_or_else(|| {
+                PartitionError::Other(
+                    "keys move between this date and others, and this run lost another's lease: nothing was \
+                     swapped in. Run again"
+                        .into(),
+                )
+            });
+            reports.push(finished(o.plan.date, Err(e), &f, o.seconds));
+        }
         return reports;
     }
     // Record the swaps before the first one.

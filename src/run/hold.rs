@@ -117,6 +117,7 @@ pub async fn hold(job: &Job, opts: &RunOptions, planned: Planned) -> Result<Held
     let mut journal = Journal::start(&run_id, &cfg.job.name, dates, now);
     journal.guarded = plan.others.iter().map(|p| p.date).collect();
     journal.completed = completed;
+    journal.config = Some(cfg.fingerprint());
     if let Err(e) = journal.write(&job.state).await {
         leases.release(TABLE_LEASE).await;
         return Err(e);

@@ -216,6 +216,18 @@ fn retry_failed_reruns_exactly_the_failed_partitions() {
     );
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let run_id = run_id_in(&lake.dir.path().join("s.json"));
+    // Under another config (another query; another `--var` alike) the retry is refused before
+    // anything runs: the run's dates would be computed two ways.
+    let other = lake.dir.path().join("other.toml");
+    let t = std::fs::read_to_string(&cfg).unwrap();
+    let t2 = t.replace(r#"status = ["placed", "shipped"]"#, r#"status = ["placed"]"#);
+    assert_ne!(t, t2);
+    std::fs::write(&other, t2).unwrap();
+    let before = lake.snapshot();
+    let o = cli(&["run", "--config", other.to_str().unwrap(), "--retry-failed", &run_id], lake.dir.path());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("ran under another config"), "{}", text(&o));
+    assert_eq!(lake.snapshot(), before);
     // Fix the source, retry just that run's failures.
     let good: Vec<Order> = rows.iter().filter(|r| r.date == d("2026-11-03")).cloned().collect();
     write_parquet(&lake.input().join("event_date=2026-11-03/part-00000.parquet"), &batch(&good));
@@ -538,6 +550,23 @@ fn status_shows_committed_failed_and_missing_days() {
     let states: Vec<&str> = v["partitions"].as_array().unwrap().iter().map(|p| p["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["committed", "committed", "committed"], "{v}");
     assert!(v["partitions"][0].get("config").is_none(), "{v}");
+    // A run that started later and was refused the 1st's lease (exit 4), while the run holding
+    // it committed the date: the date is the holder's, not failed (the refused run's journal
+    // sorted last, its failure was shown as the date's, with the holder's lease message).
+    let runs = lake.state().join("runs");
+    let newest = std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+    let mut refused: serde_json::Value = serde_json::from_slice(&std::fs::read(&newest).unwrap()).unwrap();
+    refused["run_id"] = "29991231T000000.000Z-ffffff".into();
+    refused["partitions"] = serde_json::json!([{
+        "date": "2026-11-01", "action": "failed", "counts": null, "output_rows": 0, "seconds": 0.0,
+        "error": "partition is leased by run 20261101T000000.000Z-aaaaaa", "exit_code": 4
+    }]);
+    let refused_path = runs.join("29991231T000000.000Z-ffffff.json");
+    std::fs::write(&refused_path, serde_json::to_vec(&refused).unwrap()).unwrap();
+    let o = cli(&["status", "--config", c, "--json"], lake.dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["partitions"][0]["state"], "committed", "{v}");
+    std::fs::remove_file(refused_path).unwrap();
     // Under a config that computes other numbers, the files are those of the config before:
     // said, until a run computes them again.
     let other = lake.dir.path().join("other.toml");
