@@ -333,9 +333,10 @@ pub(crate) async fn foreign(
 /// lease (exit 4, as when that is found before the swap), not a failure of its own, even when
 /// the store's failure let the lease lapse.
 fn lost_lease(leases: &Leases, dir: &str, e: PartitionError) -> PartitionError {
-    let lapsed = leases.check(dir).is_err() || (leases.holds(TABLE_LEASE) && leases.check(TABLE_LEASE).is_err());
     match e {
-        PartitionError::Fenced { .. } if lapsed => PartitionError::LeaseLost { dir: dir.to_string() },
+        PartitionError::Fenced { .. } if held(leases, dir).is_err() => {
+            PartitionError::LeaseLost { dir: dir.to_string() }
+        }
         e => e,
     }
 }
